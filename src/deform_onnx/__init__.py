@@ -1,0 +1,15 @@
+"""deform-onnx: deploy torchvision deformable convolution (DCNv1/DCNv2) through ONNX.
+
+Quick use::
+
+    import torch, deform_onnx
+    deform_onnx.register()            # method="auto"
+    torch.onnx.export(model, (x,), "model.onnx", dynamo=False, opset_version=17)
+"""
+
+from .exporters.torchscript import register, unregister
+from .lowering import LOWERINGS, METHODS, resolve_method
+from .semantics import DeformConvSpec
+
+__all__ = ["register", "unregister", "resolve_method", "DeformConvSpec", "LOWERINGS", "METHODS"]
+__version__ = "0.1.0"

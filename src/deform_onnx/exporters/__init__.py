@@ -1,0 +1,1 @@
+"""Exporter glue: the TorchScript symbolic and the dynamo translation table."""

@@ -1,0 +1,136 @@
+"""TorchScript exporter (``torch.onnx.export(..., dynamo=False)``): a registered symbolic.
+
+``register()`` installs a symbolic for ``torchvision::deform_conv2d`` at every
+opset from 11 to the exporter's maximum; the symbolic drives the chosen
+lowering through :class:`TorchScriptBuilder`, an adapter over ``g.op``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..lowering import resolve_method
+from ..lowering.builder import Builder
+from ..semantics import MIN_OPSET, DeformConvSpec
+
+OP_NAME = "torchvision::deform_conv2d"
+#: Highest opset of the TorchScript exporter in this torch.
+MAX_OPSET: int = torch.onnx._constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
+
+_SCALAR_TO_NP = {
+    "Float": np.float32,
+    "Double": np.float64,
+    "Half": np.float16,
+    "BFloat16": None,
+}
+
+
+class TorchScriptBuilder(Builder):
+    """:class:`Builder` over the TorchScript exporter's ``GraphContext``."""
+
+    def __init__(self, g):
+        self.g = g
+        self.opset = g.opset
+
+    def _emit(self, op_type, inputs, attrs, domain=""):
+        while inputs and inputs[-1] is None:  # trailing optionals are simply left out
+            inputs.pop()
+        if any(i is None for i in inputs):
+            inputs = [self.g.op("prim::Constant") if i is None else i for i in inputs]
+        kwargs = {}
+        for key, value in attrs.items():
+            kwargs[f"{key}_{_attr_suffix(value)}"] = value
+        name = f"{domain}::{op_type}" if domain else op_type
+        return self.g.op(name, *inputs, **kwargs)
+
+    def _constant(self, array):
+        return self.g.op("Constant", value_t=torch.from_numpy(np.array(array, copy=True)))
+
+    def static_shape(self, value):
+        t = value.type()
+        try:
+            sizes = t.varyingSizes()
+        except RuntimeError:
+            return None
+        if sizes is None:
+            return None
+        return tuple(sizes)
+
+    def dtype(self, value):
+        try:
+            st = value.type().scalarType()
+        except RuntimeError:
+            return None
+        if st is None:
+            return None
+        return _SCALAR_TO_NP.get(st)
+
+
+def _attr_suffix(value) -> str:
+    if isinstance(value, str):
+        return "s"
+    if isinstance(value, bool) or isinstance(value, int):
+        return "i"
+    if isinstance(value, float):
+        return "f"
+    if isinstance(value, (list, tuple)):
+        return "f" if any(isinstance(v, float) for v in value) else "i"
+    raise TypeError(f"unsupported attribute value {value!r}")
+
+
+def make_symbolic(method: str = "auto"):
+    """Return the symbolic function for ``torchvision::deform_conv2d`` using ``method``."""
+    from torch.onnx import symbolic_helper
+
+    @symbolic_helper.parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
+    def deform_conv2d(
+        g, input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+        groups, offset_groups, use_mask,
+    ):
+        b = TorchScriptBuilder(g)
+        lowering = resolve_method(method, g.opset)
+        if b.dtype(input) is None and b.static_shape(input) is not None:
+            raise ValueError(
+                "deform_conv2d: input dtype is not supported for ONNX export "
+                f"({input.type().scalarType()}); use float16, float32 or float64"
+            )
+        spec = DeformConvSpec.from_shapes(
+            b.static_shape(input),
+            b.static_shape(weight),
+            b.static_shape(offset),
+            b.static_shape(mask) if use_mask else None,
+            stride=(stride_h, stride_w),
+            padding=(pad_h, pad_w),
+            dilation=(dil_h, dil_w),
+            groups=groups,
+            offset_groups=offset_groups,
+        )
+        return lowering.fn(b, spec, input, weight, offset, mask if use_mask else None, bias)
+
+    return deform_conv2d
+
+
+def register(method: str = "auto") -> None:
+    """Register the symbolic for every opset from 11 to :data:`MAX_OPSET`.
+
+    Args:
+        method: ``"auto"``, ``"native"``, ``"grid_sample"`` or ``"gather"``;
+            checked against the export's opset when the model is exported.
+
+    Raises:
+        ValueError: unknown method.
+    """
+    from ..lowering import METHODS
+
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    symbolic = make_symbolic(method)
+    for opset in range(MIN_OPSET, MAX_OPSET + 1):
+        torch.onnx.register_custom_op_symbolic(OP_NAME, symbolic, opset)
+
+
+def unregister() -> None:
+    """Remove the symbolic registered by :func:`register` (all opsets)."""
+    for opset in range(MIN_OPSET, MAX_OPSET + 1):
+        torch.onnx.unregister_custom_op_symbolic(OP_NAME, opset)

@@ -1,0 +1,58 @@
+"""The lowerings of deformable convolution, registered by name.
+
+Each entry: the lowest opset its graph is valid at, and one function
+``fn(builder, spec, x, weight, offset, mask, bias) -> output`` that every
+entry point (TorchScript symbolic, dynamo translation, file rewrite) calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..semantics import MIN_OPSET
+from . import gather, grid_sample, native
+
+
+@dataclass(frozen=True)
+class Lowering:
+    name: str
+    min_opset: int
+    fn: Callable
+    summary: str
+
+
+LOWERINGS: dict[str, Lowering] = {
+    "native": Lowering("native", native.MIN_OPSET, native.lower_native, "ONNX DeformConv op"),
+    "grid_sample": Lowering(
+        "grid_sample", grid_sample.MIN_OPSET, grid_sample.lower_grid_sample, "standard ops on GridSample"
+    ),
+    "gather": Lowering("gather", gather.MIN_OPSET, gather.lower_gather, "standard ops on Gather"),
+}
+
+METHODS = ("auto", *LOWERINGS)
+
+
+def resolve_method(method: str, opset: int) -> Lowering:
+    """Pick the lowering for ``method`` at ``opset``.
+
+    ``"auto"`` is grid_sample at opset >= 16 and gather below.
+
+    Raises:
+        ValueError: unknown method, opset below 11, or a method whose ops the
+            opset does not have (e.g. ``native`` below 19).
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if not isinstance(opset, int) or opset < MIN_OPSET:
+        raise ValueError(f"opset {opset!r} is not supported: deformable convolution lowers at opset >= {MIN_OPSET}")
+    if method == "auto":
+        method = "grid_sample" if opset >= grid_sample.MIN_OPSET else "gather"
+    lowering = LOWERINGS[method]
+    if opset < lowering.min_opset:
+        usable = [m for m, l in LOWERINGS.items() if l.min_opset <= opset]
+        raise ValueError(
+            f"method {method!r} needs opset >= {lowering.min_opset} but opset {opset} was requested; "
+            f"raise the opset or use one of: {', '.join(usable)}"
+        )
+    return lowering

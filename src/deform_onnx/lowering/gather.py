@@ -1,0 +1,118 @@
+"""Lowering on Gather (opset >= 11): standard ops for runtimes without GridSample.
+
+The four bilinear corners are gathered as channel rows from a channels-last,
+zero-padded copy of the input (one Transpose, one Pad). Clipping corner
+indices into the one-pixel zero border replaces per-corner bounds masks: a
+corner outside ``[0, H-1] x [0, W-1]`` reads a zero, which is torchvision's
+rule, and a sample with ``py <= -1`` or ``py >= H`` gets zeros from both
+corner rows. The mask is folded into the bilinear weights, so it costs no
+pass over the sampled columns.
+
+Indices are flat row numbers into ``[N*(H+2)*(W+2)*G, C/G]``, so a plain
+``Gather`` (no ``batch_dims``, which needs opset 12) does the sampling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..semantics import DeformConvSpec
+from .builder import Builder, Value
+from .common import base_coords, contract_channels_first
+
+MIN_OPSET = 11
+
+
+def lower_gather(
+    b: Builder,
+    spec: DeformConvSpec,
+    x: Value,
+    weight: Value,
+    offset: Value,
+    mask: Value | None,
+    bias: Value | None,
+) -> Value:
+    """Emit the gather lowering; returns the ``[N, Co, Ho, Wo]`` output value."""
+    G, K = spec.offset_groups, spec.taps
+    C, Cg, Co = spec.in_channels, spec.channels_per_offset_group, spec.out_channels
+    N, H, W = b.dim(x, 0), b.dim(x, 2), b.dim(x, 3)
+    Ho, Wo = b.dim(offset, 2), b.dim(offset, 3)
+    Hp, Wp = b.add_dim(H, 2), b.add_dim(W, 2)
+
+    # Channels-last, zero-padded input, one row of C/G values per (n, y, x, g).
+    xt = b.op("Transpose", x, perm=[0, 2, 3, 1])
+    xt = b.op("Pad", xt, b.i64([0, 1, 1, 0, 0, 1, 1, 0]), mode="constant")
+    rows = b.reshape(xt, [-1, Cg])  # [N*Hp*Wp*G, C/G]
+
+    # Offsets as [N, Ho, Wo, G, K, 2]: transposing them is cheap (no channel axis).
+    off = b.op("Transpose", offset, perm=[0, 2, 3, 1])
+    off = b.reshape(off, [0, 0, -1, G, K, 2])
+    dy = b.op("Gather", off, b.i64(0), axis=5)  # [N, Ho, Wo, G, K]
+    dx = b.op("Gather", off, b.i64(1), axis=5)
+    py = b.op("Add", dy, base_coords(b, spec, 0, Ho, x, out_shape=[-1, 1, 1, 1], tap_shape=[-1]))
+    px = b.op("Add", dx, base_coords(b, spec, 1, Wo, x, out_shape=[-1, 1, 1], tap_shape=[-1]))
+
+    y0 = b.op("Floor", py)
+    x0 = b.op("Floor", px)
+    ly = b.op("Sub", py, y0)
+    lx = b.op("Sub", px, x0)
+    one = b.float_const(1.0, x)
+    hy = b.op("Sub", one, ly)
+    hx = b.op("Sub", one, lx)
+    if mask is not None:
+        m = b.reshape(b.op("Transpose", mask, perm=[0, 2, 3, 1]), [0, 0, -1, G, K])
+        hy = b.op("Mul", hy, m)
+        ly = b.op("Mul", ly, m)
+
+    # Padded row/column of each corner, clipped into the zero border [0, size+1].
+    ry0, ry1 = _corner_indices(b, y0, H, x)
+    cx0, cx1 = _corner_indices(b, x0, W, x)
+    # Flat row = ((n*Hp + y)*Wp + x)*G + g.
+    row_stride = b.mul_dim(Wp, G)
+    ry0 = b.op("Mul", ry0, b._as_dim(row_stride))
+    ry1 = b.op("Mul", ry1, b._as_dim(row_stride))
+    cx0 = b.op("Mul", cx0, b.i64(G))
+    cx1 = b.op("Mul", cx1, b.i64(G))
+    n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
+    n = b.op("Mul", b.reshape(n, [-1, 1, 1, 1, 1]), b._as_dim(b.mul_dim(b.mul_dim(Hp, Wp), G)))
+    ng = b.op("Add", n, b.i64(np.arange(G, dtype=np.int64).reshape(G, 1)))  # [N, 1, 1, G, 1]
+    ry0 = b.op("Add", ry0, ng)
+    ry1 = b.op("Add", ry1, ng)
+
+    acc = None
+    for ry, wy in ((ry0, hy), (ry1, ly)):
+        for cx, wx in ((cx0, hx), (cx1, lx)):
+            idx = b.op("Add", ry, cx)  # [N, Ho, Wo, G, K]
+            wgt = b.reshape(b.op("Mul", wy, wx), [0, 0, 0, 0, -1, 1])
+            term = b.op("Mul", b.op("Gather", rows, idx, axis=0), wgt)  # [N, Ho, Wo, G, K, C/G]
+            acc = term if acc is None else b.op("Add", acc, term)
+
+    if spec.groups == 1:
+        # Contract over (g, k, c/G) with one MatMul; the weight is permuted to match.
+        cols = b.reshape(acc, [0, 0, 0, -1])  # [N, Ho, Wo, G*K*C/G]
+        w = b.reshape(weight, [Co, G, Cg, K])
+        w = b.reshape(b.op("Transpose", w, perm=[1, 3, 2, 0]), [G * K * Cg, Co])
+        out = b.op("MatMul", cols, w)  # [N, Ho, Wo, Co]
+        if bias is not None:
+            out = b.op("Add", out, bias)
+        return b.op("Transpose", out, perm=[0, 3, 1, 2])
+    # Grouped: channel-first columns (c, k) feed the shared grouped 1x1 Conv.
+    cols = b.op("Transpose", acc, perm=[0, 3, 5, 4, 1, 2])  # [N, G, C/G, K, Ho, Wo]
+    cols = b.reshape(cols, [0, C * K, Ho, Wo])
+    return contract_channels_first(b, spec, cols, weight, bias)
+
+
+def _corner_indices(b: Builder, low: Value, size, like: Value) -> tuple[Value, Value]:
+    """int64 padded indices of the two corners ``floor(p)`` and ``floor(p) + 1``.
+
+    Clipped in floating point (Clip-11 has no integer types) into
+    ``[0, size + 1]``, the range of the zero-padded axis, before the cast.
+    """
+    if isinstance(size, int):
+        hi = b.float_const(size + 1, like)
+    else:  # Clip wants 0-D bounds
+        hi = b.cast_like(b.scalar(b.add_dim(size, 1)), like)
+    lo = b.float_const(0.0, like)
+    i0 = b.op("Clip", b.op("Add", low, b.float_const(1.0, like)), lo, hi)
+    i1 = b.op("Clip", b.op("Add", low, b.float_const(2.0, like)), lo, hi)
+    return b.op("Cast", i0, to=7), b.op("Cast", i1, to=7)  # 7 = INT64

@@ -1,0 +1,41 @@
+"""Native lowering: the standard ONNX ``DeformConv`` operator (opset >= 19)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..semantics import DeformConvSpec
+from .builder import Builder, Value
+
+MIN_OPSET = 19
+
+
+def lower_native(
+    b: Builder,
+    spec: DeformConvSpec,
+    x: Value,
+    weight: Value,
+    offset: Value,
+    mask: Value | None,
+    bias: Value | None,
+) -> Value:
+    """Emit one ``DeformConv`` node (inputs ``X, W, offset, B, mask``; ONNX spec)."""
+    if mask is not None and bias is None:
+        # B precedes mask in DeformConv's inputs; a zero bias keeps the node simple
+        # for runtimes that mishandle empty optional inputs.
+        bias = b.float_const(np.zeros((spec.out_channels,)), x)
+    ph, pw = spec.padding
+    return b.op(
+        "DeformConv",
+        x,
+        weight,
+        offset,
+        bias,
+        mask,
+        dilations=list(spec.dilation),
+        group=spec.groups,
+        kernel_shape=list(spec.kernel),
+        offset_group=spec.offset_groups,
+        pads=[ph, pw, ph, pw],
+        strides=list(spec.stride),
+    )

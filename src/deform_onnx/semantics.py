@@ -1,0 +1,265 @@
+"""Semantics of deformable convolution, in one place.
+
+Every lowering, exporter and the rewriter take their shape arithmetic, offset
+layout and argument checks from here. The oracle is torchvision's
+``torchvision.ops.deform_conv2d`` (DCNv1, and DCNv2 "modulated" with a mask,
+Zhu et al. 2019); the ONNX ``DeformConv`` operator (opset 19) has the same
+semantics:
+
+* ``input``  ``[N, C, H, W]``
+* ``offset`` ``[N, 2 * G * kh * kw, Ho, Wo]``; channel ``g*2K + 2k`` is the
+  row displacement (dy) and ``g*2K + 2k + 1`` the column displacement (dx) of
+  kernel tap ``k = i*kw + j`` for offset group ``g`` (``K = kh*kw``), in pixels.
+* ``mask``   ``[N, G * kh * kw, Ho, Wo]`` (DCNv2 modulation), optional.
+* ``weight`` ``[Co, C / groups, kh, kw]``, ``bias`` ``[Co]`` optional.
+* Sample point of output ``(y, x)``, tap ``(i, j)``:
+  ``py = y*sh - ph + i*dh + dy``, ``px = x*sw - pw + j*dw + dx``, sampled
+  bilinearly; each of the four corners outside the image contributes 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Lowest opset any lowering supports (the gather lowering).
+MIN_OPSET = 11
+
+
+def out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    """Output length along one spatial axis (torchvision / ONNX Conv formula).
+
+    ``(size + 2*padding - (dilation*(kernel-1) + 1)) // stride + 1``. May be
+    ``<= 0`` when the kernel does not fit; :meth:`DeformConvSpec.check_input`
+    turns that into an error.
+    """
+    return (size + 2 * padding - (dilation * (kernel - 1) + 1)) // stride + 1
+
+
+def _pair(name: str, value) -> tuple[int, int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    try:
+        pair = tuple(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}") from None
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+    return pair  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class DeformConvSpec:
+    """Static description of one deformable convolution.
+
+    Everything a lowering needs that does not depend on the spatial size or
+    batch (those may be dynamic and are read from ``Shape`` at run time).
+
+    Attributes:
+        in_channels: C.
+        out_channels: Co.
+        kernel: ``(kh, kw)``.
+        stride, padding, dilation: ``(h, w)`` pairs, in pixels.
+        groups: convolution groups (``C % groups == 0``, ``Co % groups == 0``).
+        offset_groups: G, the number of offset groups (``C % G == 0``).
+        has_mask: DCNv2 modulation mask present.
+        has_bias: bias present.
+
+    Raises:
+        ValueError: from :meth:`validate` (called on construction) when an
+            argument is out of range; the message names the argument and fix.
+    """
+
+    in_channels: int
+    out_channels: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+    offset_groups: int = 1
+    has_mask: bool = False
+    has_bias: bool = True
+
+    def __post_init__(self):
+        for name in ("kernel", "stride", "padding", "dilation"):
+            object.__setattr__(self, name, _pair(name, getattr(self, name)))
+        self.validate()
+
+    # -- derived sizes -------------------------------------------------
+    @property
+    def taps(self) -> int:
+        """K = kh * kw, the number of kernel taps."""
+        return self.kernel[0] * self.kernel[1]
+
+    @property
+    def offset_channels(self) -> int:
+        """2 * G * K, the offset tensor's channel count."""
+        return 2 * self.offset_groups * self.taps
+
+    @property
+    def mask_channels(self) -> int:
+        """G * K, the mask tensor's channel count."""
+        return self.offset_groups * self.taps
+
+    @property
+    def channels_per_offset_group(self) -> int:
+        return self.in_channels // self.offset_groups
+
+    @property
+    def channels_per_group(self) -> int:
+        return self.in_channels // self.groups
+
+    def output_hw(self, h: int, w: int) -> tuple[int, int]:
+        """``(Ho, Wo)`` for an ``H x W`` input."""
+        return (
+            out_size(h, self.kernel[0], self.stride[0], self.padding[0], self.dilation[0]),
+            out_size(w, self.kernel[1], self.stride[1], self.padding[1], self.dilation[1]),
+        )
+
+    def tap_rows(self) -> list[int]:
+        """Row displacement ``i*dh`` of each tap k = i*kw + j (row-major)."""
+        kh, kw = self.kernel
+        return [i * self.dilation[0] for i in range(kh) for _ in range(kw)]
+
+    def tap_cols(self) -> list[int]:
+        """Column displacement ``j*dw`` of each tap k = i*kw + j (row-major)."""
+        kh, kw = self.kernel
+        return [j * self.dilation[1] for _ in range(kh) for j in range(kw)]
+
+    # -- checks --------------------------------------------------------
+    def validate(self) -> None:
+        """Check the static arguments; raise ``ValueError`` naming the fix."""
+        kh, kw = self.kernel
+        if kh < 1 or kw < 1:
+            raise ValueError(f"kernel must be >= 1 on each side, got {self.kernel}")
+        if min(self.stride) < 1:
+            raise ValueError(f"stride must be >= 1, got {self.stride}")
+        if min(self.dilation) < 1:
+            raise ValueError(f"dilation must be >= 1, got {self.dilation}")
+        if min(self.padding) < 0:
+            raise ValueError(f"padding must be >= 0, got {self.padding}")
+        for name in ("in_channels", "out_channels", "groups", "offset_groups"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.in_channels % self.offset_groups:
+            raise ValueError(
+                f"input channels ({self.in_channels}) must be divisible by offset groups "
+                f"({self.offset_groups}); offset channels are 2 * offset_groups * kh * kw"
+            )
+        if self.in_channels % self.groups:
+            raise ValueError(
+                f"input channels ({self.in_channels}) must be divisible by groups ({self.groups})"
+            )
+        if self.out_channels % self.groups:
+            raise ValueError(
+                f"output channels ({self.out_channels}) must be divisible by groups ({self.groups})"
+            )
+
+    def check_input(self, h: int | None, w: int | None) -> None:
+        """Raise ``ValueError`` if a static ``H x W`` input leaves no output pixel."""
+        if h is None or w is None:
+            return
+        ho, wo = self.output_hw(h, w)
+        if ho < 1 or wo < 1:
+            raise ValueError(
+                f"kernel {self.kernel} with dilation {self.dilation} does not fit the padded "
+                f"input {h}x{w} (padding {self.padding}): output would be {ho}x{wo}; "
+                "use a larger input or more padding"
+            )
+
+    @classmethod
+    def from_shapes(
+        cls,
+        input_shape,
+        weight_shape,
+        offset_shape,
+        mask_shape=None,
+        *,
+        has_bias: bool = True,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int | None = None,
+        offset_groups: int | None = None,
+    ) -> "DeformConvSpec":
+        """Build a spec from tensor shapes (entries may be ``None`` if dynamic).
+
+        ``weight_shape`` must be static (``[Co, C/groups, kh, kw]``). ``groups``
+        defaults to ``C // weight_shape[1]`` and ``offset_groups`` to
+        ``offset_shape[1] // (2*kh*kw)``, as torchvision infers them.
+
+        Raises:
+            ValueError: wrong ranks, offset channels not a multiple of
+                ``2*kh*kw``, mask channels not ``G*kh*kw``, channel counts not
+                divisible, or a kernel larger than the padded input.
+        """
+        if weight_shape is None or len(weight_shape) != 4 or any(d is None for d in weight_shape):
+            raise ValueError(
+                f"weight must be a static 4-D tensor [Co, C/groups, kh, kw], got shape {weight_shape}"
+            )
+        if input_shape is None or len(input_shape) != 4:
+            raise ValueError(f"input must be 4-D [N, C, H, W], got shape {input_shape}")
+        if offset_shape is None or len(offset_shape) != 4:
+            raise ValueError(f"offset must be 4-D [N, 2*G*kh*kw, Ho, Wo], got shape {offset_shape}")
+        co, cpg, kh, kw = (int(d) for d in weight_shape)
+        c = input_shape[1]
+        if groups is None:
+            if c is None:
+                raise ValueError("input channel count must be static to infer groups")
+            if c % cpg:
+                raise ValueError(
+                    f"input channels ({c}) must be a multiple of weight.shape[1] ({cpg})"
+                )
+            groups = c // cpg
+        if c is None:
+            c = cpg * groups
+        elif c != cpg * groups:
+            raise ValueError(
+                f"input has {c} channels but weight expects {cpg} per group x {groups} groups"
+            )
+        oc = offset_shape[1]
+        if offset_groups is None:
+            if oc is None:
+                raise ValueError("offset channel count must be static")
+            if oc % (2 * kh * kw) or oc == 0:
+                raise ValueError(
+                    f"offset has {oc} channels, which is not a positive multiple of "
+                    f"2*kh*kw = {2 * kh * kw}; it must be 2 * offset_groups * kh * kw"
+                )
+            offset_groups = oc // (2 * kh * kw)
+        spec = cls(
+            in_channels=c,
+            out_channels=co,
+            kernel=(kh, kw),
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            groups=groups,
+            offset_groups=offset_groups,
+            has_mask=mask_shape is not None,
+            has_bias=has_bias,
+        )
+        if oc is not None and oc != spec.offset_channels:
+            raise ValueError(
+                f"offset has {oc} channels, expected 2 * offset_groups * kh * kw = {spec.offset_channels}"
+            )
+        if mask_shape is not None:
+            if len(mask_shape) != 4:
+                raise ValueError(f"mask must be 4-D [N, G*kh*kw, Ho, Wo], got shape {mask_shape}")
+            if mask_shape[1] is not None and mask_shape[1] != spec.mask_channels:
+                raise ValueError(
+                    f"mask has {mask_shape[1]} channels, expected offset_groups * kh * kw = "
+                    f"{spec.mask_channels}"
+                )
+        h, w = input_shape[2], input_shape[3]
+        spec.check_input(h, w)
+        if h is not None and w is not None:
+            expected = spec.output_hw(h, w)
+            got = tuple(offset_shape[2:])
+            if None not in got and got != expected:
+                raise ValueError(
+                    f"offset spatial size {got} does not match the output size {expected} "
+                    f"for input {h}x{w}"
+                )
+        return spec
