@@ -135,3 +135,50 @@ class Builder:
     def slice(self, value: Value, start: int, end: int, axis: int) -> Value:
         """Static slice ``[start:end]`` along one axis (Slice-10+ form)."""
         return self.op("Slice", value, self.i64([start]), self.i64([end]), self.i64([axis]))
+
+
+class IRValueBuilder(Builder):
+    """Shape and dtype queries over ``onnx_ir.Value`` (shared by the dynamo and rewrite adapters)."""
+
+    def static_shape(self, value):
+        shape = getattr(value, "shape", None)
+        if shape is None:
+            return None
+        return tuple(d if isinstance(d, int) else None for d in shape)
+
+    def dtype(self, value):
+        dt = getattr(value, "dtype", None)
+        if dt is None:
+            return None
+        try:
+            return np.dtype(dt.numpy())
+        except (TypeError, ValueError, AttributeError):
+            return None
+
+
+class TapeBuilder(IRValueBuilder):
+    """:class:`Builder` that records nodes on an ``onnx_ir.tape.Tape`` (file rewriting)."""
+
+    def __init__(self, opset: int, name_prefix: str = ""):
+        from onnx_ir import tape
+
+        self.opset = opset
+        self.tape = tape.Tape()
+        self._prefix = name_prefix
+        self._count = 0
+
+    def _name(self, op_type: str) -> str | None:
+        if not self._prefix:
+            return None
+        self._count += 1
+        return f"{self._prefix}/{op_type}_{self._count}"
+
+    def _emit(self, op_type, inputs, attrs, domain=""):
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        return self.tape.op(op_type, inputs, attrs or None, domain=domain, name=self._name(op_type))
+
+    def _constant(self, array):
+        import onnx_ir as ir
+
+        return self.tape.op("Constant", [], {"value": ir.tensor(array)}, name=self._name("Constant"))

@@ -1,15 +1,15 @@
 """Lowering on Gather (opset >= 11): standard ops for runtimes without GridSample.
 
-The four bilinear corners are gathered as channel rows from a channels-last,
-zero-padded copy of the input (one Transpose, one Pad). Clipping corner
-indices into the one-pixel zero border replaces per-corner bounds masks: a
-corner outside ``[0, H-1] x [0, W-1]`` reads a zero, which is torchvision's
-rule, and a sample with ``py <= -1`` or ``py >= H`` gets zeros from both
-corner rows. The mask is folded into the bilinear weights, so it costs no
-pass over the sampled columns.
+The four bilinear corners are gathered as channel rows from a channels-last
+copy of the input (one Transpose). Corner indices are clipped into the image
+and a corner outside ``[0, H-1] x [0, W-1]`` gets bilinear weight 0, which is
+torchvision's rule (so a sample with ``py <= -1`` or ``py >= H`` is 0). The
+validity factors and the mask are folded into the small per-sample weights,
+so they cost no pass over the sampled columns. (No ``Pad``: the onnx version
+converter has no Pad 18->17 adapter, and the dynamo exporter converts down.)
 
-Indices are flat row numbers into ``[N*(H+2)*(W+2)*G, C/G]``, so a plain
-``Gather`` (no ``batch_dims``, which needs opset 12) does the sampling.
+Indices are flat row numbers into ``[N*H*W*G, C/G]``, so a plain ``Gather``
+(no ``batch_dims``, which needs opset 12) does the sampling.
 """
 
 from __future__ import annotations
@@ -37,12 +37,10 @@ def lower_gather(
     C, Cg, Co = spec.in_channels, spec.channels_per_offset_group, spec.out_channels
     N, H, W = b.dim(x, 0), b.dim(x, 2), b.dim(x, 3)
     Ho, Wo = b.dim(offset, 2), b.dim(offset, 3)
-    Hp, Wp = b.add_dim(H, 2), b.add_dim(W, 2)
 
-    # Channels-last, zero-padded input, one row of C/G values per (n, y, x, g).
+    # Channels-last input, one row of C/G values per (n, y, x, g).
     xt = b.op("Transpose", x, perm=[0, 2, 3, 1])
-    xt = b.op("Pad", xt, b.i64([0, 1, 1, 0, 0, 1, 1, 0]), mode="constant")
-    rows = b.reshape(xt, [-1, Cg])  # [N*Hp*Wp*G, C/G]
+    rows = b.reshape(xt, [-1, Cg])  # [N*H*W*G, C/G]
 
     # Offsets as [N, Ho, Wo, G, K, 2]: transposing them is cheap (no channel axis).
     off = b.op("Transpose", offset, perm=[0, 2, 3, 1])
@@ -64,17 +62,19 @@ def lower_gather(
         hy = b.op("Mul", hy, m)
         ly = b.op("Mul", ly, m)
 
-    # Padded row/column of each corner, clipped into the zero border [0, size+1].
-    ry0, ry1 = _corner_indices(b, y0, H, x)
-    cx0, cx1 = _corner_indices(b, x0, W, x)
-    # Flat row = ((n*Hp + y)*Wp + x)*G + g.
-    row_stride = b.mul_dim(Wp, G)
+    # Corner indices clipped into the image; a corner outside it gets weight 0.
+    ry0, ry1, vy0, vy1 = _corners(b, y0, H, x)
+    cx0, cx1, vx0, vx1 = _corners(b, x0, W, x)
+    hy, ly = b.op("Mul", hy, vy0), b.op("Mul", ly, vy1)
+    hx, lx = b.op("Mul", hx, vx0), b.op("Mul", lx, vx1)
+    # Flat row = ((n*H + y)*W + x)*G + g.
+    row_stride = b.mul_dim(W, G)
     ry0 = b.op("Mul", ry0, b._as_dim(row_stride))
     ry1 = b.op("Mul", ry1, b._as_dim(row_stride))
     cx0 = b.op("Mul", cx0, b.i64(G))
     cx1 = b.op("Mul", cx1, b.i64(G))
     n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
-    n = b.op("Mul", b.reshape(n, [-1, 1, 1, 1, 1]), b._as_dim(b.mul_dim(b.mul_dim(Hp, Wp), G)))
+    n = b.op("Mul", b.reshape(n, [-1, 1, 1, 1, 1]), b._as_dim(b.mul_dim(b.mul_dim(H, W), G)))
     ng = b.op("Add", n, b.i64(np.arange(G, dtype=np.int64).reshape(G, 1)))  # [N, 1, 1, G, 1]
     ry0 = b.op("Add", ry0, ng)
     ry1 = b.op("Add", ry1, ng)
@@ -102,17 +102,23 @@ def lower_gather(
     return contract_channels_first(b, spec, cols, weight, bias)
 
 
-def _corner_indices(b: Builder, low: Value, size, like: Value) -> tuple[Value, Value]:
-    """int64 padded indices of the two corners ``floor(p)`` and ``floor(p) + 1``.
+def _corners(b: Builder, low: Value, size, like: Value):
+    """Indices and validity of the corners ``floor(p)`` and ``floor(p) + 1`` along one axis.
 
-    Clipped in floating point (Clip-11 has no integer types) into
-    ``[0, size + 1]``, the range of the zero-padded axis, before the cast.
+    Returns ``(i0, i1, v0, v1)``: int64 indices clipped into ``[0, size-1]``
+    (clipped in floating point: Clip-11 has no integer types) and 0/1 weights
+    in the input's dtype that zero a corner outside the image (torchvision).
     """
     if isinstance(size, int):
-        hi = b.float_const(size + 1, like)
+        last = b.float_const(size - 1, like)
     else:  # Clip wants 0-D bounds
-        hi = b.cast_like(b.scalar(b.add_dim(size, 1)), like)
-    lo = b.float_const(0.0, like)
-    i0 = b.op("Clip", b.op("Add", low, b.float_const(1.0, like)), lo, hi)
-    i1 = b.op("Clip", b.op("Add", low, b.float_const(2.0, like)), lo, hi)
-    return b.op("Cast", i0, to=7), b.op("Cast", i1, to=7)  # 7 = INT64
+        last = b.cast_like(b.scalar(b.add_dim(size, -1)), like)
+    zero = b.float_const(0.0, like)
+    high = b.op("Add", low, b.float_const(1.0, like))
+    out = []
+    for c in (low, high):
+        out.append(b.op("Cast", b.op("Clip", c, zero, last), to=7))  # 7 = INT64
+    for c in (low, high):
+        inside = b.op("And", b.op("Greater", c, b.float_const(-1.0, like)), b.op("Less", c, b.op("Add", last, b.float_const(1.0, like))))
+        out.append(b.cast_like(inside, like))
+    return tuple(out)

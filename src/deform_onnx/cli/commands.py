@@ -1,0 +1,3 @@
+"""Imports every command module so that each registers on the app."""
+
+# Each command lives in its own module; add new ones here.

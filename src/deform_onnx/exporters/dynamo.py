@@ -1,0 +1,96 @@
+"""Dynamo exporter (``torch.onnx.export(..., dynamo=True)``): a custom translation table.
+
+The dynamo exporter builds its graph at opset ``max(18, requested)`` and
+converts down afterwards with onnx's version converter. A translation from
+:func:`translation_table` therefore emits ops valid at the build opset, with
+the lowering chosen for the *requested* (target) opset, so that the
+down-conversion has only ops that exist at the target.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..lowering import METHODS, resolve_method
+from ..lowering.builder import IRValueBuilder
+from ..semantics import DeformConvSpec
+
+#: The dynamo exporter's own build floor (torch 2.14): lower targets are converted down.
+BUILD_MIN_OPSET = 18
+
+
+class OnnxScriptBuilder(IRValueBuilder):
+    """:class:`Builder` over onnxscript's tracing evaluator (inside a dynamo translation)."""
+
+    def __init__(self, opset: int):
+        self.opset = opset
+        import onnxscript
+
+        self._ops = getattr(onnxscript, f"opset{opset}")
+
+    def _emit(self, op_type, inputs, attrs, domain=""):
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        return getattr(self._ops, op_type)(*inputs, **attrs)
+
+    def _constant(self, array):
+        import onnx_ir as ir
+
+        return self._ops.Constant(value=ir.tensor(array))
+
+
+def _current_build_opset(default: int) -> int:
+    """The opset the exporter is building at (read from onnxscript's active evaluator)."""
+    try:
+        from onnxscript import evaluator
+
+        return int(evaluator.default().opset.version)  # OpRecorder keeps the build opset
+    except Exception:  # noqa: BLE001 - any other evaluator: fall back to the target
+        return default
+
+
+def translation_table(method: str = "auto", opset: int | None = None) -> dict:
+    """Mapping for ``torch.onnx.export(..., dynamo=True, custom_translation_table=...)``.
+
+    Args:
+        method: ``"auto"``, ``"native"``, ``"grid_sample"`` or ``"gather"``.
+        opset: the ``opset_version`` you export at. Needed below 16 (the
+            exporter builds at 18 and converts down, so the lowering must be
+            chosen for the target); defaults to the build opset.
+
+    Returns:
+        ``{torch.ops.torchvision.deform_conv2d.default: fn}``.
+
+    Raises:
+        ValueError: unknown method, or a method the opset cannot hold (at
+            export time, from inside the translation).
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if opset is not None:
+        resolve_method(method, opset)  # fail now, not inside the exporter
+
+    def deform_conv2d(
+        input, weight, offset, mask, bias, stride_h: int, stride_w: int, pad_h: int, pad_w: int,
+        dil_h: int, dil_w: int, n_weight_grps: int, n_offset_grps: int, use_mask: bool,
+    ):
+        build = _current_build_opset(opset or BUILD_MIN_OPSET)
+        target = opset if opset is not None else build
+        lowering = resolve_method(method, target)
+        if lowering.min_opset > build:
+            raise ValueError(f"method {lowering.name!r} needs opset >= {lowering.min_opset}")
+        b = OnnxScriptBuilder(build)
+        spec = DeformConvSpec.from_shapes(
+            b.static_shape(input),
+            b.static_shape(weight),
+            b.static_shape(offset),
+            b.static_shape(mask) if use_mask else None,
+            stride=(stride_h, stride_w),
+            padding=(pad_h, pad_w),
+            dilation=(dil_h, dil_w),
+            groups=n_weight_grps,
+            offset_groups=n_offset_grps,
+        )
+        return lowering.fn(b, spec, input, weight, offset, mask if use_mask else None, bias)
+
+    return {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}
