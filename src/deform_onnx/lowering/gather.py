@@ -98,7 +98,9 @@ def lower_gather(
         return b.op("Transpose", out, perm=[0, 3, 1, 2])
     # Grouped: channel-first columns (c, k) feed the shared grouped 1x1 Conv.
     cols = b.op("Transpose", acc, perm=[0, 3, 5, 4, 1, 2])  # [N, G, C/G, K, Ho, Wo]
-    cols = b.reshape(cols, [0, C * K, Ho, Wo])
+    # -1, not 0, for N: the TorchScript exporter's shape inference asserts on a
+    # static Reshape shape holding a 0 without a -1.
+    cols = b.reshape(cols, [-1, C * K, Ho, Wo])
     return contract_channels_first(b, spec, cols, weight, bias)
 
 
