@@ -7,9 +7,23 @@ Quick use::
     torch.onnx.export(model, (x,), "model.onnx", dynamo=False, opset_version=17)
 """
 
+from .api import ExportError, ExportReport, VerificationError, export
+from .exporters.dynamo import translation_table
 from .exporters.torchscript import register, unregister
 from .lowering import LOWERINGS, METHODS, resolve_method
 from .semantics import DeformConvSpec
 
-__all__ = ["register", "unregister", "resolve_method", "DeformConvSpec", "LOWERINGS", "METHODS"]
+__all__ = [
+    "export",
+    "ExportReport",
+    "ExportError",
+    "VerificationError",
+    "translation_table",
+    "register",
+    "unregister",
+    "resolve_method",
+    "DeformConvSpec",
+    "LOWERINGS",
+    "METHODS",
+]
 __version__ = "0.1.0"

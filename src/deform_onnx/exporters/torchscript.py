@@ -7,6 +7,8 @@ lowering through :class:`TorchScriptBuilder`, an adapter over ``g.op``.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -111,6 +113,10 @@ def make_symbolic(method: str = "auto"):
     return deform_conv2d
 
 
+#: The method of the user's own :func:`register` call, restored after :func:`registered`.
+_registered_method: str | None = None
+
+
 def register(method: str = "auto") -> None:
     """Register the symbolic for every opset from 11 to :data:`MAX_OPSET`.
 
@@ -125,12 +131,37 @@ def register(method: str = "auto") -> None:
 
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    global _registered_method
+    _install(method)
+    _registered_method = method
+
+
+def unregister() -> None:
+    """Remove the symbolic registered by :func:`register` (all opsets)."""
+    global _registered_method
+    _uninstall()
+    _registered_method = None
+
+
+def _install(method: str) -> None:
     symbolic = make_symbolic(method)
     for opset in range(MIN_OPSET, MAX_OPSET + 1):
         torch.onnx.register_custom_op_symbolic(OP_NAME, symbolic, opset)
 
 
-def unregister() -> None:
-    """Remove the symbolic registered by :func:`register` (all opsets)."""
+def _uninstall() -> None:
     for opset in range(MIN_OPSET, MAX_OPSET + 1):
         torch.onnx.unregister_custom_op_symbolic(OP_NAME, opset)
+
+
+@contextlib.contextmanager
+def registered(method: str):
+    """Register ``method`` for the duration of a ``with`` block, then restore the user's registration."""
+    _install(method)
+    try:
+        yield
+    finally:
+        if _registered_method is None:
+            _uninstall()
+        else:
+            _install(_registered_method)
