@@ -152,6 +152,13 @@ def _install(method: str) -> None:
 def _uninstall() -> None:
     for opset in range(MIN_OPSET, MAX_OPSET + 1):
         torch.onnx.unregister_custom_op_symbolic(OP_NAME, opset)
+    # torch keeps the emptied function group, and exporting then fails with
+    # "min() arg is an empty sequence"; drop it so export fails as before register().
+    from torch.onnx._internal.torchscript_exporter import registration
+
+    group = registration.registry.get_function_group(OP_NAME)
+    if group is not None and not group._functions:
+        registration.registry._registry.pop(OP_NAME, None)
 
 
 @contextlib.contextmanager
