@@ -113,14 +113,19 @@ def _corners(b: Builder, low: Value, size, like: Value):
     """
     if isinstance(size, int):
         last = b.float_const(size - 1, like)
+        end = b.float_const(size, like)
     else:  # Clip wants 0-D bounds
         last = b.cast_like(b.scalar(b.add_dim(size, -1)), like)
+        # Cast from the integer size: a float Add of two 0-D values would be
+        # promoted to float32 by the TorchScript exporter (a float32 literal in
+        # a float64/float16 graph).
+        end = b.cast_like(b.scalar(size), like)
     zero = b.float_const(0.0, like)
     high = b.op("Add", low, b.float_const(1.0, like))
     out = []
     for c in (low, high):
         out.append(b.op("Cast", b.op("Clip", c, zero, last), to=7))  # 7 = INT64
     for c in (low, high):
-        inside = b.op("And", b.op("Greater", c, b.float_const(-1.0, like)), b.op("Less", c, b.op("Add", last, b.float_const(1.0, like))))
+        inside = b.op("And", b.op("Greater", c, b.float_const(-1.0, like)), b.op("Less", c, end))
         out.append(b.cast_like(inside, like))
     return tuple(out)
