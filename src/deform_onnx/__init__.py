@@ -11,6 +11,7 @@ from .api import ExportError, ExportReport, VerificationError, export
 from .exporters.dynamo import translation_table
 from .exporters.torchscript import register, unregister
 from .lowering import LOWERINGS, METHODS, resolve_method
+from .rewrite import lower
 from .semantics import DeformConvSpec
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "ExportError",
     "VerificationError",
     "translation_table",
+    "lower",
     "register",
     "unregister",
     "resolve_method",
@@ -27,3 +29,12 @@ __all__ = [
     "METHODS",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # deform_onnx.openvino without importing OpenVINO at package import time.
+    if name == "openvino":
+        import importlib
+
+        return importlib.import_module(".openvino", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,53 @@
+"""The standard ONNX ``DeformConv`` operator (opset 19; ONNX spec).
+
+Inputs ``X, W, offset, B?, mask?``; attributes ``dilations, group,
+kernel_shape, offset_group, pads, strides``. Same semantics and offset layout
+as torchvision's ``deform_conv2d``; ``pads`` are ``[h_begin, w_begin, h_end, w_end]``
+and must be symmetric, as torchvision's padding is.
+"""
+
+from __future__ import annotations
+
+from .registry import ConvAttrs, SourceOp, int_attr, pair_attr, register
+
+
+def _parse(attrs, where: str) -> ConvAttrs:
+    pads = list(attrs.get("pads", [0, 0, 0, 0]))
+    if len(pads) != 4:
+        raise ValueError(
+            f"{where}: pads={pads} must have 4 entries [h_begin, w_begin, h_end, w_end]; "
+            "only 2-D deformable convolution is supported"
+        )
+    if pads[0] != pads[2] or pads[1] != pads[3]:
+        raise ValueError(
+            f"{where}: asymmetric pads {pads} are not supported (torchvision pads both sides "
+            "equally); pad the input with a Pad node and use symmetric pads"
+        )
+    kernel = pair_attr(attrs, "kernel_shape", 1, where) if "kernel_shape" in attrs else None
+    return ConvAttrs(
+        stride=pair_attr(attrs, "strides", 1, where),
+        padding=(int(pads[0]), int(pads[1])),
+        dilation=pair_attr(attrs, "dilations", 1, where),
+        groups=int_attr(attrs, "group", 1, where),
+        offset_groups=int_attr(attrs, "offset_group", 1, where),
+        kernel=kernel,
+    )
+
+
+DEFORM_CONV = register(
+    SourceOp(
+        domain="",
+        op_type="DeformConv",
+        roles=("input", "weight", "offset", "bias", "mask"),
+        required=3,
+        attr_kinds={
+            "dilations": "ints",
+            "group": "int",
+            "kernel_shape": "ints",
+            "offset_group": "int",
+            "pads": "ints",
+            "strides": "ints",
+        },
+        parse=_parse,
+    )
+)
