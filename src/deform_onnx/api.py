@@ -26,7 +26,7 @@ DEFAULT_OPSET = 17
 DEFAULT_NATIVE_OPSET = 19
 #: Lowest opset the dynamo path reaches: it builds at 18 and onnx's version
 #: converter has no Reshape adapter below 14.
-DYNAMO_MIN_OPSET = 14
+DYNAMO_MIN_OPSET = _dynamo.MIN_OPSET
 DYNAMO_MAX_OPSET = 23
 
 
@@ -118,6 +118,9 @@ def export(
     """
     if opset_version is None:
         opset_version = DEFAULT_NATIVE_OPSET if method == "native" else DEFAULT_OPSET
+    if not hasattr(f, "write") and not Path(f).parent.is_dir():
+        # Fail before the (slow) export, not after it.
+        raise FileNotFoundError(f"output folder {Path(f).parent} does not exist; create it first")
     lowering = resolve_method(method, opset_version)
     if not isinstance(args, tuple):
         args = (args,)
@@ -146,7 +149,7 @@ def export(
                     ) from None
                 warnings.warn(
                     f"deform_onnx: torch.export could not capture the model ({fallback_reason}); "
-                    "falling back to the TorchScript exporter",
+                    "falling back to the TorchScript exporter (it records the branches taken for the example inputs)",
                     stacklevel=2,
                 )
         if not dynamo or fallback_reason is not None:
@@ -202,12 +205,32 @@ def _capture_errors() -> tuple[type[BaseException], ...]:
 
 
 def _cause(exc: BaseException) -> str:
-    """A one-line reason from the innermost exception of a torch.export failure."""
+    """A one-line reason from the innermost exception of a torch.export failure.
+
+    Adds the user's source line when torch names it ("The following call raised
+    this error"): the guard's own text (``Eq(u0, 1)``) does not say where it is.
+    """
     inner = exc
     while inner.__cause__ is not None:
         inner = inner.__cause__
-    message = str(inner).strip().splitlines()[0] if str(inner).strip() else ""
-    return f"{type(inner).__name__}: {message}"[:300]
+    text = str(inner).strip()
+    message = text.splitlines()[0][:300] if text else ""
+    reason = f"{type(inner).__name__}: {message}"
+    where = _user_frame(text) or _user_frame(str(exc))
+    return f"{reason} [at {where}]" if where else reason
+
+
+def _user_frame(text: str) -> str | None:
+    """``file:line in fn: code`` from torch.export's "The following call raised this error" block."""
+    import re
+
+    match = re.search(
+        r"The following call raised this error:\s*\n\s*File \"([^\"]+)\", line (\d+), in (\S+)\s*\n\s*(.+)", text
+    )
+    if match is None:
+        return None
+    file, line, fn, code = match.groups()
+    return f"{file}:{line} in {fn}: {code.strip()}"
 
 
 @contextlib.contextmanager

@@ -17,6 +17,9 @@ from ..semantics import DeformConvSpec
 
 #: The dynamo exporter's own build floor (torch 2.14): lower targets are converted down.
 BUILD_MIN_OPSET = 18
+#: Lowest target the down-conversion reaches: onnx's version converter has no
+#: Reshape adapter from 14 to 13, and every standard-op lowering uses Reshape.
+MIN_OPSET = 14
 
 
 class OnnxScriptBuilder(IRValueBuilder):
@@ -62,12 +65,21 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
         ``{torch.ops.torchvision.deform_conv2d.default: fn}``.
 
     Raises:
-        ValueError: unknown method, or a method the opset cannot hold (at
-            export time, from inside the translation).
+        ValueError: unknown method, an opset below :data:`MIN_OPSET` (14; the
+            exporter would silently keep opset 18), or a method the opset
+            cannot hold (at export time, from inside the translation).
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if opset is not None:
+        if opset < MIN_OPSET:
+            # torch would log the failed conversion and write an opset-18 model instead.
+            raise ValueError(
+                f"opset {opset} is below {MIN_OPSET}, the lowest opset the dynamo exporter reaches here "
+                "(it builds at 18 and onnx's version converter has no Reshape adapter below 14); "
+                "export at opset >= 14, or use the TorchScript exporter: deform_onnx.register(), "
+                "then torch.onnx.export(..., dynamo=False)"
+            )
         resolve_method(method, opset)  # fail now, not inside the exporter
 
     def deform_conv2d(
