@@ -1,0 +1,341 @@
+"""``deform_onnx.export``: both exporters, every method and opset, and the behaviour of the call.
+
+Parity tests compare ONNX Runtime's output with ``torchvision.ops.deform_conv2d``
+evaluated in PyTorch on the same tensors (max abs error <= 1e-4). The
+behaviour tests check what the issue promises: the requested opset, a model
+that passes ``onnx.checker`` full check, atomic writes (no file, no temporary
+file after any failure), clear errors naming the fix, and a filled report.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+import torchvision
+
+import deform_onnx
+from deform_onnx import api
+from util import (
+    Config,
+    DeformLayer,
+    assert_close,
+    assert_lowering,
+    default_opset,
+    make_inputs,
+    op_types,
+    reference,
+    run_ort,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+
+#: A small layer with every parameter non-trivial: groups 2, offset groups 3,
+#: mask and bias on, stride, padding and dilation different per axis.
+SMALL = Config(
+    N=1, C_in=6, C_out=6, H=9, W=8, stride=(2, 1), padding=(1, 2), dilation=(1, 2),
+    groups=2, offset_groups=3, mask=True, bias=True,
+)
+NAMES = ["x", "offset", "mask"]
+
+DYNAMO_OPSETS = range(api.DYNAMO_MIN_OPSET, 21)  # 14..20: the dynamo path's floor, see api.py
+TORCHSCRIPT_OPSETS = range(11, 21)
+MIN_OPSET = {"auto": 11, "gather": 11, "grid_sample": 16, "native": 19}
+
+
+def _grid():
+    for exporter, opsets in (("dynamo", DYNAMO_OPSETS), ("torchscript", TORCHSCRIPT_OPSETS)):
+        for method, low in MIN_OPSET.items():
+            for opset in opsets:
+                if opset >= low:
+                    yield pytest.param(exporter, method, opset, id=f"{exporter}-{method}-op{opset}")
+
+
+def _resolved(method: str, opset: int) -> str:
+    return method if method != "auto" else ("grid_sample" if opset >= 16 else "gather")
+
+
+@pytest.fixture(scope="module")
+def small():
+    model = DeformLayer(SMALL)
+    inputs = make_inputs(SMALL)
+    return model, inputs, reference(model, inputs)
+
+
+def _export(tmp_path, model, inputs, **kwargs):
+    path = tmp_path / "model.onnx"
+    kwargs.setdefault("input_names", list(inputs))
+    kwargs.setdefault("output_names", ["y"])
+    report = deform_onnx.export(model, tuple(inputs.values()), path, **kwargs)
+    return report, path.read_bytes()
+
+
+# -- every (exporter, method, opset) on the small layer, static shapes ---------------
+
+
+@pytest.mark.parametrize("exporter, method, opset", list(_grid()))
+def test_exporter_method_opset(tmp_path, small, exporter, method, opset):
+    model, inputs, want = small
+    report, data = _export(
+        tmp_path, model, inputs, opset_version=opset, method=method, dynamo=exporter == "dynamo"
+    )
+    proto = onnx.load_from_string(data)
+    assert default_opset(proto) == opset
+    onnx.checker.check_model(proto, full_check=True)
+    assert_lowering(proto, method, opset)  # DeformConv only with native
+    assert_close(run_ort(data, inputs), want, what=f"{exporter} {method}@{opset}")
+    assert report.exporter == exporter
+    assert report.fallback_reason is None
+    assert report.opset == opset
+    assert report.method == _resolved(method, opset)
+    assert report.max_error is not None and report.max_error <= 1e-4
+
+
+# -- dynamic N/H/W through the TorchScript exporter (dynamo: test_dynamo.py) ------------
+
+DYNAMIC_AXES = {
+    "x": {0: "N", 2: "H", 3: "W"},
+    "offset": {0: "N", 2: "Ho", 3: "Wo"},
+    "mask": {0: "N", 2: "Ho", 3: "Wo"},
+    "y": {0: "N", 2: "Ho", 3: "Wo"},
+}
+#: Sizes other than the export size (N=1, 9x8): the model must run at these.
+NEW_SIZES = [(2, 13, 11), (3, 6, 15)]
+
+
+@pytest.mark.parametrize("method, opset", [("gather", 11), ("auto", 13), ("grid_sample", 16), ("native", 19)])
+def test_torchscript_dynamic_axes(tmp_path, small, method, opset):
+    model, inputs, _ = small
+    _, data = _export(tmp_path, model, inputs, opset_version=opset, method=method, dynamo=False, dynamic_axes=DYNAMIC_AXES)
+    proto = onnx.load_from_string(data)
+    dims = {i.name: [d.dim_param for d in i.type.tensor_type.shape.dim] for i in proto.graph.input}
+    assert dims["x"] == ["N", "", "H", "W"]
+    for N, H, W in NEW_SIZES:
+        new = make_inputs(SMALL, seed=7, N=N, H=H, W=W)
+        assert_close(run_ort(data, new), reference(model, new), what=f"{method}@{opset} at N={N} {H}x{W}")
+
+
+# -- report ------------------------------------------------------------------------------
+
+
+def test_report_fields(tmp_path, small):
+    model, inputs, _ = small
+    model.train()  # export() evaluates in eval mode and restores the mode afterwards
+    try:
+        report, data = _export(tmp_path, model, inputs, opset_version=17, method="gather", dynamo=False)
+        assert model.training
+    finally:
+        model.eval()
+    proto = onnx.load_from_string(data)
+    assert report.path == tmp_path / "model.onnx"
+    assert report.file_size == os.path.getsize(report.path) == len(data)
+    assert report.node_count == len(proto.graph.node)
+    assert report.op_types == sorted(set(op_types(proto)))
+    assert (report.opset, report.method, report.exporter) == (17, "gather", "torchscript")
+    assert report.worst_output == "y"
+    own_error = float(np.abs(run_ort(data, inputs).astype(np.float64) - reference(model, inputs)).max())
+    assert report.max_error == pytest.approx(own_error, abs=1e-7)
+    assert report.export_seconds > 0
+    assert report.fallback_reason is None
+
+
+def test_defaults_and_file_object(small):
+    """Default opset 17 (19 for native); a file-like target gets the bytes and no path."""
+    model, inputs, want = small
+    buf = io.BytesIO()
+    report = deform_onnx.export(model, tuple(inputs.values()), buf, dynamo=False, input_names=NAMES)
+    assert report.path is None and report.opset == 17 and report.method == "grid_sample"
+    assert report.file_size == len(buf.getvalue())
+    assert_close(run_ort(buf.getvalue(), inputs), want, what="default opset")
+    buf = io.BytesIO()
+    report = deform_onnx.export(model, tuple(inputs.values()), buf, method="native", dynamo=False, input_names=NAMES)
+    assert report.opset == 19 and default_opset(onnx.load_from_string(buf.getvalue())) == 19
+
+
+def test_verify_false_skips_ort(tmp_path, small, monkeypatch):
+    model, inputs, _ = small
+
+    def no_ort(*args, **kwargs):
+        raise AssertionError("verify=False must not run ONNX Runtime")
+
+    monkeypatch.setattr(ort, "InferenceSession", no_ort)
+    report = deform_onnx.export(
+        model, tuple(inputs.values()), tmp_path / "m.onnx", opset_version=16, dynamo=False, verify=False
+    )
+    assert report.max_error is None and report.worst_output is None
+    onnx.checker.check_model(onnx.load(tmp_path / "m.onnx"), full_check=True)
+
+
+# -- bad input: clear errors, no file --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(method="bogus"), r"unknown method 'bogus'; choose one of auto, native, grid_sample, gather"),
+        (dict(method="native", opset_version=17), r"'native' needs opset >= 19.*raise the opset or use one of"),
+        (dict(method="grid_sample", opset_version=15, dynamo=False), r"'grid_sample' needs opset >= 16"),
+        (dict(opset_version=11), r"dynamo path's range 14\.\.23.*use dynamo=False for opsets 11 to 13"),
+        (dict(opset_version=13, method="gather"), r"use dynamo=False"),
+        (dict(opset_version=21, dynamo=False), r"TorchScript exporter's range 11\.\.20.*use dynamo=True"),
+        (dict(opset_version=10, dynamo=False), r"opset >= 11"),
+    ],
+    ids=["unknown-method", "native-at-17", "grid_sample-at-15", "dynamo-at-11", "dynamo-at-13", "ts-at-21", "op10"],
+)
+def test_bad_arguments_raise_value_error(tmp_path, small, kwargs, match):
+    model, inputs, _ = small
+    with pytest.raises(ValueError, match=match):
+        deform_onnx.export(model, tuple(inputs.values()), tmp_path / "m.onnx", **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_output_folder(tmp_path, small):
+    model, inputs, _ = small
+    target = tmp_path / "no" / "such" / "m.onnx"
+    with pytest.raises(FileNotFoundError, match=r"output folder .*no/such does not exist; create it first"):
+        deform_onnx.export(model, tuple(inputs.values()), target, opset_version=17, dynamo=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+class _PerturbedSession(ort.InferenceSession):
+    """ONNX Runtime session whose first output is off by 0.01 at one element."""
+
+    def run(self, *args, **kwargs):
+        outputs = super().run(*args, **kwargs)
+        outputs[0] = outputs[0].copy()
+        outputs[0].flat[3] += 0.01
+        return outputs
+
+
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_verification_error_writes_nothing(tmp_path, small, monkeypatch, dynamo):
+    model, inputs, _ = small
+    monkeypatch.setattr(ort, "InferenceSession", _PerturbedSession)
+    with pytest.raises(deform_onnx.VerificationError, match=r"output 'y' differs from PyTorch: max abs error 0\.01"):
+        _export(tmp_path, model, inputs, opset_version=17, dynamo=dynamo)
+    assert list(tmp_path.iterdir()) == []  # neither the model nor a temporary file
+
+
+class _CallCounter(torch.nn.Module):
+    """Eager output changes on every call: the exported graph freezes one of them."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = DeformLayer(SMALL)
+        self.calls = 0
+
+    def forward(self, x, offset, mask):
+        self.calls += 1
+        return self.layer(x, offset, mask) + float(self.calls)
+
+
+def test_verification_error_keeps_existing_file(tmp_path, small):
+    """A model whose PyTorch output differs from the export: the old file at the target stays as it was."""
+    _, inputs, _ = small
+    target = tmp_path / "model.onnx"
+    target.write_bytes(b"previous contents")
+    with pytest.raises(deform_onnx.VerificationError, match=r"output 'y' differs from PyTorch: max abs error [1-9]"):
+        _export(tmp_path, _CallCounter(), inputs, opset_version=16, dynamo=False)
+    assert target.read_bytes() == b"previous contents"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+def test_failed_rename_removes_temp_file(tmp_path, small, monkeypatch):
+    """If the final rename fails, the temporary file is removed and the target untouched."""
+    model, inputs, _ = small
+    target = tmp_path / "model.onnx"
+    target.write_bytes(b"previous contents")
+    renamed = []
+
+    def failing_replace(src, dst):
+        renamed.append((os.path.dirname(src), os.path.basename(str(dst))))
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(api.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="simulated"):
+        _export(tmp_path, model, inputs, opset_version=17, dynamo=False)
+    assert renamed == [(str(tmp_path), "model.onnx")]  # the temp file was in the target's folder
+    assert target.read_bytes() == b"previous contents"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+def test_invalid_model_is_not_written(tmp_path, small, monkeypatch):
+    """A model failing the checker raises ExportError and writes nothing."""
+    model, inputs, _ = small
+
+    def broken(*args, **kwargs):
+        proto = onnx.load_from_string(original(*args, **kwargs).SerializeToString())
+        node = next(n for n in proto.graph.node if n.input)
+        node.input[0] = "nowhere"  # dangling input: full_check must reject it
+        return proto
+
+    original = api._export_torchscript
+    monkeypatch.setattr(api, "_export_torchscript", broken)
+    with pytest.raises(deform_onnx.ExportError, match="not valid ONNX"):
+        _export(tmp_path, model, inputs, opset_version=17, dynamo=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- several deformable layers with other ops around them -------------------------------
+
+
+class TwoLayerNet(torch.nn.Module):
+    """Stem conv, then two DCNv2 blocks whose offsets and masks come from convs, BN, ReLU, a residual and pooling."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = torch.nn.Conv2d(3, 12, 3, padding=1)
+        self.off1 = torch.nn.Conv2d(12, 3 * 2 * 9, 3, padding=1)  # offset groups 2
+        self.dcn1 = torchvision.ops.DeformConv2d(12, 12, 3, padding=1, groups=2)
+        self.bn = torch.nn.BatchNorm2d(12)
+        self.off2 = torch.nn.Conv2d(12, 3 * 9, 3, padding=1, stride=2)
+        self.dcn2 = torchvision.ops.DeformConv2d(12, 8, 3, padding=1, stride=2, bias=False)
+        self.head = torch.nn.Conv2d(8, 4, 1)
+        with torch.no_grad():
+            self.off1.weight.mul_(4.0)  # offsets of a few pixels, many samples near or past the border
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, image):
+        f = torch.relu(self.stem(image))
+        o = self.off1(f)
+        g = self.dcn1(f, o[:, :36], torch.sigmoid(o[:, 36:]))
+        f = torch.relu(self.bn(g)) + f
+        o = self.off2(f)
+        g = torch.relu(self.dcn2(f, o[:, :18], torch.sigmoid(o[:, 18:])))
+        return self.head(torch.nn.functional.avg_pool2d(g, 2))
+
+
+@pytest.fixture(scope="module")
+def two_layer():
+    model = TwoLayerNet().eval()
+    image = torch.rand(1, 3, 20, 17, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = model(image).numpy()
+    return model, image, want
+
+
+@pytest.mark.parametrize(
+    "dynamo, method, opset",
+    [(True, "auto", 17), (True, "gather", 16), (True, "grid_sample", 18), (True, "native", 20), (False, "gather", 13)],
+    ids=["dynamo-auto-17", "dynamo-gather-16", "dynamo-grid_sample-18", "dynamo-native-20", "torchscript-gather-13"],
+)
+def test_several_layers(tmp_path, two_layer, dynamo, method, opset):
+    model, image, want = two_layer
+    report, data = _export(
+        tmp_path, model, {"image": image}, opset_version=opset, method=method, dynamo=dynamo
+    )
+    proto = onnx.load_from_string(data)
+    assert default_opset(proto) == opset
+    onnx.checker.check_model(proto, full_check=True)
+    ops = op_types(proto)
+    assert ops.count("DeformConv") == (2 if method == "native" else 0), ops
+    assert ops.count("GridSample") == (2 if _resolved(method, opset) == "grid_sample" else 0), ops
+    assert_close(run_ort(data, {"image": image}), want, what=f"two-layer {method}@{opset}")
+    assert report.exporter == ("dynamo" if dynamo else "torchscript")
