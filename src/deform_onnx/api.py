@@ -92,7 +92,8 @@ def export(
         args: example inputs (tensors), as for ``torch.onnx.export``.
         f: output path, or a binary file-like object.
         opset_version: target default-domain opset (11 to 20 for TorchScript,
-            14 to 23 for dynamo). Default 17 (19 for ``method="native"``).
+            14 to 23 for dynamo, 15 to 23 with dynamic shapes). Default 17 (19 for
+            ``method="native"``).
         method: ``"auto"`` (grid_sample at opset >= 16, gather below),
             ``"native"`` (ONNX ``DeformConv``, opset >= 19), ``"grid_sample"``
             (opset >= 16) or ``"gather"`` (opset >= 11).
@@ -124,7 +125,7 @@ def export(
     lowering = resolve_method(method, opset_version)
     if not isinstance(args, tuple):
         args = (args,)
-    _check_opset_range(opset_version, dynamo)
+    _check_opset_range(opset_version, dynamo, dynamic=dynamic_shapes is not None or dynamic_axes is not None)
     model_was_training = model.training
     model.eval()
     start = time.perf_counter()
@@ -184,12 +185,18 @@ def export(
     return report
 
 
-def _check_opset_range(opset: int, dynamo: bool) -> None:
+def _check_opset_range(opset: int, dynamo: bool, dynamic: bool = False) -> None:
     if dynamo and not DYNAMO_MIN_OPSET <= opset <= DYNAMO_MAX_OPSET:
         raise ValueError(
             f"opset {opset} is out of the dynamo path's range {DYNAMO_MIN_OPSET}..{DYNAMO_MAX_OPSET} "
             "(the dynamo exporter builds at opset 18 and onnx's version converter cannot go below 14); "
             "use dynamo=False for opsets 11 to 13"
+        )
+    if dynamo and dynamic and opset < _dynamo.DYNAMIC_MIN_OPSET:
+        raise ValueError(
+            f"dynamic shapes on the dynamo path need opset >= {_dynamo.DYNAMIC_MIN_OPSET}, not {opset} "
+            "(run-time sizes are read with Shape, and onnx's version converter has no Shape adapter "
+            f"from 15 to 14); use opset_version >= {_dynamo.DYNAMIC_MIN_OPSET} or dynamo=False"
         )
     if not dynamo and not MIN_OPSET <= opset <= _torchscript.MAX_OPSET:
         raise ValueError(

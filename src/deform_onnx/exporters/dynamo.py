@@ -20,6 +20,9 @@ BUILD_MIN_OPSET = 18
 #: Lowest target the down-conversion reaches: onnx's version converter has no
 #: Reshape adapter from 14 to 13, and every standard-op lowering uses Reshape.
 MIN_OPSET = 14
+#: Lowest target with dynamic shapes: sizes are read with Shape, which has no
+#: 15 -> 14 adapter (torch's own sym_size translation hits the same wall).
+DYNAMIC_MIN_OPSET = 15
 
 
 class OnnxScriptBuilder(IRValueBuilder):
