@@ -281,44 +281,19 @@ def test_invalid_model_is_not_written(tmp_path, small, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-# -- several deformable layers with other ops around them -------------------------------
-
-
-class TwoLayerNet(torch.nn.Module):
-    """Stem conv, then two DCNv2 blocks whose offsets and masks come from convs, BN, ReLU, a residual and pooling."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.stem = torch.nn.Conv2d(3, 12, 3, padding=1)
-        self.off1 = torch.nn.Conv2d(12, 3 * 2 * 9, 3, padding=1)  # offset groups 2
-        self.dcn1 = torchvision.ops.DeformConv2d(12, 12, 3, padding=1, groups=2)
-        self.bn = torch.nn.BatchNorm2d(12)
-        self.off2 = torch.nn.Conv2d(12, 3 * 9, 3, padding=1, stride=2)
-        self.dcn2 = torchvision.ops.DeformConv2d(12, 8, 3, padding=1, stride=2, bias=False)
-        self.head = torch.nn.Conv2d(8, 4, 1)
-        with torch.no_grad():
-            self.off1.weight.mul_(4.0)  # offsets of a few pixels, many samples near or past the border
-            self.bn.running_mean.uniform_(-0.5, 0.5)
-            self.bn.running_var.uniform_(0.5, 1.5)
-
-    def forward(self, image):
-        f = torch.relu(self.stem(image))
-        o = self.off1(f)
-        g = self.dcn1(f, o[:, :36], torch.sigmoid(o[:, 36:]))
-        f = torch.relu(self.bn(g)) + f
-        o = self.off2(f)
-        g = torch.relu(self.dcn2(f, o[:, :18], torch.sigmoid(o[:, 18:])))
-        return self.head(torch.nn.functional.avg_pool2d(g, 2))
+# -- several deformable layers with other ops around them: the bundled example ---------
 
 
 @pytest.fixture(scope="module")
-def two_layer():
-    model = TwoLayerNet().eval()
-    image = torch.rand(1, 3, 20, 17, generator=torch.Generator().manual_seed(3))
+def example():
+    """The bundled DCNv2 backbone (four deformable layers, BN, ReLU, pooling, residuals) on the real photo."""
+    from deform_onnx.example import example_model, load_photo
+
+    model = example_model()
+    photo = load_photo()
     with torch.no_grad():
-        want = model(image).numpy()
-    return model, image, want
+        want = model(photo).numpy()
+    return model, photo, want
 
 
 @pytest.mark.parametrize(
@@ -326,16 +301,16 @@ def two_layer():
     [(True, "auto", 17), (True, "gather", 16), (True, "grid_sample", 18), (True, "native", 20), (False, "gather", 13)],
     ids=["dynamo-auto-17", "dynamo-gather-16", "dynamo-grid_sample-18", "dynamo-native-20", "torchscript-gather-13"],
 )
-def test_several_layers(tmp_path, two_layer, dynamo, method, opset):
-    model, image, want = two_layer
-    report, data = _export(
-        tmp_path, model, {"image": image}, opset_version=opset, method=method, dynamo=dynamo
-    )
+def test_bundled_example(tmp_path, example, dynamo, method, opset):
+    model, photo, want = example
+    report, data = _export(tmp_path, model, {"image": photo}, opset_version=opset, method=method, dynamo=dynamo)
     proto = onnx.load_from_string(data)
     assert default_opset(proto) == opset
     onnx.checker.check_model(proto, full_check=True)
     ops = op_types(proto)
-    assert ops.count("DeformConv") == (2 if method == "native" else 0), ops
-    assert ops.count("GridSample") == (2 if _resolved(method, opset) == "grid_sample" else 0), ops
-    assert_close(run_ort(data, {"image": image}), want, what=f"two-layer {method}@{opset}")
+    layers = sum(isinstance(m, torchvision.ops.DeformConv2d) for m in model.modules())
+    assert layers == 4
+    assert ops.count("DeformConv") == (layers if method == "native" else 0), ops
+    assert ops.count("GridSample") == (layers if _resolved(method, opset) == "grid_sample" else 0), ops
+    assert_close(run_ort(data, {"image": photo}), want, what=f"example {method}@{opset}")
     assert report.exporter == ("dynamo" if dynamo else "torchscript")
