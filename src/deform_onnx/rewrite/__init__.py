@@ -24,7 +24,7 @@ from ..lowering import Lowering, resolve_method
 from ..lowering.builder import TapeBuilder
 from ..semantics import DeformConvSpec
 from . import deform_conv, mmcv  # noqa: F401  (register the node kinds)
-from .registry import SOURCE_OPS, SourceOp, lookup
+from .registry import ROLES, SOURCE_OPS, SourceOp, lookup
 
 __all__ = ["lower", "lower_file", "read_model", "LowerReport", "Replacement", "ModelFileError", "find_nodes"]
 
@@ -199,7 +199,9 @@ def _node_inputs(node: ir.Node, src: SourceOp, where: str) -> dict[str, ir.Value
             raise ValueError(f"{where}: required input {i} ({src.roles[i]}) is missing")
     if len(node.outputs) != 1:
         raise ValueError(f"{where}: expected one output, got {len(node.outputs)}")
-    return dict(zip(src.roles, inputs))
+    values = dict.fromkeys(ROLES)
+    values.update(zip(src.roles, inputs))
+    return values
 
 
 def spec_for_node(node: ir.Node, src: SourceOp) -> tuple[DeformConvSpec, dict[str, ir.Value | None]]:
