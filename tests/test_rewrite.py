@@ -378,3 +378,40 @@ def test_bad_path_and_bad_method(tmp_path):
         deform_onnx.lower(tmp_path / "text.onnx")
     with pytest.raises(ValueError, match="unknown method"):
         deform_onnx.lower(two_node_model(), method="bilinear")
+
+
+def test_node_in_subgraph_with_constant_weight():
+    """A DeformConv inside an If branch whose weight comes from a Constant node of the main graph."""
+    rng = np.random.default_rng(4)
+    weight = (rng.standard_normal((4, 4, 3, 3)) / 6).astype(np.float32)
+    then_graph = helper.make_graph(
+        [helper.make_node("DeformConv", ["x", "wc", "offset"], ["yt"], name="inner", pads=[1, 1, 1, 1])],
+        "then", [], [helper.make_tensor_value_info("yt", F, [1, 4, 5, 5])],
+    )
+    else_graph = helper.make_graph([helper.make_node("Identity", ["x"], ["ye"])], "else", [], [helper.make_tensor_value_info("ye", F, [1, 4, 5, 5])])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["wc"], name="weight", value=numpy_helper.from_array(weight)),
+            helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_graph, else_branch=else_graph),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", F, [1, 4, 5, 5]),
+            helper.make_tensor_value_info("offset", F, [1, 18, 5, 5]),
+        ],
+        [helper.make_tensor_value_info("y", F, [1, 4, 5, 5])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    lowered = deform_onnx.lower(model)
+    onnx.checker.check_model(lowered, full_check=True)
+    branch = next(a.g for a in lowered.graph.node[1].attribute if a.name == "then_branch")
+    branch_ops = [n.op_type for n in branch.node]
+    assert "DeformConv" not in branch_ops and "GridSample" in branch_ops
+    x = torch.from_numpy(rng.standard_normal((1, 4, 5, 5)).astype(np.float32))
+    offset = torch.from_numpy((rng.standard_normal((1, 18, 5, 5)) * 2).astype(np.float32))
+    feeds = {"cond": torch.tensor(True), "x": x, "offset": offset}
+    from torchvision.ops import deform_conv2d
+
+    want = deform_conv2d(x, offset, torch.from_numpy(weight), padding=1).numpy()
+    assert_close(run_feeds(lowered, feeds), want, what="If branch")

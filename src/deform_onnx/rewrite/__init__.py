@@ -171,11 +171,17 @@ class _RewriteBuilder(TapeBuilder):
 
 
 def _shape(value: ir.Value | None) -> tuple[int | None, ...] | None:
+    """Static shape from value_info, an initializer or a ``Constant`` producer; ``None`` if unknown."""
     if value is None:
         return None
     shape = value.shape
     if shape is None and value.const_value is not None:
         shape = value.const_value.shape
+    producer = value.producer()
+    if shape is None and producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
+        attr = producer.attributes.get("value")
+        if attr is not None and attr.type == ir.AttributeType.TENSOR:
+            shape = attr.value.shape
     if shape is None:
         return None
     return tuple(d if isinstance(d, int) else None for d in shape)
