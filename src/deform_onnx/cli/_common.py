@@ -1,0 +1,118 @@
+"""Helpers shared by the CLI commands: consoles, user errors, input shapes, model factories.
+
+User errors (a bad argument, a model that cannot be loaded) end the command
+with a one-line message on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Iterator, NoReturn
+
+import typer
+from rich.console import Console
+
+#: Exit code of a user error (as click uses for usage errors).
+USER_ERROR = 2
+#: Exit code when the command ran but a check failed (e.g. an error above tolerance).
+CHECK_FAILED = 1
+
+
+
+def _width(stream) -> int | None:
+    """Terminal width on a terminal; else ``$COLUMNS`` or 120 (rich's 80 would cut the tables in logs)."""
+    if stream.isatty():
+        return None
+    return int(os.environ.get("COLUMNS", "0")) or 120
+
+
+#: Tables and results.
+console = Console(width=_width(sys.stdout))
+#: Progress, notes and errors (keeps stdout clean for the results).
+err_console = Console(stderr=True, width=_width(sys.stderr))
+
+
+class UserError(Exception):
+    """A problem with the command's arguments or inputs; the message names the problem and the fix."""
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``error: message`` (first line only) on stderr and exit with code 2."""
+    first = one_line(message) or "unknown error"
+    err_console.print(f"[bold red]error:[/] {first}", markup=True, highlight=False, soft_wrap=True)
+    raise typer.Exit(USER_ERROR)
+
+
+@contextlib.contextmanager
+def user_errors(*types: type[BaseException]) -> Iterator[None]:
+    """Turn :class:`UserError` (and any of ``types``) raised inside the block into :func:`fail`."""
+    try:
+        yield
+    except (UserError, *types) as exc:
+        fail(str(exc))
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """Parse an input shape such as ``"1,3,224,224"`` (``x`` also separates) into positive ints.
+
+    Raises:
+        UserError: empty, non-integer or non-positive dimensions.
+    """
+    parts = [p.strip() for p in text.replace("x", ",").replace("X", ",").split(",")]
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        raise UserError(f"bad input shape {text!r}: give comma-separated positive integers, e.g. 1,3,224,224") from None
+    if not shape or any(d <= 0 for d in shape):
+        raise UserError(f"bad input shape {text!r}: every dimension must be a positive integer, e.g. 1,3,224,224")
+    return shape
+
+
+def load_factory(spec: str):
+    """Import ``MODULE:FACTORY`` and return the factory (a callable returning an ``nn.Module``).
+
+    ``MODULE`` is a dotted module name importable from the current folder (it is
+    put on ``sys.path``) or a path to a ``.py`` file.
+
+    Raises:
+        UserError: malformed spec, import failure, missing or non-callable attribute.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"bad model {spec!r}: give MODULE:FACTORY, e.g. mypackage.models:build_model")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise UserError(f"cannot import {module_name!r}: no such file")
+            spec_obj = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(spec_obj)
+            spec_obj.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except UserError:
+        raise
+    except Exception as exc:  # any error while importing user code is the user's
+        raise UserError(f"cannot import {module_name!r}: {type(exc).__name__}: {one_line(exc)}") from None
+    factory = module
+    for part in attr.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise UserError(f"module {module_name!r} has no attribute {attr!r}")
+    if not callable(factory):
+        raise UserError(f"{spec!r} is not callable: FACTORY must be a function or class returning an nn.Module")
+    return factory
+
+
+def one_line(exc: BaseException | str) -> str:
+    """The first line of an exception's (or warning's) message."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
