@@ -3,3 +3,4 @@
 # Each command lives in its own module; add new ones here.
 from . import check_cmd, lower_cmd  # noqa: E402,F401
 from . import export_cmd  # noqa: E402,F401
+from . import bench_cmd  # noqa: E402,F401
