@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from deform_onnx.cli import app
@@ -149,3 +150,23 @@ def test_check_dynamic_input_needs_shape_and_npz_inputs(tmp_path):
     assert result.exit_code == 0, result.output
     result = invoke("check", path, "--runtime", "ort", "--inputs", tmp_path / "missing.npz")
     assert result.exit_code == 2 and "missing.npz" in result.stderr
+
+
+def test_check_bundled_example_on_the_photo(tmp_path):
+    """The bundled DCNv2 example, exported by plain torch (DeformConv, opset 20), checked on every path."""
+    from deform_onnx.example import example_model, load_photo
+
+    net = example_model()
+    photo = load_photo(64)
+    path = tmp_path / "example.onnx"
+    torch.onnx.export(net, (photo,), str(path), dynamo=True, opset_version=20, input_names=["image"], external_data=False, verbose=False)
+    assert "DeformConv" in op_types(onnx.load(str(path)))
+    np.savez(tmp_path / "photo.npz", image=photo.numpy())
+    result = invoke("check", path, "--inputs", tmp_path / "photo.npz", "--repeat", "1")
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) == 4 and all(" ran " in row for row in rows), result.stdout
+    # The table's reference (ORT's DeformConv kernel) agrees with torchvision on the photo.
+    with torch.no_grad():
+        want = net(photo).numpy()
+    assert_close(run_ort(str(path), {"image": photo}), want, what="example on ORT")

@@ -8,14 +8,11 @@ from typing import Optional
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from . import app
 from ..lowering import METHODS
-from .lower_cmd import _one_line, fail
-
-console = Console()
+from ._common import CHECK_FAILED, UserError, console, fail, parse_shape
 
 #: Offsets are drawn as randn * OFFSET_SCALE so that many samples fall outside the image.
 OFFSET_SCALE = 2.0
@@ -25,18 +22,18 @@ def parse_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
     """``["x=1,3,32,32", ...]`` -> ``{"x": (1, 3, 32, 32)}``.
 
     Raises:
-        ValueError: a spec without ``=`` or with a non-positive / non-integer dim.
+        ValueError: a spec without ``=`` or with a non-positive / non-integer dim
+            (dims may also be separated by ``x``).
     """
     shapes = {}
     for spec in specs:
         name, sep, dims = spec.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--input-shape {spec!r}: expected NAME=D1,D2,..., e.g. x=1,3,32,32")
         try:
-            shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
-        except ValueError:
-            shape = ()
-        if not sep or not name or not shape or min(shape) < 1:
-            raise ValueError(f"--input-shape {spec!r}: expected NAME=D1,D2,... with positive integers, e.g. x=1,3,32,32")
-        shapes[name] = shape
+            shapes[name] = parse_shape(dims)
+        except UserError as e:
+            raise ValueError(f"--input-shape {spec!r}: {e}") from None
     return shapes
 
 
@@ -157,7 +154,7 @@ def check_command(
         feeds = make_feeds(model, parse_shapes(input_shape), npz, seed)
         results = run_paths(model_path, feeds, runtimes=runtimes, method=method, precision=precision, repeat=repeat)
     except (ValueError, OSError) as e:
-        fail(_one_line(e))
+        fail(str(e))
     want, ref_label = reference(model_path, feeds, results)
 
     table = Table(title=f"{model_path.name}: reference = {ref_label if want is not None else 'none'}")
@@ -186,11 +183,11 @@ def check_command(
     ran = [r for r in results if r.ran]
     if not ran:
         console.print("[red]no path ran[/red]")
-        raise typer.Exit(1)
+        raise typer.Exit(CHECK_FAILED)
     if bad:
         console.print(
             f"[red]{len(bad)} path(s) exceed the tolerance {tolerance:g}:[/red] "
             + ", ".join(f"{r.runtime} {r.path}" for r in bad)
         )
-        raise typer.Exit(1)
+        raise typer.Exit(CHECK_FAILED)
     console.print(f"all paths that ran match within {tolerance:g}", highlight=False)

@@ -6,20 +6,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from . import app
 from ..lowering import METHODS
-
-console = Console()
-err_console = Console(stderr=True)
-
-
-def fail(message: str) -> None:
-    """One-line error on stderr, exit code 2 (user error; no traceback)."""
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+from ._common import console, fail
 
 
 @app.command("lower")
@@ -51,7 +42,7 @@ def lower_command(
     try:
         report = lower_file(src, dst, method=method, opset=opset)
     except (ValueError, OSError) as e:
-        fail(_one_line(e))
+        fail(str(e))
     if report.replaced:
         table = Table(title=f"replaced {len(report.replaced)} node(s) with the {report.lowering} lowering")
         table.add_column("node")
@@ -78,7 +69,3 @@ def lower_command(
     else:
         console.print(f"wrote {dst}", highlight=False)
 
-
-def _one_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
