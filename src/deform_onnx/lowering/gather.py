@@ -50,6 +50,8 @@ def lower_gather(
     py = b.op("Add", dy, base_coords(b, spec, 0, Ho, x, out_shape=[-1, 1, 1, 1], tap_shape=[-1]))
     px = b.op("Add", dx, base_coords(b, spec, 1, Wo, x, out_shape=[-1, 1, 1], tap_shape=[-1]))
 
+    py = _finite_coords(b, py, H, x)
+    px = _finite_coords(b, px, W, x)
     y0 = b.op("Floor", py)
     x0 = b.op("Floor", px)
     ly = b.op("Sub", py, y0)
@@ -102,6 +104,24 @@ def lower_gather(
     # static Reshape shape holding a 0 without a -1.
     cols = b.reshape(cols, [-1, C * K, Ho, Wo])
     return contract_channels_first(b, spec, cols, weight, bias)
+
+
+def _finite_coords(b: Builder, p: Value, size, like: Value) -> Value:
+    """Sample coordinates clamped into ``[-2, size+1]``, NaN replaced by -2.
+
+    A sample at ``p <= -1`` or ``p >= size`` is 0 either way (torchvision), so
+    no finite result changes; but a NaN or huge coordinate would cast to an
+    out-of-range int64 Gather index (a run-time error), and an infinite one
+    gives ``inf - inf = NaN`` bilinear weights. ±inf then samples 0, as in
+    torchvision; NaN samples 0, as ONNX Runtime's DeformConv does (torchvision
+    has no answer: its CPU kernel crashes).
+    """
+    low = b.float_const(-2.0, like)
+    if isinstance(size, int):
+        high = b.float_const(size + 1, like)
+    else:  # from the integer size, as in _corners
+        high = b.cast_like(b.scalar(b.add_dim(size, 1)), like)
+    return b.op("Where", b.op("IsNaN", p), low, b.op("Clip", p, low, high))
 
 
 def _corners(b: Builder, low: Value, size, like: Value):
