@@ -47,6 +47,7 @@ def lower_grid_sample(
     grid = b.op("Concat", gx, gy, axis=2)  # [N*G, K, 2, Ho, Wo], (x, y) as GridSample wants
     grid = b.op("Transpose", grid, perm=[0, 1, 3, 4, 2])
     grid = b.reshape(grid, [0, -1, Wo, 2])  # [N*G, K*Ho, Wo, 2]
+    grid = _finite_grid(b, grid)
 
     mode = "linear" if b.opset >= 20 else "bilinear"
     cols = b.op("GridSample", xg, grid, mode=mode, padding_mode="zeros", align_corners=0)
@@ -62,3 +63,18 @@ def _two_over(b: Builder, size, like: Value) -> Value:
     if isinstance(size, int):
         return b.float_const(2.0 / size, like)
     return b.op("Div", b.float_const(2.0, like), b.cast_like(size, like))
+
+
+def _finite_grid(b: Builder, grid: Value) -> Value:
+    """Grid clamped into ``[-3, 3]``, NaN replaced by 3.
+
+    A normalised coordinate beyond ``1 + 1/size`` (pixel ``p <= -1`` or
+    ``p >= size``) samples 0, and ``1 + 1/size <= 2``, so no finite result
+    changes; but ONNX Runtime's GridSample returns non-zero values for
+    infinite, NaN or huge (1e30) coordinates. ±inf then samples 0, as in
+    torchvision; NaN samples 0, as ONNX Runtime's DeformConv does
+    (torchvision has no answer: its CPU kernel crashes).
+    """
+    three = b.float_const(3.0, grid)
+    clipped = b.op("Clip", grid, b.float_const(-3.0, grid), three)
+    return b.op("Where", b.op("IsNaN", grid), three, clipped)
