@@ -148,6 +148,7 @@ def test_user_factory_dynamic(user_module, exporter):
         (["user_models.py:build", "-s", "1,3,8,8", "--method", "native", "--opset", "17"], "needs opset >= 19"),
         (["user_models.py:build", "-s", "1,3,8,8", "--opset", "12", "--exporter", "dynamo"], "dynamo exporter's range"),
         (["user_models.py:build", "-s", "1,3,8,8", "--exporter", "onnxscript"], "unknown exporter"),
+        (["user_models.py:build", "-s", "1,3,8,8", "--opset", "14", "--exporter", "dynamo", "--dynamic"], "15..23 with --dynamic"),
         (["user_models.py:build", "-s", "1,3,8,8", "--method", "gather", "-o", "missing/m.onnx"], "does not exist"),
         (["user_models.py:build", "-s", "1,3,8,8", "-o", "three.onnx"], "3 exports are planned"),
         (["-s", "1,1,64,64"], "the example takes images N,3,H,W"),
@@ -177,3 +178,26 @@ def test_error_above_tolerance_exits_1_and_writes_nothing(user_module, monkeypat
     assert _rows(result.stdout)["gather"][-1] == "NO"
     assert "differs from PyTorch" in result.stderr
     assert not path.exists()
+
+
+def test_dynamo_failure_retries_with_torchscript_unless_exporter_given(user_module, monkeypatch):
+    """Without --exporter a row whose dynamo export fails (e.g. a down-conversion onnx lacks) uses TorchScript."""
+    from deform_onnx import api
+
+    real_export = api.export
+
+    def dynamo_fails(*args, dynamo=True, **kwargs):
+        if dynamo:
+            raise api.ExportError("the exporter produced opset 18, not the requested 16")
+        return real_export(*args, dynamo=dynamo, **kwargs)
+
+    monkeypatch.setattr(api, "export", dynamo_fails)
+    args = ["user_models.py:build", "-s", "1,3,12,10", "--method", "gather", "--opset", "16", "--repeat", "1"]
+    result = invoke(*args, "-o", "auto")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert _rows(result.stdout)["gather"][2] == "torchscript (fallback)"
+    assert "the dynamo exporter failed" in result.stderr
+    result = invoke(*args, "--exporter", "dynamo", "-o", "forced")
+    assert result.exit_code == 1
+    assert "produced opset 18" in result.stderr
+    assert list((user_module / "forced").iterdir()) == []

@@ -106,21 +106,21 @@ def export_command(
     from ..example import EXAMPLE_SIZE, example_model, offset_stats
 
     with user_errors(ValueError):
+        # Cheap checks first: a bad option fails before the model is built.
         shape = parse_shape(input_shape) if input_shape is not None else None
         if model is None:
-            name, net = "example", example_model()
+            name = "example"
             shape = shape or (1, 3, EXAMPLE_SIZE, EXAMPLE_SIZE)
             if len(shape) != 4 or shape[1] != 3:
                 raise UserError(f"the example takes images N,3,H,W, not {','.join(map(str, shape))}")
         else:
             if shape is None:
                 raise UserError("give the example input's shape with --input-shape, e.g. --input-shape 1,3,224,224")
-            factory = load_factory(model)
             name = model.rpartition(":")[2].replace(".", "_")
-            net = _build(factory, model)
-        jobs = _plan(name, method, opset, exporter, output)
         if dynamic and len(shape) < 3:
             raise UserError("--dynamic makes N, H and W dynamic: the input needs at least 3 dimensions")
+        jobs = _plan(name, method, opset, exporter, output, dynamic)
+        net = example_model() if model is None else _build(load_factory(model), model)
         inputs, input_note = _example_input(shape)
         net.eval()
         with torch.no_grad():
@@ -175,10 +175,12 @@ def export_command(
     console.print(f"all {len(results)} exports match PyTorch within {TOLERANCE:g}; files in {_where(jobs)}")
 
 
-def _plan(name: str, method: str | None, opset: int | None, exporter: str | None, output: Path) -> list[Job]:
+def _plan(
+    name: str, method: str | None, opset: int | None, exporter: str | None, output: Path, dynamic: bool
+) -> list[Job]:
     """The exports to run; raises ``UserError``/``ValueError`` for arguments that cannot work."""
     from .. import api
-    from ..exporters import torchscript
+    from ..exporters import dynamo, torchscript
     from ..lowering import LOWERINGS, resolve_method
     from ..semantics import MIN_OPSET
 
@@ -192,7 +194,8 @@ def _plan(name: str, method: str | None, opset: int | None, exporter: str | None
     else:
         pairs = [(method, opset if opset is not None else dict(DEFAULT_PLAN).get(method, api.DEFAULT_OPSET))]
     ranges = {
-        "dynamo": (api.DYNAMO_MIN_OPSET, api.DYNAMO_MAX_OPSET),
+        # Dynamic shapes read sizes with Shape, which the dynamo path cannot convert below 15.
+        "dynamo": (dynamo.DYNAMIC_MIN_OPSET if dynamic else api.DYNAMO_MIN_OPSET, api.DYNAMO_MAX_OPSET),
         "torchscript": (MIN_OPSET, torchscript.MAX_OPSET),
     }
     jobs = []
@@ -203,7 +206,8 @@ def _plan(name: str, method: str | None, opset: int | None, exporter: str | None
             if not lo <= o <= hi:
                 other = "torchscript" if exporter == "dynamo" else "dynamo"
                 raise UserError(
-                    f"opset {o} is out of the {exporter} exporter's range {lo}..{hi}; "
+                    f"opset {o} is out of the {exporter} exporter's range {lo}..{hi}"
+                    f"{' with --dynamic' if dynamic and exporter == 'dynamo' else ''}; "
                     f"use --exporter {other} or an opset in range"
                 )
             chosen = exporter
@@ -255,7 +259,7 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
         except Exception as exc:  # the exporter's own failures: report, try the next exporter or give up
             result.exporter, result.problem = exporter, f"{type(exc).__name__}: {one_line(exc)}"
             if exporter != exporters[-1]:
-                notes.append(f"{label}: the dynamo exporter failed ({result.problem}); used TorchScript instead")
+                notes.append(f"{label}: the dynamo exporter failed ({result.problem}); trying TorchScript")
             continue
         for w in caught:
             if str(w.message).startswith("deform_onnx"):
