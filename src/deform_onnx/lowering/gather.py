@@ -44,7 +44,9 @@ def lower_gather(
 
     # Offsets as [N, Ho, Wo, G, K, 2]: transposing them is cheap (no channel axis).
     off = b.op("Transpose", offset, perm=[0, 2, 3, 1])
-    off = b.reshape(off, [0, 0, -1, G, K, 2])
+    # -1 on the batch axis, never with a 0 (copy) dim: Reshape cannot infer -1
+    # when a copied dim is 0 (N = 0), and torch's shape inference divides by it.
+    off = b.reshape(off, [-1, Ho, Wo, G, K, 2])
     dy = b.op("Gather", off, b.i64(0), axis=5)  # [N, Ho, Wo, G, K]
     dx = b.op("Gather", off, b.i64(1), axis=5)
     py = b.op("Add", dy, base_coords(b, spec, 0, Ho, x, out_shape=[-1, 1, 1, 1], tap_shape=[-1]))
@@ -60,7 +62,7 @@ def lower_gather(
     hy = b.op("Sub", one, ly)
     hx = b.op("Sub", one, lx)
     if mask is not None:
-        m = b.reshape(b.op("Transpose", mask, perm=[0, 2, 3, 1]), [0, 0, -1, G, K])
+        m = b.reshape(b.op("Transpose", mask, perm=[0, 2, 3, 1]), [-1, Ho, Wo, G, K])
         hy = b.op("Mul", hy, m)
         ly = b.op("Mul", ly, m)
 
@@ -85,13 +87,13 @@ def lower_gather(
     for ry, wy in ((ry0, hy), (ry1, ly)):
         for cx, wx in ((cx0, hx), (cx1, lx)):
             idx = b.op("Add", ry, cx)  # [N, Ho, Wo, G, K]
-            wgt = b.reshape(b.op("Mul", wy, wx), [0, 0, 0, 0, -1, 1])
+            wgt = b.reshape(b.op("Mul", wy, wx), [-1, Ho, Wo, G, K, 1])
             term = b.op("Mul", b.op("Gather", rows, idx, axis=0), wgt)  # [N, Ho, Wo, G, K, C/G]
             acc = term if acc is None else b.op("Add", acc, term)
 
     if spec.groups == 1:
         # Contract over (g, k, c/G) with one MatMul; the weight is permuted to match.
-        cols = b.reshape(acc, [0, 0, 0, -1])  # [N, Ho, Wo, G*K*C/G]
+        cols = b.reshape(acc, [-1, Ho, Wo, G * K * Cg])  # [N, Ho, Wo, G*K*C/G]
         w = b.reshape(weight, [Co, G, Cg, K])
         w = b.reshape(b.op("Transpose", w, perm=[1, 3, 2, 0]), [G * K * Cg, Co])
         out = b.op("MatMul", cols, w)  # [N, Ho, Wo, Co]
