@@ -260,8 +260,10 @@ def _quiet():
 
 
 def _export_dynamo(model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes):
+    from torch.onnx._internal.exporter import _errors
+
     table = _dynamo.translation_table(method, opset)
-    with _quiet():
+    with _quiet(), _lowering_value_errors(_errors.ConversionError):
         program = torch.onnx.export(
             model,
             args,
@@ -276,6 +278,21 @@ def _export_dynamo(model, args, opset, method, input_names, output_names, dynami
             optimize=True,
         )
     return program.model_proto
+
+
+@contextlib.contextmanager
+def _lowering_value_errors(wrapper: type[BaseException]):
+    """Re-raise a ``ValueError`` of the lowering (e.g. a kernel larger than the padded
+    input) that the exporter wrapped in ``wrapper``, as itself: its message names the fix."""
+    try:
+        yield
+    except wrapper as exc:
+        inner = exc
+        while inner.__cause__ is not None:
+            inner = inner.__cause__
+        if isinstance(inner, ValueError):
+            raise ValueError(str(inner)) from None
+        raise
 
 
 def _export_torchscript(model, args, opset, method, input_names, output_names, dynamic_axes):
