@@ -234,11 +234,13 @@ CASES_ENV = "DEFORM_ONNX_CASES"
 
 
 def cases_path() -> Path:
-    """``$DEFORM_ONNX_CASES`` if set, else ``shared/cases/cases.json`` beside the repository."""
+    """``$DEFORM_ONNX_CASES`` if set, else ``shared/cases/cases.json`` beside the repository if present,
+    else the snapshot ``tests/data/cases.json`` (a fresh clone, e.g. CI, has no shared/ folder beside it)."""
     env = os.environ.get(CASES_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "cases" / "cases.json"
+    shared = Path(__file__).resolve().parents[1].parent / "shared" / "cases" / "cases.json"
+    return shared if shared.is_file() else Path(__file__).resolve().parent / "data" / "cases.json"
 
 
 def load_cases() -> dict[str, dict]:
