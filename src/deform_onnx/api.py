@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import tempfile
@@ -18,7 +19,7 @@ import torch
 from .exporters import dynamo as _dynamo
 from .exporters import torchscript as _torchscript
 from .lowering import resolve_method
-from .semantics import MIN_OPSET
+from .semantics import MIN_OPSET, DeformConvSpec
 
 #: Default opset when none is given: the standard-op lowerings at 17 run on the
 #: widest set of runtimes (DirectML, older ONNX Runtime, OpenVINO); native needs 19.
@@ -113,7 +114,9 @@ def export(
         :class:`ExportReport`.
 
     Raises:
-        ValueError: unknown method, opset out of range, or a method the opset cannot hold.
+        ValueError: unknown method, opset out of range, a method the opset cannot hold, or
+            a ``DeformConv2d`` module with a bad stride/padding/dilation or called with
+            tensors of the wrong rank or channel count (the message names the module).
         ExportError: the exporter failed or produced an invalid model (nothing written).
         VerificationError: ORT and PyTorch outputs differ beyond tolerance (nothing written).
     """
@@ -130,6 +133,7 @@ def export(
     model.eval()
     start = time.perf_counter()
     fallback_reason = None
+    checks = _deform_module_checks(model)
     try:
         if dynamo:
             try:
@@ -137,6 +141,7 @@ def export(
                     model, args, opset_version, lowering.name, input_names, output_names, dynamic_shapes, dynamic_axes
                 )
             except _capture_errors() as exc:
+                _raise_bad_deform_input(exc)
                 fallback_reason = _cause(exc)
                 if not fallback:
                     raise ExportError(
@@ -161,7 +166,10 @@ def export(
             proto = _export_torchscript(
                 model, args, opset_version, lowering.name, input_names, output_names, dynamic_axes
             )
+    except _BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
+        raise ValueError(str(exc)) from None
     finally:
+        checks.close()
         model.train(model_was_training)
     seconds = time.perf_counter() - start
 
@@ -183,6 +191,88 @@ def export(
     report.file_size = len(data)
     report.path = _write(data, f)
     return report
+
+
+class _BadDeformInput(ValueError):
+    """A ``DeformConv2d`` module got arguments or tensors that torchvision cannot take."""
+
+
+def _deform_module_checks(model: torch.nn.Module) -> contextlib.ExitStack:
+    """Check every ``torchvision.ops.DeformConv2d`` in ``model`` before exporting.
+
+    Its stride, padding and dilation now, and the shapes of its input, offset
+    and mask when it is called (forward pre-hooks, removed when the returned
+    stack is closed). Both exporters run the model, and torchvision's kernel
+    reports these as an unnamed C++ check (``stride_h: -1 stride_w: -1``) or
+    kills the process (stride 0: division by zero).
+
+    Raises:
+        ValueError: naming the module and the problem (from :class:`DeformConvSpec`).
+    """
+    import torchvision
+
+    stack = contextlib.ExitStack()
+    for name, module in model.named_modules():
+        if not isinstance(module, torchvision.ops.DeformConv2d):
+            continue
+        where = f"{name or 'model'} (DeformConv2d)"
+        try:
+            DeformConvSpec(
+                in_channels=module.in_channels,
+                out_channels=module.out_channels,
+                kernel=module.kernel_size,
+                stride=module.stride,
+                padding=module.padding,
+                dilation=module.dilation,
+                groups=module.groups,
+            )
+        except ValueError as exc:
+            stack.close()
+            raise ValueError(f"{where}: {exc}") from None
+        handle = module.register_forward_pre_hook(functools.partial(_check_deform_call, where), with_kwargs=True)
+        stack.callback(handle.remove)
+    return stack
+
+
+def _check_deform_call(where: str, module, args: tuple, kwargs: dict) -> None:
+    import inspect
+
+    bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+    x, offset, mask = bound.get("input"), bound.get("offset"), bound.get("mask")
+
+    def dim(d):
+        if isinstance(d, torch.Tensor):  # TorchScript tracing: sizes are 0-D tensors (the example's)
+            return int(d)
+        # Symbolic (dynamic) dims are None: comparing them would add guards in torch.export.
+        return d if isinstance(d, int) else None
+
+    def shape(t):
+        return None if t is None else tuple(dim(d) for d in t.shape)
+
+    if not isinstance(x, torch.Tensor) or not isinstance(offset, torch.Tensor):
+        return
+    try:
+        DeformConvSpec.from_shapes(
+            shape(x),
+            tuple(module.weight.shape),
+            shape(offset),
+            shape(mask) if isinstance(mask, torch.Tensor) else None,
+            stride=module.stride,
+            padding=module.padding,
+            dilation=module.dilation,
+            groups=module.groups,
+        )
+    except ValueError as exc:
+        raise _BadDeformInput(f"{where}: {exc}") from None
+
+
+def _raise_bad_deform_input(exc: BaseException) -> None:
+    """Re-raise a :class:`_BadDeformInput` that torch.export wrapped, as a plain one-line ``ValueError``."""
+    inner = exc
+    while inner is not None and not isinstance(inner, _BadDeformInput):
+        inner = inner.__cause__ or inner.__context__
+    if inner is not None:
+        raise ValueError(str(inner)) from None
 
 
 def _check_opset_range(opset: int, dynamo: bool, dynamic: bool = False) -> None:
