@@ -83,7 +83,7 @@ def _grid(b: Builder, spec: DeformConvSpec, x: Value, offset: Value, H, W, Ho, W
     gx_base = base_coords(b, spec, 1, Wo, x, out_shape=[1, 1, -1], tap_shape=[-1, 1, 1, 1], size=W)
     gy = b.op("Add", b.op("Mul", dy, _two_over(b, H, x)), gy_base)
     gx = b.op("Add", b.op("Mul", dx, _two_over(b, W, x)), gx_base)
-    grid = _finite_grid(b, b.op("Concat", gx, gy, axis=2))  # [N*G, K, (x, y), Ho, Wo]
+    grid = _finite_grid(b, b.op("Concat", gx, gy, axis=2), x)  # [N*G, K, (x, y), Ho, Wo]
     return b.op("Transpose", grid, perm=[0, 1, 3, 4, 2])
 
 
@@ -93,7 +93,7 @@ def _two_over(b: Builder, size, like: Value) -> Value:
     return b.op("Div", b.float_const(2.0, like), b.cast_like(size, like))
 
 
-def _finite_grid(b: Builder, grid: Value) -> Value:
+def _finite_grid(b: Builder, grid: Value, like: Value) -> Value:
     """Grid clamped into ``[-3, 3]``, NaN replaced by 3.
 
     A normalised coordinate beyond ``1 + 1/size`` (pixel ``p <= -1`` or
@@ -103,6 +103,8 @@ def _finite_grid(b: Builder, grid: Value) -> Value:
     torchvision; NaN samples 0, as ONNX Runtime's DeformConv does
     (torchvision has no answer: its CPU kernel crashes).
     """
-    three = b.float_const(3.0, grid)
-    clipped = b.op("Clip", grid, b.float_const(-3.0, grid), three)
+    # Constants typed from ``like`` (the input): an intermediate value's dtype may be
+    # unknown to the builder (file rewrite), which would need a float32 CastLike.
+    three = b.float_const(3.0, like)
+    clipped = b.op("Clip", grid, b.float_const(-3.0, like), three)
     return b.op("Where", b.op("IsNaN", grid), three, clipped)
