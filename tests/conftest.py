@@ -20,3 +20,44 @@ def register():
 
     yield _register
     deform_onnx.unregister()
+
+
+# -- hypothesis profiles (tests/test_fuzz.py) ------------------------------------
+
+FUZZ_ENV = "DEFORM_ONNX_FUZZ"
+
+
+def _register_fuzz_profiles() -> None:
+    from hypothesis import HealthCheck, settings
+
+    common = dict(
+        deadline=None,  # one example is an export + an ORT session: 0.1-1 s, and noisy on shared CPUs
+        database=None,  # nothing written into the tree; a failure prints its reproduction
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    # CI: the same examples on every run and machine, bounded so test_fuzz.py stays ~1 minute.
+    settings.register_profile("ci", max_examples=50, derandomize=True, **common)
+    # Long: fresh random examples, >= 2,000 per method (run by hand, recorded in the report).
+    settings.register_profile("long", max_examples=2000, derandomize=False, **common)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fuzz",
+        choices=("ci", "long"),
+        default=None,
+        help=f"hypothesis profile of tests/test_fuzz.py (default: ${FUZZ_ENV} or 'ci')",
+    )
+
+
+def pytest_configure(config):
+    import os
+
+    from hypothesis import settings
+
+    _register_fuzz_profiles()
+    profile = config.getoption("--fuzz") or os.environ.get(FUZZ_ENV) or "ci"
+    if profile not in ("ci", "long"):
+        raise pytest.UsageError(f"{FUZZ_ENV}={profile!r}: use 'ci' or 'long'")
+    settings.load_profile(profile)
