@@ -41,6 +41,8 @@ class Job:
 
 @dataclass
 class Result:
+    """One table row: what the export and the checks gave (``problem``: why it failed, if it did)."""
+
     job: Job
     exporter: str = "-"
     nodes: int | None = None
