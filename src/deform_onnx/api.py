@@ -133,7 +133,7 @@ def export(
     model.eval()
     start = time.perf_counter()
     fallback_reason = None
-    checks = _deform_module_checks(model)
+    checks = check_deform_modules(model)
     try:
         if dynamo:
             try:
@@ -197,8 +197,8 @@ class _BadDeformInput(ValueError):
     """A ``DeformConv2d`` module got arguments or tensors that torchvision cannot take."""
 
 
-def _deform_module_checks(model: torch.nn.Module) -> contextlib.ExitStack:
-    """Check every ``torchvision.ops.DeformConv2d`` in ``model`` before exporting.
+def check_deform_modules(model: torch.nn.Module) -> contextlib.ExitStack:
+    """Check every ``torchvision.ops.DeformConv2d`` in ``model`` before running or exporting it.
 
     Its stride, padding and dilation now, and the shapes of its input, offset
     and mask when it is called (forward pre-hooks, removed when the returned

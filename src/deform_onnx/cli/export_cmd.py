@@ -125,6 +125,10 @@ def export_command(
         net = example_model() if model is None else _build(load_factory(model), model)
         inputs, input_note = _example_input(shape)
         net.eval()
+        # Before running it: torchvision's kernel divides by zero on a DeformConv2d with stride 0.
+        from ..api import check_deform_modules
+
+        check_deform_modules(net).close()
         with torch.no_grad():
             try:
                 torch_ms = _median_ms(lambda: net(inputs), repeat)
