@@ -48,6 +48,7 @@ def lower_grid_sample(
     m = None if mask is None else b.reshape(mask, [-1, 1, K, Ho, Wo])  # [N*G, 1, K, Ho, Wo]
     w = b.reshape(weight, [groups, Co // groups, Cpg, K])
     mode = "linear" if b.opset >= 20 else "bilinear"
+    flat = groups == 1 and b.dim(x, 0) == 1  # static batch of one
 
     out = None
     for i in range(kh):  # one kernel row (kw taps) at a time
@@ -58,10 +59,13 @@ def lower_grid_sample(
         if m is not None:
             cols = b.op("Mul", cols, b.reshape(b.slice(m, k0, k1, axis=2), [-1, 1, b.mul_dim(kw, Ho), Wo]))
         # Rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
-        cols = b.reshape(cols, [-1, groups, Cpg * kw, P])
-        w_i = b.reshape(b.slice(w, k0, k1, axis=3), [groups, Co // groups, Cpg * kw])
-        part = b.op("MatMul", w_i, cols)  # [N, groups, Co/groups, Ho*Wo]
-        out = part if out is None else b.op("Add", out, part)
+        w_i = b.slice(w, k0, k1, axis=3)
+        if flat:  # 2-D: ONNX Runtime fuses MatMul + Add into one Gemm
+            part = b.op("MatMul", b.reshape(w_i, [Co, C * kw]), b.reshape(cols, [C * kw, P]))
+        else:
+            cols = b.reshape(cols, [-1, groups, Cpg * kw, P])
+            part = b.op("MatMul", b.reshape(w_i, [groups, Co // groups, Cpg * kw]), cols)
+        out = part if out is None else b.op("Add", out, part)  # [N, groups, Co/groups, Ho*Wo]
     out = b.reshape(out, [-1, Co, P])
     if bias is not None:
         out = b.op("Add", out, b.reshape(bias, [Co, 1]))
