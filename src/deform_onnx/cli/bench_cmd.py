@@ -13,12 +13,14 @@ from ._common import UserError, console, err_console, user_errors
 
 #: ``--quick``: fewer shapes and rounds, for a first look (about a minute).
 QUICK_RUNS, QUICK_WARMUP = 5, 1
+#: Default: the median of 30 rounds after 3 warm-up rounds (about 5 minutes on 2 cores).
+FULL_RUNS, FULL_WARMUP = 30, 3
 
 
 @app.command("bench")
 def bench_command(
     quick: bool = typer.Option(
-        False, "--quick", help=f"Two shapes, {QUICK_WARMUP} warm-up + {QUICK_RUNS} rounds (default: the 7 shapes of BENCHMARKS.md, 20 rounds)."
+        False, "--quick", help=f"Two shapes, {QUICK_WARMUP} warm-up + {QUICK_RUNS} rounds (default: the 7 shapes of BENCHMARKS.md, {FULL_RUNS} rounds)."
     ),
     shape: Optional[List[str]] = typer.Option(
         None, "--shape", help="Layer to time instead of the default set, repeatable: N,C,H[,og=G][,stride=S][,mask=0]."
@@ -28,8 +30,8 @@ def bench_command(
         help="Only these contenders, repeatable: torch, ort-native, ort-grid_sample, ort-gather, ort-old, "
         "ov-extension, ov-lowered (default: all).",
     ),
-    runs: Optional[int] = typer.Option(None, "--runs", min=1, help="Timed rounds (median over them). Default 20."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Untimed rounds first. Default 3."),
+    runs: Optional[int] = typer.Option(None, "--runs", min=1, help=f"Timed rounds (median over them). Default {FULL_RUNS}."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help=f"Untimed rounds first. Default {FULL_WARMUP}."),
     threads: int = typer.Option(2, "--threads", min=1, help="Intra-op threads of every runtime."),
     memory: bool = typer.Option(True, "--memory/--no-memory", help="Measure peak memory of one inference (a fresh process per model)."),
     output: Optional[Path] = typer.Option(
@@ -57,8 +59,8 @@ def bench_command(
     result = bench.run_benchmark(
         shapes,
         contenders,
-        runs=runs if runs is not None else (QUICK_RUNS if quick else 20),
-        warmup=warmup if warmup is not None else (QUICK_WARMUP if quick else 3),
+        runs=runs if runs is not None else (QUICK_RUNS if quick else FULL_RUNS),
+        warmup=warmup if warmup is not None else (QUICK_WARMUP if quick else FULL_WARMUP),
         threads=threads,
         memory=memory,
         workdir=workdir,
