@@ -1,7 +1,7 @@
 """Where the time goes: ONNX Runtime's profiler on each lowering of one benchmark layer.
 
-    python benchmarks/profile.py 1,64,64            # N,C,H[,og=G][,stride=S][,mask=0]
-    python benchmarks/profile.py 1,64,64,og=8 --threads 1 --top 12
+    python benchmarks/ort_profile.py 1,64,64            # N,C,H[,og=G][,stride=S][,mask=0]
+    python benchmarks/ort_profile.py 1,64,64,og=8 --threads 1 --top 12
 
 Prints, per lowering, the kernel time summed by op type and the slowest
 nodes (median over the runs after warm-up, from
