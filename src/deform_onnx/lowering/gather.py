@@ -92,12 +92,15 @@ def lower_gather(
     ng = b.op("Add", n, b.i64(np.arange(G, dtype=np.int64).reshape(G, 1, 1)))  # [1, N, G, 1, 1]
     ry0 = b.op("Add", ry0, ng)
     ry1 = b.op("Add", ry1, ng)
-    # Per corner: row index and weight as [K, N, Ho, Wo, G] (G next to the gathered C/G).
+    # Per corner: row index and weight as [K, N, Ho, Wo, G] (G next to the gathered
+    # C/G; with G = 1 the layouts coincide and the per-tap reshapes suffice).
     corners = []
     for ry, wy in ((ry0, hy), (ry1, ly)):
         for cx, wx in ((cx0, hx), (cx1, lx)):
-            idx = b.op("Transpose", b.op("Add", ry, cx), perm=[0, 1, 3, 4, 2])
-            wgt = b.op("Transpose", b.op("Mul", wy, wx), perm=[0, 1, 3, 4, 2])
+            idx, wgt = b.op("Add", ry, cx), b.op("Mul", wy, wx)
+            if G > 1:
+                idx = b.op("Transpose", idx, perm=[0, 1, 3, 4, 2])
+                wgt = b.op("Transpose", wgt, perm=[0, 1, 3, 4, 2])
             corners.append((idx, wgt))
 
     # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant).
@@ -108,7 +111,8 @@ def lower_gather(
         terms = []
         for idx, wgt in corners:
             wgt = b.reshape(b.op("Gather", wgt, tap, axis=0), [-1, Ho, Wo, G, 1])
-            terms.append(b.op("Mul", b.op("Gather", rows, b.op("Gather", idx, tap, axis=0), axis=0), wgt))
+            idx = b.reshape(b.op("Gather", idx, tap, axis=0), [-1, Ho, Wo, G])
+            terms.append(b.op("Mul", b.op("Gather", rows, idx, axis=0), wgt))
         cols = b.op("Sum", *terms)  # [N, Ho, Wo, G, C/G]; one pass instead of three Adds
         w_k = b.op("Gather", w, tap, axis=0)
         if groups == 1:
