@@ -20,6 +20,7 @@ import torch
 import torchvision
 
 import deform_onnx
+import deform_onnx._io
 from deform_onnx import api
 from util import (
     Config,
@@ -262,7 +263,7 @@ def test_failed_rename_removes_temp_file(tmp_path, small, monkeypatch):
         renamed.append((os.path.dirname(src), os.path.basename(str(dst))))
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(api.os, "replace", failing_replace)
+    monkeypatch.setattr(deform_onnx._io.os, "replace", failing_replace)
     with pytest.raises(OSError, match="simulated"):
         _export(tmp_path, model, inputs, opset_version=17, dynamo=False)
     assert renamed == [(str(tmp_path), "model.onnx")]  # the temp file was in the target's folder
@@ -321,3 +322,25 @@ def test_bundled_example(tmp_path, example, dynamo, method, opset):
     assert ops.count("GridSample") == (3 * layers if _resolved(method, opset) == "grid_sample" else 0), ops
     assert_close(run_ort(data, {"image": photo}), want, what=f"example {method}@{opset}")
     assert report.exporter == ("dynamo" if dynamo else "torchscript")
+
+
+def test_written_file_follows_umask(tmp_path, small):
+    """The exported file gets a normal file's permissions (0o666 less the umask), not mkstemp's 0o600."""
+    model, inputs, _ = small
+    old = os.umask(0o022)
+    try:
+        _export(tmp_path, model, inputs, opset_version=17, dynamo=False)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "model.onnx").stat().st_mode & 0o777 == 0o644
+
+
+def test_training_mode_restored_per_module(tmp_path, small):
+    """export() puts the model in eval mode while exporting and restores each submodule's own mode."""
+    model, inputs, _ = small
+    model.train()
+    children = list(model.modules())[1:]
+    children[0].eval()
+    before = [m.training for m in model.modules()]
+    _export(tmp_path, model, inputs, opset_version=17, dynamo=False)
+    assert [m.training for m in model.modules()] == before

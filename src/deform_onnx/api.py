@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import os
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -16,6 +14,7 @@ import numpy as np
 import onnx
 import torch
 
+from ._io import write_bytes_atomic
 from .exporters import dynamo as _dynamo
 from .exporters import torchscript as _torchscript
 from .lowering import resolve_method
@@ -129,8 +128,22 @@ def export(
     if not isinstance(args, tuple):
         args = (args,)
     _check_opset_range(opset_version, dynamo, dynamic=dynamic_shapes is not None or dynamic_axes is not None)
-    model_was_training = model.training
-    model.eval()
+    training = {m: m.training for m in model.modules()}
+    model.eval()  # export and verify in eval mode; each module's own mode is restored after
+    try:
+        return _export_eval(
+            model, args, f, opset_version, lowering.name, dynamo, input_names, output_names,
+            dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback,
+        )
+    finally:
+        for module, mode in training.items():
+            module.training = mode
+
+
+def _export_eval(
+    model, args, f, opset_version, method, dynamo, input_names, output_names,
+    dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback,
+) -> ExportReport:
     start = time.perf_counter()
     fallback_reason = None
     checks = check_deform_modules(model)
@@ -138,7 +151,7 @@ def export(
         if dynamo:
             try:
                 proto = _export_dynamo(
-                    model, args, opset_version, lowering.name, input_names, output_names, dynamic_shapes, dynamic_axes
+                    model, args, opset_version, method, input_names, output_names, dynamic_shapes, dynamic_axes
                 )
             except _capture_errors() as exc:
                 _raise_bad_deform_input(exc)
@@ -156,7 +169,7 @@ def export(
                 warnings.warn(
                     f"deform_onnx: torch.export could not capture the model ({fallback_reason}); "
                     "falling back to the TorchScript exporter (it records the branches taken for the example inputs)",
-                    stacklevel=2,
+                    stacklevel=3,  # the caller of export()
                 )
         if not dynamo or fallback_reason is not None:
             if input_names is None:
@@ -164,20 +177,19 @@ def export(
             if dynamic_axes is None and dynamic_shapes is not None:
                 dynamic_axes = _dynamic_shapes_to_axes(dynamic_shapes, input_names, model, args)
             proto = _export_torchscript(
-                model, args, opset_version, lowering.name, input_names, output_names, dynamic_axes
+                model, args, opset_version, method, input_names, output_names, dynamic_axes
             )
     except _BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
         raise ValueError(str(exc)) from None
     finally:
         checks.close()
-        model.train(model_was_training)
     seconds = time.perf_counter() - start
 
-    _validate(proto, opset_version, lowering.name)
+    _validate(proto, opset_version, method)
     report = ExportReport(
         path=None,
         opset=opset_version,
-        method=lowering.name,
+        method=method,
         exporter="torchscript" if (not dynamo or fallback_reason) else "dynamo",
         node_count=len(proto.graph.node),
         file_size=0,
@@ -467,19 +479,7 @@ def _write(data: bytes, f) -> Path | None:
     if hasattr(f, "write"):
         f.write(data)
         return None
-    path = Path(f)
-    if not path.parent.exists():
-        raise FileNotFoundError(f"output folder {path.parent} does not exist; create it first")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_bytes_atomic(f, data)
 
 
 def _forward_names(model, args) -> list[str] | None:

@@ -10,6 +10,7 @@ down-conversion has only ops that exist at the target.
 from __future__ import annotations
 
 import torch
+import torchvision  # noqa: F401  (registers torch.ops.torchvision.deform_conv2d)
 
 from ..lowering import METHODS, resolve_method
 from ..lowering.builder import IRValueBuilder

@@ -12,7 +12,6 @@ model is kept as it was.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from .._io import atomic_path
 from ..lowering import Lowering, resolve_method
 from ..lowering.builder import TapeBuilder
 from ..semantics import DeformConvSpec
@@ -472,15 +472,12 @@ def lower_file(
             data_name = _unique(f"{dst.name}.data", {p.name for p in src_data if p.parent == dst.parent.resolve()})
         ir.external_data.load_to_model(model)  # never read from a file being rewritten
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
     data_path = dst.parent / data_name if data_name else None
     data_existed = data_path is not None and data_path.exists()
     try:
-        ir.save(model, tmp, format="protobuf", external_data=data_name)
-        os.replace(tmp, dst)
+        with atomic_path(dst) as tmp:
+            ir.save(model, tmp, format="protobuf", external_data=data_name)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
         if data_path is not None and not data_existed:
             data_path.unlink(missing_ok=True)
         raise
