@@ -344,3 +344,21 @@ def test_training_mode_restored_per_module(tmp_path, small):
     before = [m.training for m in model.modules()]
     _export(tmp_path, model, inputs, opset_version=17, dynamo=False)
     assert [m.training for m in model.modules()] == before
+
+
+def test_dynamo_down_conversion_failure_falls_back(tmp_path, example):
+    """At opset 15 the example's other ops have no onnx converter adapter (Identity 16->15): with
+    fallback=True export() warns and uses TorchScript (valid opset-15 file that matches); with
+    fallback=False it raises ExportError naming the fix and writes nothing."""
+    model, photo, want = example
+    path = tmp_path / "ex15.onnx"
+    with pytest.warns(UserWarning, match="version converter could not take the dynamo export from opset 18 down to 15"):
+        report = deform_onnx.export(model, (photo,), path, opset_version=15, input_names=["image"])
+    assert report.exporter == "torchscript" and "version converter" in report.fallback_reason
+    proto = onnx.load(path)
+    assert proto.opset_import[0].version == 15
+    assert_close(run_ort(proto.SerializeToString(), {"image": photo}), want, what="example fallback@15")
+    other = tmp_path / "strict.onnx"
+    with pytest.raises(deform_onnx.ExportError, match="dynamo=False"):
+        deform_onnx.export(model, (photo,), other, opset_version=15, fallback=False)
+    assert not other.exists()

@@ -149,6 +149,7 @@ def _export_eval(
     checks = check_deform_modules(model)
     try:
         if dynamo:
+            what = None
             try:
                 proto = _export_dynamo(
                     model, args, opset_version, method, input_names, output_names, dynamic_shapes, dynamic_axes
@@ -156,19 +157,30 @@ def _export_eval(
             except _capture_errors() as exc:
                 _raise_bad_deform_input(exc)
                 fallback_reason = _cause(exc)
+                what = f"torch.export could not capture the model ({fallback_reason})"
+            else:
+                got = _default_opset(proto)
+                if got != opset_version:
+                    # torch keeps the build opset when onnx's version converter lacks an adapter
+                    # for some op of the model (e.g. Shape 15->14, Identity 16->15).
+                    fallback_reason = (
+                        f"onnx's version converter could not take the dynamo export from opset {got} "
+                        f"down to {opset_version}"
+                    )
+                    what = fallback_reason
+            if what is not None:
                 if not fallback:
                     raise ExportError(
-                        f"torch.export could not capture the model ({fallback_reason}); "
-                        "pass fallback=True or dynamo=False to use the TorchScript exporter"
+                        f"{what}; pass fallback=True or dynamo=False to use the TorchScript exporter"
                     ) from None
                 if opset_version > _torchscript.MAX_OPSET:
                     raise ExportError(
-                        f"torch.export could not capture the model ({fallback_reason}) and the TorchScript "
-                        f"fallback supports opset <= {_torchscript.MAX_OPSET}, not {opset_version}"
+                        f"{what} and the TorchScript fallback supports opset <= {_torchscript.MAX_OPSET}, "
+                        f"not {opset_version}"
                     ) from None
                 warnings.warn(
-                    f"deform_onnx: torch.export could not capture the model ({fallback_reason}); "
-                    "falling back to the TorchScript exporter (it records the branches taken for the example inputs)",
+                    f"deform_onnx: {what}; falling back to the TorchScript exporter "
+                    "(it records the branches taken for the example inputs)",
                     stacklevel=3,  # the caller of export()
                 )
         if not dynamo or fallback_reason is not None:
@@ -413,8 +425,12 @@ def _export_torchscript(model, args, opset, method, input_names, output_names, d
     return onnx.load_from_string(buffer.getvalue())
 
 
+def _default_opset(proto: onnx.ModelProto) -> int | None:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
 def _validate(proto: onnx.ModelProto, opset: int, method: str) -> None:
-    got = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    got = _default_opset(proto)
     if got != opset:
         raise ExportError(
             f"the exporter produced opset {got}, not the requested {opset} (its down-conversion failed); "
