@@ -101,6 +101,8 @@ def lower_gather(
             if G > 1:
                 idx = b.op("Transpose", idx, perm=[0, 1, 3, 4, 2])
                 wgt = b.op("Transpose", wgt, perm=[0, 1, 3, 4, 2])
+            # A trailing 1 so that each tap's weight broadcasts over the gathered C/G.
+            wgt = b.reshape(wgt, [K, -1, Ho, Wo, G, 1] if G > 1 else [K, -1, 1, Ho, Wo, 1])
             corners.append((idx, wgt))
 
     # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant).
@@ -109,10 +111,9 @@ def lower_gather(
     for k in range(K):
         tap = b.i64(k)
         terms = []
-        for idx, wgt in corners:
-            wgt = b.reshape(b.op("Gather", wgt, tap, axis=0), [-1, Ho, Wo, G, 1])
-            idx = b.reshape(b.op("Gather", idx, tap, axis=0), [-1, Ho, Wo, G])
-            terms.append(b.op("Mul", b.op("Gather", rows, idx, axis=0), wgt))
+        for idx, wgt in corners:  # per tap: [N, Ho, Wo, G] rows and [N, Ho, Wo, G, 1] weights ([N, 1, Ho, Wo] for G = 1)
+            v = b.op("Gather", rows, b.op("Gather", idx, tap, axis=0), axis=0)
+            terms.append(b.op("Mul", v, b.op("Gather", wgt, tap, axis=0)))
         cols = b.op("Sum", *terms)  # [N, Ho, Wo, G, C/G]; one pass instead of three Adds
         w_k = b.op("Gather", w, tap, axis=0)
         if groups == 1:
