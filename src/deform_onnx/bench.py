@@ -239,27 +239,21 @@ class _Case:
         )
 
 
-def _deform_layer_class():
+def _DeformLayer(weight, bias, stride: int):
+    """``deform_conv2d(input, offset, weight, bias, stride, padding=1, mask)`` with fixed weights."""
     import torch
     from torchvision.ops import deform_conv2d
 
     class DeformLayer(torch.nn.Module):
-        """``deform_conv2d(input, offset, weight, bias, stride, padding=1, mask)`` with fixed weights."""
-
-        def __init__(self, weight, bias, stride: int):
+        def __init__(self):
             super().__init__()
             self.weight = torch.nn.Parameter(weight, requires_grad=False)
             self.bias = torch.nn.Parameter(bias, requires_grad=False)
-            self.stride = stride
 
         def forward(self, input, offset, mask=None):
-            return deform_conv2d(input, offset, self.weight, self.bias, stride=self.stride, padding=1, mask=mask)
+            return deform_conv2d(input, offset, self.weight, self.bias, stride=stride, padding=1, mask=mask)
 
-    return DeformLayer
-
-
-def _DeformLayer(weight, bias, stride):
-    return _deform_layer_class()(weight, bias, stride)
+    return DeformLayer()
 
 
 def largest_constant(proto, weight_sizes: set[int]) -> int:
@@ -866,12 +860,6 @@ class Target:
     met: bool | None  # None: not measurable in this run
 
 
-def _speedup(result: BenchResult, slow: str, fast: str) -> float | None:
-    """Geometric mean over shapes of time(slow) / time(fast)."""
-    r = result.geomean_ratio(slow, fast)
-    return r
-
-
 def evaluate_targets(result: BenchResult) -> list[Target]:
     """The targets of issue 5, from this run's numbers."""
     out = []
@@ -881,7 +869,7 @@ def evaluate_targets(result: BenchResult) -> list[Target]:
         out.append(Target(name, _fmt_x(g), None if g is None else g <= limit))
 
     def speed_target(name, slow, fast, limit):
-        s = _speedup(result, slow, fast)
+        s = result.geomean_ratio(slow, fast)  # geomean of time(slow) / time(fast)
         out.append(Target(name, "n/a" if s is None else f"{s:.2f}x faster", None if s is None else s >= limit))
 
     ratio_target("grid_sample lowering <= 1.2x ORT native (geomean)", "ort-grid_sample", 1.2)
