@@ -707,11 +707,12 @@ class BenchResult:
     machine: dict = field(default_factory=dict)
 
     def cell(self, shape: BenchShape, key: str) -> Cell:
-        return self.cells[(shape.label, key)]
+        """The cell of one contender on one shape (``n/a`` if it was not selected)."""
+        return self.cells.get((shape.label, key)) or Cell("n/a (not selected)")
 
     def ratio(self, shape: BenchShape, key: str, to: str = REFERENCE) -> float | None:
         """Median time of ``key`` / median time of ``to`` on one shape."""
-        a, b = self.cell(shape, key).median, self.cells.get((shape.label, to), Cell("n/a")).median
+        a, b = self.cell(shape, key).median, self.cell(shape, to).median
         return a / b if a is not None and b else None
 
     def geomean_ratio(self, key: str, to: str = REFERENCE) -> float | None:
@@ -723,7 +724,7 @@ class BenchResult:
 
     def memory_ratio(self, shape: BenchShape, key: str, to: str = REFERENCE) -> float | None:
         a = self.cell(shape, key).stats.peak_bytes
-        b = self.cells.get((shape.label, to), Cell("n/a")).stats.peak_bytes
+        b = self.cell(shape, to).stats.peak_bytes
         return a / b if a is not None and b else None
 
 
@@ -978,7 +979,7 @@ def notes(result: BenchResult) -> list[str]:
 def _extra_bytes(result: BenchResult, shape: BenchShape, key: str) -> int | None:
     """File bytes beyond the native file of the same layer (which is the weights plus one node)."""
     a = result.cell(shape, key).stats.file_bytes
-    b = result.cells.get((shape.label, REFERENCE), Cell("n/a")).stats.file_bytes
+    b = result.cell(shape, REFERENCE).stats.file_bytes
     return None if a is None or b is None else a - b
 
 
