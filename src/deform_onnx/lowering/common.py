@@ -1,4 +1,4 @@
-"""Pieces shared by the standard-op lowerings: sample-grid bases and the final contraction."""
+"""Pieces shared by the standard-op lowerings: the sample-grid bases."""
 
 from __future__ import annotations
 
@@ -48,14 +48,3 @@ def base_coords(
     t = b.float_const((2.0 * (taps.reshape(tap_shape) - pad) + 1.0) / 2.0, like)
     # (2*(o*stride + tap - pad) + 1)/size - 1  ==  (o*stride + (tap - pad + 0.5)) * (2/size) - 1
     return b.op("Sub", b.op("Mul", b.op("Add", o, t), scale), b.float_const(1.0, like))
-
-
-def contract_channels_first(b: Builder, spec: DeformConvSpec, cols: Value, weight: Value, bias: Value | None) -> Value:
-    """``[N, C*K, Ho, Wo]`` sampled columns (channel c major, tap k minor) -> ``[N, Co, Ho, Wo]``.
-
-    A 1x1 ``Conv`` with ``group=groups``: it is a plain GEMM per group in
-    every runtime, and the weight ``[Co, C/groups, kh, kw]`` only needs a
-    reshape to ``[Co, C/groups*K, 1, 1]`` (folded when the weight is constant).
-    """
-    w = b.reshape(weight, [spec.out_channels, spec.channels_per_group * spec.taps, 1, 1])
-    return b.op("Conv", cols, w, bias, kernel_shape=[1, 1], group=spec.groups)
