@@ -12,9 +12,8 @@ from __future__ import annotations
 import torch
 import torchvision  # noqa: F401  (registers torch.ops.torchvision.deform_conv2d)
 
-from ..lowering import METHODS, resolve_method
+from ..lowering import METHODS, emit_deform_conv2d, resolve_method
 from ..lowering.builder import IRValueBuilder
-from ..semantics import DeformConvSpec
 
 #: The dynamo exporter's own build floor (torch 2.14): lower targets are converted down.
 BUILD_MIN_OPSET = 18
@@ -95,18 +94,9 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
         lowering = resolve_method(method, target)
         if lowering.min_opset > build:
             raise ValueError(f"method {lowering.name!r} needs opset >= {lowering.min_opset}")
-        b = OnnxScriptBuilder(build)
-        spec = DeformConvSpec.from_shapes(
-            b.static_shape(input),
-            b.static_shape(weight),
-            b.static_shape(offset),
-            b.static_shape(mask) if use_mask else None,
-            stride=(stride_h, stride_w),
-            padding=(pad_h, pad_w),
-            dilation=(dil_h, dil_w),
-            groups=n_weight_grps,
-            offset_groups=n_offset_grps,
+        return emit_deform_conv2d(
+            OnnxScriptBuilder(build), lowering, input, weight, offset, mask, bias,
+            (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w), n_weight_grps, n_offset_grps, use_mask,
         )
-        return lowering.fn(b, spec, input, weight, offset, mask if use_mask else None, bias)
 
     return {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}

@@ -12,9 +12,9 @@ import contextlib
 import numpy as np
 import torch
 
-from ..lowering import resolve_method
+from ..lowering import emit_deform_conv2d, resolve_method
 from ..lowering.builder import Builder
-from ..semantics import MIN_OPSET, DeformConvSpec
+from ..semantics import MIN_OPSET
 
 OP_NAME = "torchvision::deform_conv2d"
 #: Highest opset of the TorchScript exporter in this torch.
@@ -97,18 +97,10 @@ def make_symbolic(method: str = "auto"):
                 "deform_conv2d: input dtype is not supported for ONNX export "
                 f"({input.type().scalarType()}); use float16, float32 or float64"
             )
-        spec = DeformConvSpec.from_shapes(
-            b.static_shape(input),
-            b.static_shape(weight),
-            b.static_shape(offset),
-            b.static_shape(mask) if use_mask else None,
-            stride=(stride_h, stride_w),
-            padding=(pad_h, pad_w),
-            dilation=(dil_h, dil_w),
-            groups=groups,
-            offset_groups=offset_groups,
+        return emit_deform_conv2d(
+            b, lowering, input, weight, offset, mask, bias,
+            (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w), groups, offset_groups, use_mask,
         )
-        return lowering.fn(b, spec, input, weight, offset, mask if use_mask else None, bias)
 
     return deform_conv2d
 

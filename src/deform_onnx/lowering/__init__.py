@@ -56,3 +56,31 @@ def resolve_method(method: str, opset: int) -> Lowering:
             f"raise the opset or use one of: {', '.join(usable)}"
         )
     return lowering
+
+
+def emit_deform_conv2d(
+    b, lowering: Lowering, input, weight, offset, mask, bias,
+    stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int],
+    groups: int, offset_groups: int, use_mask: bool,
+):
+    """Lower one ``torchvision::deform_conv2d`` call, given its arguments as the exporters receive them.
+
+    Shared by the TorchScript symbolic and the dynamo translation: builds the
+    :class:`~deform_onnx.semantics.DeformConvSpec` from the builder's static
+    shapes (raising ``ValueError`` on inconsistent shapes) and emits ``lowering``.
+    Returns the ``[N, Co, Ho, Wo]`` output value.
+    """
+    from ..semantics import DeformConvSpec
+
+    spec = DeformConvSpec.from_shapes(
+        b.static_shape(input),
+        b.static_shape(weight),
+        b.static_shape(offset),
+        b.static_shape(mask) if use_mask else None,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        offset_groups=offset_groups,
+    )
+    return lowering.fn(b, spec, input, weight, offset, mask if use_mask else None, bias)
