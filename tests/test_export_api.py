@@ -303,10 +303,19 @@ def example():
     return model, photo, want
 
 
+_EXAMPLE_RUNS = [
+    # issue 3's "done when": dynamo at 16, 17, 18 and 20 with each method the opset allows
+    *[(True, m, o) for o in (16, 17, 18) for m in ("grid_sample", "gather")],
+    *[(True, m, 20) for m in ("grid_sample", "gather", "native")],
+    (True, "auto", 17),
+    (False, "gather", 13),
+]
+
+
 @pytest.mark.parametrize(
     "dynamo, method, opset",
-    [(True, "auto", 17), (True, "gather", 16), (True, "grid_sample", 18), (True, "native", 20), (False, "gather", 13)],
-    ids=["dynamo-auto-17", "dynamo-gather-16", "dynamo-grid_sample-18", "dynamo-native-20", "torchscript-gather-13"],
+    _EXAMPLE_RUNS,
+    ids=[f"{'dynamo' if d else 'torchscript'}-{m}-{o}" for d, m, o in _EXAMPLE_RUNS],
 )
 def test_bundled_example(tmp_path, example, dynamo, method, opset):
     model, photo, want = example
