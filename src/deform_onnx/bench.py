@@ -1029,7 +1029,7 @@ def render_markdown(result: BenchResult) -> str:
         "",
         _md_table(MODEL_HEADER, model_rows(result)),
         "",
-        "### Targets (issue 5)",
+        "### Targets",
         "",
         _md_table(["target", "measured", "met"],
                   [[t.name, t.measured, "n/a" if t.met is None else ("yes" if t.met else "**no**")]
@@ -1081,7 +1081,7 @@ def rich_tables(result: BenchResult) -> list:
         models.add_column(h, justify="left" if h in ("shape", "contender") else "right")
     for row in model_rows(result):
         models.add_row(*row)
-    targets = Table(title="Targets (issue 5)")
+    targets = Table(title="Targets")
     for h in ("target", "measured", "met"):
         targets.add_column(h)
     for t in evaluate_targets(result):

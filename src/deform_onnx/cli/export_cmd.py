@@ -139,7 +139,10 @@ def export_command(
         if output.suffix != ".onnx":
             if output.exists() and not output.is_dir():
                 raise UserError(f"-o {output} is a file, not a folder; give a folder or a .onnx path")
-            output.mkdir(parents=True, exist_ok=True)
+            try:
+                output.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UserError(f"cannot create the output folder {output}: {exc.strerror or exc}") from None
 
     dynamic_kw = _dynamic_kwargs(len(shape)) if dynamic else {}
     resized = _resized_input(shape) if dynamic else None

@@ -309,6 +309,26 @@ def _used_domains(model: ir.Model) -> set[str]:
 _HIDDEN = "deform_onnx.hidden"
 
 
+def _converter_reason(exc: BaseException) -> str:
+    """The converter's C++ assertion as a short phrase, e.g. 'no adapter from version 15 for BatchNormalization'."""
+    import re
+
+    found = re.search(r"No Adapter (From|To) Version \$?(\d+) for (\w+)", str(exc))
+    if found:
+        return f"no adapter {found.group(1).lower()} version {found.group(2)} for {found.group(3)}"
+    return _first_line(exc)
+
+
+def _converts(proto: onnx.ModelProto, opset: int) -> bool:
+    from onnx import version_converter
+
+    try:
+        version_converter.convert_version(proto, opset)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
 def _convert(model: ir.Model, target: int, current: int | None) -> ir.Model:
     """Convert the default domain to ``target`` with onnx's version converter.
 
@@ -330,12 +350,17 @@ def _convert(model: ir.Model, target: int, current: int | None) -> ir.Model:
         node.domain = ""
     model.opset_imports.pop(_HIDDEN, None)
     try:
-        proto = version_converter.convert_version(proto, target)
+        converted_proto = version_converter.convert_version(proto, target)
     except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError/IndexError/...
+        hint = "choose another opset"
+        if current is not None and target < current:
+            lowest = next((o for o in range(target + 1, current) if _converts(proto, o)), current)
+            hint = f"the lowest opset this model converts to is {lowest}: use --opset {lowest} (opset={lowest})"
         raise ValueError(
-            f"onnx's version converter cannot convert this model from opset {current} to {target}: "
-            f"{_first_line(e)}; choose another opset"
+            f"onnx's version converter cannot convert this model from opset {current} to {target} "
+            f"({_converter_reason(e)}); {hint}"
         ) from None
+    proto = converted_proto
     converted = ir.serde.deserialize_model(proto)
     converted.meta[_VALUE_INFO] = model.meta.get(_VALUE_INFO)
     for node in ir.traversal.RecursiveGraphIterator(converted.graph):
