@@ -245,6 +245,8 @@ CLI_CASES = {
     "opset not a number": (["user_models.py:good", "-s", "1,3,8,8", "--opset", "seventeen"], "Invalid value for '--opset'"),
     "missing folder": (["user_models.py:good", "-s", "1,3,8,8", "--method", "gather", "-o", "no/such/m.onnx"],
                        "output folder no/such does not exist"),
+    "folder under a file": (["user_models.py:good", "-s", "1,3,8,8", "-o", "user_models.py/out"],
+                            "cannot create the output folder user_models.py/out"),
 }  # fmt: skip
 
 

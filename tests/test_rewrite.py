@@ -415,3 +415,18 @@ def test_node_in_subgraph_with_constant_weight():
 
     want = deform_conv2d(x, offset, torch.from_numpy(weight), padding=1).numpy()
     assert_close(run_feeds(lowered, feeds), want, what="If branch")
+
+
+def test_failed_opset_conversion_names_the_lowest_reachable_opset():
+    """onnx's converter has no BatchNormalization adapter below 15: the error says so and names 15."""
+    inits = [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b", "m", "v")]
+    graph = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])],
+        "bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    with pytest.raises(ValueError, match=r"no adapter from version 15 for BatchNormalization\); the lowest opset this model converts to is 15"):
+        deform_onnx.lower(model, opset=11)
