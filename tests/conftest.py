@@ -22,6 +22,22 @@ def register():
     deform_onnx.unregister()
 
 
+@pytest.fixture(scope="session")
+def example():
+    """The bundled DCNv2 backbone (four deformable layers, BN, ReLU, pooling, residuals) on the
+    real photo, and its PyTorch output: ``(model, photo [1,3,128,128] float32, output ndarray)``.
+    Shared by every test file; tests must not modify the model."""
+    import torch
+
+    from deform_onnx.example import example_model, load_photo
+
+    model = example_model()
+    photo = load_photo()
+    with torch.no_grad():
+        want = model(photo).numpy()
+    return model, photo, want
+
+
 # -- hypothesis profiles (tests/test_fuzz.py) ------------------------------------
 
 FUZZ_ENV = "DEFORM_ONNX_FUZZ"

@@ -20,15 +20,6 @@ from util import ATOL, assert_close, default_opset, op_types, run_ort
 
 
 @pytest.fixture(scope="module")
-def example():
-    model = example_model()
-    photo = load_photo()
-    with torch.no_grad():
-        want = model(photo).numpy()
-    return model, photo, want
-
-
-@pytest.fixture(scope="module")
 def exports(example, tmp_path_factory):
     """One export per row of the main job (method, opset, exporter as ``deform-onnx export`` picks them)."""
     model, photo, _ = example

@@ -290,19 +290,6 @@ def test_invalid_model_is_not_written(tmp_path, small, monkeypatch):
 
 # -- several deformable layers with other ops around them: the bundled example ---------
 
-
-@pytest.fixture(scope="module")
-def example():
-    """The bundled DCNv2 backbone (four deformable layers, BN, ReLU, pooling, residuals) on the real photo."""
-    from deform_onnx.example import example_model, load_photo
-
-    model = example_model()
-    photo = load_photo()
-    with torch.no_grad():
-        want = model(photo).numpy()
-    return model, photo, want
-
-
 _EXAMPLE_RUNS = [
     # issue 3's "done when": dynamo at 16, 17, 18 and 20 with each method the opset allows
     *[(True, m, o) for o in (16, 17, 18) for m in ("grid_sample", "gather")],
