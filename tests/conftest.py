@@ -38,6 +38,29 @@ def example():
     return model, photo, want
 
 
+@pytest.fixture(scope="session")
+def c04_native(tmp_path_factory):
+    """Case c04 exported natively by plain torch (DeformConv, opset 19): ``(path, layer, inputs)``. Read-only."""
+    from test_rewrite import dynamo_native
+    from util import case_config
+
+    path = tmp_path_factory.mktemp("c04") / "c04.onnx"
+    layer, inputs = dynamo_native(case_config("c04"), 19, path)
+    return path, layer, inputs
+
+
+@pytest.fixture(scope="session")
+def c12_native(tmp_path_factory):
+    """Case c12's layer (offsets randn*4: many samples past the border) exported by plain torch at
+    opset 20, the exporter's default: ``(path, layer, inputs)``. Read-only."""
+    from test_rewrite import dynamo_native
+    from util import case_config
+
+    path = tmp_path_factory.mktemp("c12") / "c12.onnx"
+    layer, inputs = dynamo_native(case_config("c12"), 20, path)
+    return path, layer, inputs
+
+
 # -- hypothesis profiles (tests/test_fuzz.py) ------------------------------------
 
 FUZZ_ENV = "DEFORM_ONNX_FUZZ"

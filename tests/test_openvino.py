@@ -17,7 +17,7 @@ pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvin
 
 import deform_onnx  # noqa: E402
 import deform_onnx.openvino as dov  # noqa: E402
-from test_rewrite import dynamo_native, mmcv_model  # noqa: E402
+from test_rewrite import mmcv_model  # noqa: E402
 from util import Config, DeformLayer, assert_close, case_config, make_inputs, reference  # noqa: E402
 
 
@@ -26,21 +26,6 @@ def run_ov(model, inputs: dict[str, torch.Tensor]) -> np.ndarray:
     assert dov.inference_precision(compiled) == "f32"
     (out,) = compiled([v.numpy() for v in inputs.values()]).values()
     return np.asarray(out)
-
-
-@pytest.fixture(scope="module")
-def c04_native(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ov_c04") / "c04.onnx"
-    layer, inputs = dynamo_native(case_config("c04"), 19, path)
-    return path, layer, inputs
-
-
-@pytest.fixture(scope="module")
-def c12_native(tmp_path_factory):
-    """c12 exported by plain torch at opset 20 (the exporter's default)."""
-    path = tmp_path_factory.mktemp("ov_c12") / "c12.onnx"
-    layer, inputs = dynamo_native(case_config("c12"), 20, path)
-    return path, layer, inputs
 
 
 def test_plain_openvino_rejects_deformconv(c12_native):

@@ -95,22 +95,6 @@ def standard_only(model: onnx.ModelProto) -> None:
 
 
 # -- dynamo-exported DeformConv models ----------------------------------------------------
-@pytest.fixture(scope="module")
-def c04_native(tmp_path_factory):
-    """Case c04 exported natively (DeformConv, opset 19), as the case says."""
-    path = tmp_path_factory.mktemp("c04") / "c04.onnx"
-    layer, inputs = dynamo_native(case_config("c04"), 19, path)
-    return path, layer, inputs
-
-
-@pytest.fixture(scope="module")
-def border_native(tmp_path_factory):
-    """Case c12's layer (offsets randn*4: many samples past the border) exported by plain torch at opset 20."""
-    path = tmp_path_factory.mktemp("c12") / "c12.onnx"
-    layer, inputs = dynamo_native(case_config("c12"), 20, path)
-    return path, layer, inputs
-
-
 def test_c04_lower_matches_reference(c04_native):
     path, layer, inputs = c04_native
     lowered = deform_onnx.lower(path)
@@ -121,8 +105,8 @@ def test_c04_lower_matches_reference(c04_native):
 
 
 @pytest.mark.parametrize("opset, lowering_op", [(17, "GridSample"), (16, "GridSample"), (11, "Gather")])
-def test_dynamo_native_lowered_at_opset_matches_original(border_native, opset, lowering_op):
-    path, layer, inputs = border_native
+def test_dynamo_native_lowered_at_opset_matches_original(c12_native, opset, lowering_op):
+    path, layer, inputs = c12_native
     lowered = deform_onnx.lower(path, opset=opset)
     standard_only(lowered)
     assert default_opset(lowered) == opset
@@ -134,8 +118,8 @@ def test_dynamo_native_lowered_at_opset_matches_original(border_native, opset, l
 
 
 @pytest.mark.parametrize("method", ["native", "grid_sample", "gather"])
-def test_lower_each_method_keeps_opset(border_native, method):
-    path, layer, inputs = border_native
+def test_lower_each_method_keeps_opset(c12_native, method):
+    path, layer, inputs = c12_native
     lowered = deform_onnx.lower(path, method=method)
     onnx.checker.check_model(lowered, full_check=True)
     assert default_opset(lowered) == 20
