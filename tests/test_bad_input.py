@@ -65,7 +65,7 @@ TENSOR_CASES = {
     "input channels": ((torch.randn(1, 3, 6, 6), OFFSET), r"input has 3 channels but weight expects 4 per group x 1 groups"),
     "offset channels": ((X, torch.zeros(1, 17, 6, 6)), r"offset has 17 channels, which is not a positive multiple of 2\*kh\*kw = 18"),
     "mask channels": ((X, OFFSET, torch.ones(1, 8, 6, 6)), r"mask has 8 channels, expected offset_groups \* kh \* kw = 9"),
-    "offset size": ((X, torch.zeros(1, 18, 5, 6)), r"offset spatial size \(5, 6\) does not match the output size \(6, 6\)"),
+    "offset size": ((X, torch.zeros(1, 18, 5, 6)), r"offset height 5 does not match the output height 6 of the convolution"),
 }
 
 

@@ -354,16 +354,26 @@ def _row_config(names: list[str], row: list[int], rng: random.Random) -> Config:
 # -- graph inspection -------------------------------------------------------------
 
 
+def samples_with_grid_sample(proto: onnx.ModelProto) -> bool:
+    """Whether grid_sample's GridSample form applies to this file's input: static H and W of at most
+    ``BILINEAR_MAX_SIZE`` (else its exact gather sampler does, see ``lowering/grid_sample.py``)."""
+    from deform_onnx.lowering.grid_sample import BILINEAR_MAX_SIZE
+
+    dims = proto.graph.input[0].type.tensor_type.shape.dim[2:4]
+    return all(d.HasField("dim_value") and d.dim_value <= BILINEAR_MAX_SIZE for d in dims)
+
+
 def assert_lowering(proto: onnx.ModelProto, method: str, opset: int) -> None:
     """The graph holds the lowering that ``method`` resolves to at ``opset``
-    (``auto``: grid_sample at opset >= 16, gather below)."""
+    (``auto``: grid_sample at opset >= 16, gather below); grid_sample holds GridSample
+    where its precision rule lets it (:func:`samples_with_grid_sample`)."""
     ops = op_types(proto)
     resolved = method if method != "auto" else ("grid_sample" if opset >= 16 else "gather")
     if resolved == "native":
         assert ops.count("DeformConv") == 1, ops
     else:
         assert "DeformConv" not in ops, ops
-        assert ("GridSample" in ops) == (resolved == "grid_sample"), ops
+        assert ("GridSample" in ops) == (resolved == "grid_sample" and samples_with_grid_sample(proto)), ops
 
 
 def graph_tensors(proto: onnx.ModelProto) -> list[np.ndarray]:

@@ -37,12 +37,20 @@ class OnnxScriptBuilder(IRValueBuilder):
     def _emit(self, op_type, inputs, attrs, domain=""):
         while inputs and inputs[-1] is None:
             inputs.pop()
-        return getattr(self._ops, op_type)(*inputs, **attrs)
+        return getattr(self._ops, op_type)(*inputs, **_ir_tensors(attrs))
 
     def _constant(self, array):
         import onnx_ir as ir
 
         return self._ops.Constant(value=ir.tensor(array))
+
+
+def _ir_tensors(attrs: dict) -> dict:
+    """numpy attribute values (tensor attributes) as onnx-ir tensors."""
+    import numpy as np
+    import onnx_ir as ir
+
+    return {k: ir.tensor(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
 
 
 def _current_build_opset(default: int) -> int:

@@ -42,6 +42,8 @@ class TorchScriptBuilder(Builder):
             inputs = [self.g.op("prim::Constant") if i is None else i for i in inputs]
         kwargs = {}
         for key, value in attrs.items():
+            if isinstance(value, np.ndarray):  # a tensor attribute (e.g. ConstantOfShape's value)
+                value = torch.from_numpy(np.array(value, copy=True))
             kwargs[f"{key}_{_attr_suffix(value)}"] = value
         name = f"{domain}::{op_type}" if domain else op_type
         return self.g.op(name, *inputs, **kwargs)
@@ -70,6 +72,8 @@ class TorchScriptBuilder(Builder):
 
 
 def _attr_suffix(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return "t"
     if isinstance(value, str):
         return "s"
     if isinstance(value, bool) or isinstance(value, int):
@@ -100,9 +104,31 @@ def make_symbolic(method: str = "auto"):
         return emit_deform_conv2d(
             b, lowering, input, weight, offset, mask, bias,
             (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w), groups, offset_groups, use_mask,
+            weight_shape=_weight_shape(g, b, weight),
         )
 
     return deform_conv2d
+
+
+def _weight_shape(g, b: "TorchScriptBuilder", weight) -> tuple[int | None, ...] | None:
+    """The weight's shape, completed from the trace when ONNX shape inference lost it.
+
+    A weight computed in ``forward`` (``x.new_ones(C, 1, 1, 1)``, a dynamic
+    filter from a Linear layer) has a shape built from ``Shape`` ops; with
+    ``dynamic_axes`` the exporter's shape inference may leave all of it
+    unknown. The traced op's own input still carries the sizes it had when
+    traced; kernel and channel sizes do not change with the dynamic axes.
+    """
+    shape = b.static_shape(weight)
+    if shape is not None and len(shape) == 4 and None not in shape:
+        return shape
+    try:
+        traced = tuple(list(g.original_node.inputs())[1].type().sizes())
+    except (AttributeError, RuntimeError, IndexError, TypeError):
+        return shape
+    if shape is None or len(shape) != len(traced):
+        return traced
+    return tuple(s if s is not None else t for s, t in zip(shape, traced))
 
 
 #: The method of the user's own :func:`register` call, restored after :func:`registered`.

@@ -61,20 +61,23 @@ def resolve_method(method: str, opset: int) -> Lowering:
 def emit_deform_conv2d(
     b, lowering: Lowering, input, weight, offset, mask, bias,
     stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int],
-    groups: int, offset_groups: int, use_mask: bool,
+    groups: int, offset_groups: int, use_mask: bool, weight_shape=None,
 ):
     """Lower one ``torchvision::deform_conv2d`` call, given its arguments as the exporters receive them.
 
     Shared by the TorchScript symbolic and the dynamo translation: builds the
     :class:`~deform_onnx.semantics.DeformConvSpec` from the builder's static
     shapes (raising ``ValueError`` on inconsistent shapes) and emits ``lowering``.
-    Returns the ``[N, Co, Ho, Wo]`` output value.
+    ``weight_shape`` overrides the builder's view of the weight's shape (the
+    TorchScript exporter completes it from the trace). Returns the
+    ``[N, Co, Ho, Wo]`` output value.
     """
     from ..semantics import DeformConvSpec
 
+    bias_shape = b.static_shape(bias) if bias is not None else None
     spec = DeformConvSpec.from_shapes(
         b.static_shape(input),
-        b.static_shape(weight),
+        weight_shape if weight_shape is not None else b.static_shape(weight),
         b.static_shape(offset),
         b.static_shape(mask) if use_mask else None,
         stride=stride,
@@ -82,5 +85,6 @@ def emit_deform_conv2d(
         dilation=dilation,
         groups=groups,
         offset_groups=offset_groups,
+        out_channels=bias_shape[0] if bias_shape and len(bias_shape) == 1 else None,
     )
     return lowering.fn(b, spec, input, weight, offset, mask if use_mask else None, bias)

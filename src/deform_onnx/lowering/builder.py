@@ -49,8 +49,26 @@ class Builder:
 
     # -- public helpers -------------------------------------------------
     def op(self, op_type: str, *inputs: Value | None, domain: str = "", **attrs) -> Value:
-        """Emit one node with a single output; ``None`` inputs are omitted optionals."""
-        return self._emit(op_type, list(inputs), attrs, domain)
+        """Emit one node with a single output; ``None`` inputs are omitted optionals.
+
+        Attribute values: ints, floats, strings, lists of them, or numpy arrays (tensor attributes).
+        """
+        out = self._emit(op_type, list(inputs), attrs, domain)
+        if op_type == "Cast" and not domain:
+            # Some adapters (onnxscript's tracer) type a Cast's output only later: remember it.
+            from onnx.helper import tensor_dtype_to_np_dtype
+
+            self.__dict__.setdefault("_cast_dtypes", {})[id(out)] = (out, np.dtype(tensor_dtype_to_np_dtype(attrs["to"])))
+        return out
+
+    def value_dtype(self, value: Value) -> np.dtype | None:
+        """:meth:`dtype`, or the target type of a Cast this builder emitted."""
+        dt = self.dtype(value)
+        if dt is None:
+            known = self.__dict__.get("_cast_dtypes", {}).get(id(value))
+            if known is not None and known[0] is value:
+                dt = known[1]
+        return dt
 
     def const(self, array) -> Value:
         """Emit a constant tensor (a numpy array, kept at its dtype)."""
@@ -62,7 +80,7 @@ class Builder:
 
     def float_const(self, values, like: Value) -> Value:
         """A floating constant with the dtype of ``like`` (dtype-generic graphs)."""
-        dt = self.dtype(like)
+        dt = self.value_dtype(like)
         if dt is not None:
             return self.const(np.asarray(values, dtype=dt))
         if self.opset >= 15:
@@ -74,7 +92,7 @@ class Builder:
 
     def cast_like(self, value: Value, like: Value) -> Value:
         """Cast ``value`` to the dtype of ``like``."""
-        dt = self.dtype(like)
+        dt = self.value_dtype(like)
         if dt is not None:
             from onnx.helper import np_dtype_to_tensor_dtype
 
@@ -111,13 +129,13 @@ class Builder:
         """Product of two dimensions (integer-only when dynamic)."""
         if isinstance(a, int) and isinstance(b, int):
             return a * b
-        return self.op("Mul", self._as_dim(a), self._as_dim(b))
+        return self.op("Mul", self.as_dim(a), self.as_dim(b))
 
     def add_dim(self, a: Dim, b: Dim) -> Dim:
         """Sum of two dimensions (integer-only when dynamic)."""
         if isinstance(a, int) and isinstance(b, int):
             return a + b
-        return self.op("Add", self._as_dim(a), self._as_dim(b))
+        return self.op("Add", self.as_dim(a), self.as_dim(b))
 
     def scalar(self, d: Dim) -> Value:
         """A 0-D int64 tensor holding a dimension (for Range)."""
@@ -125,7 +143,7 @@ class Builder:
             return self.i64(d)
         return self.op("Reshape", d, self.i64(np.zeros((0,), dtype=np.int64)))
 
-    def _as_dim(self, d: Dim) -> Value:
+    def as_dim(self, d: Dim) -> Value:
         return self.i64([d]) if isinstance(d, int) else d
 
     def reshape(self, value: Value, dims: Sequence[Dim]) -> Value:
@@ -174,8 +192,11 @@ class TapeBuilder(IRValueBuilder):
         return f"{self._prefix}/{op_type}_{self._count}"
 
     def _emit(self, op_type, inputs, attrs, domain=""):
+        import onnx_ir as ir
+
         while inputs and inputs[-1] is None:
             inputs.pop()
+        attrs = {k: ir.tensor(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
         return self.tape.op(op_type, inputs, attrs or None, domain=domain, name=self._name(op_type))
 
     def _constant(self, array):

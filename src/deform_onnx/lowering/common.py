@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from ..semantics import DeformConvSpec
 from .builder import Builder, Dim, Value
@@ -42,9 +43,95 @@ def base_coords(
     if size is None:
         o = b.op("Add", b.op("Mul", o, b.float_const(stride, like)), b.float_const(-pad, like))
         return b.op("Add", o, b.float_const(taps.reshape(tap_shape), like))
-    s = b.cast_like(b._as_dim(size), like)
+    s = b.cast_like(b.as_dim(size), like)
     scale = b.op("Div", b.float_const(2.0, like), s)  # 2 / size
     o = b.op("Mul", o, b.float_const(stride, like))
     t = b.float_const((2.0 * (taps.reshape(tap_shape) - pad) + 1.0) / 2.0, like)
     # (2*(o*stride + tap - pad) + 1)/size - 1  ==  (o*stride + (tap - pad + 0.5)) * (2/size) - 1
     return b.op("Sub", b.op("Mul", b.op("Add", o, t), scale), b.float_const(1.0, like))
+
+
+def output_dims(b: Builder, spec: DeformConvSpec, x: Value) -> tuple[Dim, Dim]:
+    """``(Ho, Wo)`` of the convolution, from the input's size and the conv arithmetic.
+
+    Never from the offset's size (an offset of the wrong size must not set the
+    output's size): ``Ho = (H - span) // stride + 1`` with
+    :meth:`DeformConvSpec.span`; static ints when H / W are static, else int64
+    ``[1]`` tensors (integer-only, as TensorRT wants shape tensors).
+    """
+    dims = []
+    for axis in (0, 1):
+        size = b.dim(x, 2 + axis)
+        if isinstance(size, int):
+            dims.append(spec.out_len(axis, size))
+            continue
+        span, stride = spec.span(axis), spec.stride[axis]
+        if stride == 1:
+            dims.append(b.add_dim(size, 1 - span))
+        else:  # (size - span) >= 0 whenever the kernel fits: Div's truncation is floor there
+            dims.append(b.add_dim(b.op("Div", b.add_dim(size, -span), b.i64([stride])), 1))
+    return dims[0], dims[1]
+
+
+def checked_spatial(b: Builder, t: Value | None, Ho: Dim, Wo: Dim) -> Value | None:
+    """``t`` (an offset or mask ``[N, C, h, w]``), failing at run time unless ``(h, w) == (Ho, Wo)``.
+
+    Static sizes are checked at export (:meth:`DeformConvSpec.from_shapes`).
+    With dynamic ones ONNX has no assert, so ``t`` goes through a Reshape to
+    ``[N, C, Ho, Wo]`` whose two spatial entries turn into ``-1, -1`` when
+    either size differs: a Reshape with two ``-1`` is an error in every
+    runtime, while a plain Reshape could silently re-split ``h*w`` pixels.
+    """
+    if t is None:
+        return None
+    shape = b.static_shape(t)
+    if shape is not None and isinstance(Ho, int) and isinstance(Wo, int) and shape[2] == Ho and shape[3] == Wo:
+        return t
+    want = b.shape_vector([Ho, Wo])
+    same = b.op("Equal", b.slice(b.op("Shape", t), 2, 4, axis=0), want)
+    both = b.op("And", b.op("Gather", same, b.i64(0), axis=0), b.op("Gather", same, b.i64(1), axis=0))
+    hw = b.op("Where", both, want, b.i64([-1, -1]))
+    # Leading 0s copy N and C. (Not two Slices of one Shape: onnxscript's optimizer
+    # fuses those into a Split that it places after their users, an unsorted graph.)
+    return b.op("Reshape", t, b.op("Concat", b.i64([0, 0]), hw, axis=0))
+
+
+def finite_coords(b: Builder, p: Value, size: Dim, like: Value) -> Value:
+    """Pixel coordinates clamped into ``[-2, size+1]``, NaN replaced by -2.
+
+    A sample at ``p <= -1`` or ``p >= size`` is 0 either way (torchvision), so
+    no finite result changes; but a NaN or huge coordinate would cast to an
+    out-of-range integer index (a run-time error), and an infinite one gives
+    ``inf - inf = NaN`` bilinear weights. ±inf then samples 0, as in
+    torchvision; NaN samples 0, as ONNX Runtime's DeformConv does (torchvision
+    has no answer: its CPU kernel crashes). NaN is found with ``Equal(p, p)``
+    (false only for NaN), not ``IsNaN``, which MNN's converter rejects.
+    """
+    low = b.float_const(-2.0, like)
+    if isinstance(size, int):
+        high = b.float_const(size + 1, like)
+    else:  # from the integer size: no float shape arithmetic
+        high = b.cast_like(b.scalar(b.add_dim(size, 1)), like)
+    return b.op("Where", b.op("Equal", p, p), b.op("Clip", p, low, high), low)
+
+
+def coordinate_dtype(b: Builder, x: Value, offset: Value) -> tuple[Value, Value]:
+    """``(ref, offset)``: a value of the dtype sampling coordinates are computed in, and the offset in it.
+
+    float32 for float16 inputs (a float16 pixel coordinate resolves only 1
+    pixel at width 2048, 0.5 at 1024); the input itself otherwise.
+    """
+    if b.dtype(x) == np.float16:
+        off = b.op("Cast", offset, to=onnx.TensorProto.FLOAT)
+        return off, off
+    return x, offset
+
+
+def in_coordinate_dtype(b: Builder, x: Value, value: Value) -> Value:
+    """``value`` (of the input's dtype) in the coordinate dtype: float32 when ``x`` is float16."""
+    return b.op("Cast", value, to=onnx.TensorProto.FLOAT) if b.dtype(x) == np.float16 else value
+
+
+def in_input_dtype(b: Builder, x: Value, value: Value) -> Value:
+    """``value`` (of the coordinate dtype) back in the input's dtype: float16 when ``x`` is float16."""
+    return b.op("Cast", value, to=onnx.TensorProto.FLOAT16) if b.dtype(x) == np.float16 else value

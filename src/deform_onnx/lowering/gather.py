@@ -23,10 +23,19 @@ cache. The four weighted corners are added by one ``Sum``.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from ..semantics import DeformConvSpec
 from .builder import Builder, Value
-from .common import base_coords
+from .common import (
+    base_coords,
+    checked_spatial,
+    coordinate_dtype,
+    finite_coords,
+    in_coordinate_dtype,
+    in_input_dtype,
+    output_dims,
+)
 
 MIN_OPSET = 11
 
@@ -45,7 +54,8 @@ def lower_gather(
     C, Cg, Co = spec.in_channels, spec.channels_per_offset_group, spec.out_channels
     groups, Cpg, Cog = spec.groups, spec.channels_per_group, spec.out_channels // spec.groups
     N, H, W = b.dim(x, 0), b.dim(x, 2), b.dim(x, 3)
-    Ho, Wo = b.dim(offset, 2), b.dim(offset, 3)
+    Ho, Wo = output_dims(b, spec, x)
+    offset, mask = checked_spatial(b, offset, Ho, Wo), checked_spatial(b, mask, Ho, Wo)
     P = b.mul_dim(Ho, Wo)
 
     # Channels-last input, one row of C/G values per (n, y, x, g).
@@ -54,41 +64,47 @@ def lower_gather(
 
     # Index math on [K, N, G, Ho, Wo] (tap axis first; Wo last: a short trailing
     # axis makes ONNX Runtime's elementwise ops up to 100x slower).
+    # Coordinates and bilinear weights in float32 for float16 inputs (``coord``'s dtype).
+    coord, offset = coordinate_dtype(b, x, offset)
     off = b.reshape(offset, [-1, G, K, 2, Ho, Wo])
     off = b.op("Transpose", off, perm=[2, 3, 0, 1, 4, 5])  # [K, (dy, dx), N, G, Ho, Wo]
     dy = b.op("Gather", off, b.i64(0), axis=1)  # [K, N, G, Ho, Wo]
     dx = b.op("Gather", off, b.i64(1), axis=1)
-    py = b.op("Add", dy, base_coords(b, spec, 0, Ho, x, out_shape=[1, 1, 1, -1, 1], tap_shape=[-1, 1, 1, 1, 1]))
-    px = b.op("Add", dx, base_coords(b, spec, 1, Wo, x, out_shape=[1, 1, 1, 1, -1], tap_shape=[-1, 1, 1, 1, 1]))
+    py = b.op("Add", dy, base_coords(b, spec, 0, Ho, coord, out_shape=[1, 1, 1, -1, 1], tap_shape=[-1, 1, 1, 1, 1]))
+    px = b.op("Add", dx, base_coords(b, spec, 1, Wo, coord, out_shape=[1, 1, 1, 1, -1], tap_shape=[-1, 1, 1, 1, 1]))
 
-    py = _finite_coords(b, py, H, x)
-    px = _finite_coords(b, px, W, x)
+    py = finite_coords(b, py, H, coord)
+    px = finite_coords(b, px, W, coord)
     y0 = b.op("Floor", py)
     x0 = b.op("Floor", px)
     ly = b.op("Sub", py, y0)
     lx = b.op("Sub", px, x0)
-    one = b.float_const(1.0, x)
+    one = b.float_const(1.0, coord)
     hy = b.op("Sub", one, ly)
     hx = b.op("Sub", one, lx)
     if mask is not None:
         m = b.reshape(mask, [-1, G, K, Ho, Wo])
-        m = b.op("Transpose", m, perm=[2, 0, 1, 3, 4])  # [K, N, G, Ho, Wo]
+        m = in_coordinate_dtype(b, x, b.op("Transpose", m, perm=[2, 0, 1, 3, 4]))  # [K, N, G, Ho, Wo]
         hy = b.op("Mul", hy, m)
         ly = b.op("Mul", ly, m)
 
     # Corner indices clipped into the image; a corner outside it gets weight 0.
-    ry0, ry1, vy0, vy1 = _corners(b, y0, H, x)
-    cx0, cx1, vx0, vx1 = _corners(b, x0, W, x)
+    ry0, ry1, vy0, vy1 = _corners(b, y0, H, coord)
+    cx0, cx1, vx0, vx1 = _corners(b, x0, W, coord)
+    if not spec.bilinear_interpolation_pad:
+        # OpenVINO's rule: the sample is 0 unless 0 <= p < size (floor(p) inside the image),
+        # and the corner past the last row/column repeats it (its index is clipped).
+        vy1, vx1 = vy0, vx0
     hy, ly = b.op("Mul", hy, vy0), b.op("Mul", ly, vy1)
     hx, lx = b.op("Mul", hx, vx0), b.op("Mul", lx, vx1)
     # Flat row = ((n*H + y)*W + x)*G + g.
     row_stride = b.mul_dim(W, G)
-    ry0 = b.op("Mul", ry0, b._as_dim(row_stride))
-    ry1 = b.op("Mul", ry1, b._as_dim(row_stride))
+    ry0 = b.op("Mul", ry0, b.as_dim(row_stride))
+    ry1 = b.op("Mul", ry1, b.as_dim(row_stride))
     cx0 = b.op("Mul", cx0, b.i64(G))
     cx1 = b.op("Mul", cx1, b.i64(G))
     n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
-    n = b.op("Mul", b.reshape(n, [1, -1, 1, 1, 1]), b._as_dim(b.mul_dim(b.mul_dim(H, W), G)))
+    n = b.op("Mul", b.reshape(n, [1, -1, 1, 1, 1]), b.as_dim(b.mul_dim(b.mul_dim(H, W), G)))
     ng = b.op("Add", n, b.i64(np.arange(G, dtype=np.int64).reshape(G, 1, 1)))  # [1, N, G, 1, 1]
     ry0 = b.op("Add", ry0, ng)
     ry1 = b.op("Add", ry1, ng)
@@ -97,7 +113,7 @@ def lower_gather(
     corners = []
     for ry, wy in ((ry0, hy), (ry1, ly)):
         for cx, wx in ((cx0, hx), (cx1, lx)):
-            idx, wgt = b.op("Add", ry, cx), b.op("Mul", wy, wx)
+            idx, wgt = b.op("Add", ry, cx), in_input_dtype(b, x, b.op("Mul", wy, wx))
             if G > 1:
                 idx = b.op("Transpose", idx, perm=[0, 1, 3, 4, 2])
                 wgt = b.op("Transpose", wgt, perm=[0, 1, 3, 4, 2])
@@ -130,24 +146,6 @@ def lower_gather(
     return b.reshape(out, [-1, Co, Ho, Wo])
 
 
-def _finite_coords(b: Builder, p: Value, size, like: Value) -> Value:
-    """Sample coordinates clamped into ``[-2, size+1]``, NaN replaced by -2.
-
-    A sample at ``p <= -1`` or ``p >= size`` is 0 either way (torchvision), so
-    no finite result changes; but a NaN or huge coordinate would cast to an
-    out-of-range int64 Gather index (a run-time error), and an infinite one
-    gives ``inf - inf = NaN`` bilinear weights. ±inf then samples 0, as in
-    torchvision; NaN samples 0, as ONNX Runtime's DeformConv does (torchvision
-    has no answer: its CPU kernel crashes).
-    """
-    low = b.float_const(-2.0, like)
-    if isinstance(size, int):
-        high = b.float_const(size + 1, like)
-    else:  # from the integer size, as in _corners
-        high = b.cast_like(b.scalar(b.add_dim(size, 1)), like)
-    return b.op("Where", b.op("IsNaN", p), low, b.op("Clip", p, low, high))
-
-
 def _corners(b: Builder, low: Value, size, like: Value):
     """Indices and validity of the corners ``floor(p)`` and ``floor(p) + 1`` along one axis.
 
@@ -168,7 +166,7 @@ def _corners(b: Builder, low: Value, size, like: Value):
     high = b.op("Add", low, b.float_const(1.0, like))
     out = []
     for c in (low, high):
-        out.append(b.op("Cast", b.op("Clip", c, zero, last), to=7))  # 7 = INT64
+        out.append(b.op("Cast", b.op("Clip", c, zero, last), to=onnx.TensorProto.INT64))
     for c in (low, high):
         inside = b.op("And", b.op("Greater", c, b.float_const(-1.0, like)), b.op("Less", c, end))
         out.append(b.cast_like(inside, like))

@@ -1,9 +1,26 @@
-"""Lowering on GridSample (opset >= 16): standard ops, exact torchvision numbers.
+"""Lowering on GridSample (opset >= 16): standard ops, torchvision's numbers at any size.
 
 GridSample with ``mode=bilinear`` (``linear`` from opset 20),
 ``padding_mode=zeros`` and ``align_corners=0`` zeroes each corner outside the
 image, exactly torchvision's rule; with ``align_corners=0`` the normalised
 coordinate ``(2p+1)/size - 1`` stays finite for H or W = 1.
+
+Precision sets its reach. GridSample takes *normalised* coordinates and the
+runtime turns them back into pixels, so each rounding of ``g`` (``2^-24`` near
+±1 in float32) moves the sample by about ``size * 2^-25`` pixels: measured
+against torchvision (c17-style layer, offsets up to 100 px, worst of 3 seeds)
+the output error is 1.0e-5 at width 256, 2.0e-5 at 512, 5.6e-5 at 1024,
+1.3e-4 at 1920 and 4.0e-4 at 4096. So GridSample samples static maps up to
+:data:`BILINEAR_MAX_SIZE` pixels a side; larger maps, and maps whose size is
+dynamic (an export made small and run at 4K must stay exact), are sampled
+with the gather lowering's exact sampler, which computes pixel coordinates as
+torchvision does (one rounding of ``base + offset``). A nearest-mode
+GridSample of the four integer corners (from a four-block copy of the padded
+input) is exact too, but measured 8-10x slower than bilinear GridSample on
+ONNX Runtime CPU, so it is not used. float64 maps always use
+GridSample (``size * 2^-54`` px). For float16 models the grid is computed in
+float32 (a float16 pixel coordinate resolves 1 pixel at width 2048);
+GridSample takes a float32 grid on a float16 map.
 
 Graph: the input is viewed as ``[N*G, C/G, H, W]``; one grid of
 ``[N*G, K, Ho, Wo, 2]`` sampling points holds every tap of every output pixel.
@@ -18,11 +35,17 @@ ONNX Runtime makes in front of a 1x1 Conv.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..semantics import DeformConvSpec
 from .builder import Builder, Value
-from .common import base_coords
+from .common import base_coords, checked_spatial, coordinate_dtype, output_dims
+from .gather import lower_gather
 
 MIN_OPSET = 16
+#: Largest static H or W sampled with bilinear GridSample (output error about 2e-5
+#: there, measured); larger or dynamic maps use the exact gather sampler.
+BILINEAR_MAX_SIZE = 512
 
 
 def lower_grid_sample(
@@ -35,31 +58,25 @@ def lower_grid_sample(
     bias: Value | None,
 ) -> Value:
     """Emit the GridSample lowering; returns the ``[N, Co, Ho, Wo]`` output value."""
-    G, K = spec.offset_groups, spec.taps
     kh, kw = spec.kernel
-    C, Cg, Co = spec.in_channels, spec.channels_per_offset_group, spec.out_channels
+    C, Co = spec.in_channels, spec.out_channels
     groups, Cpg = spec.groups, spec.channels_per_group
     H, W = b.dim(x, 2), b.dim(x, 3)
-    Ho, Wo = b.dim(offset, 2), b.dim(offset, 3)
+    Ho, Wo = output_dims(b, spec, x)
+    offset, mask = checked_spatial(b, offset, Ho, Wo), checked_spatial(b, mask, Ho, Wo)
     P = b.mul_dim(Ho, Wo)
 
-    xg = b.reshape(x, [-1, Cg, H, W])  # [N*G, C/G, H, W]
-    grid = _grid(b, spec, x, offset, H, W, Ho, Wo)  # [N*G, K, Ho, Wo, (x, y)]
-    m = None if mask is None else b.reshape(mask, [-1, 1, K, Ho, Wo])  # [N*G, 1, K, Ho, Wo]
-    w = b.reshape(weight, [groups, Co // groups, Cpg, K])
-    mode = "linear" if b.opset >= 20 else "bilinear"
+    if use_exact_sampler(b, x) or not spec.bilinear_interpolation_pad:
+        # (OpenVINO's border rule is written once, in the gather sampler.)
+        return lower_gather(b, spec, x, weight, offset, mask, bias)
+    coord, offset = coordinate_dtype(b, x, offset)
+    w = b.reshape(weight, [groups, Co // groups, Cpg, kh * kw])
     flat = groups == 1 and b.dim(x, 0) == 1  # static batch of one
 
     out = None
-    for i in range(kh):  # one kernel row (kw taps) at a time
-        k0, k1 = i * kw, (i + 1) * kw
-        g = b.reshape(b.slice(grid, k0, k1, axis=1), [-1, b.mul_dim(kw, Ho), Wo, 2])
-        cols = b.op("GridSample", xg, g, mode=mode, padding_mode="zeros", align_corners=0)
-        # cols: [N*G, C/G, kw*Ho, Wo]
-        if m is not None:
-            cols = b.op("Mul", cols, b.reshape(b.slice(m, k0, k1, axis=2), [-1, 1, b.mul_dim(kw, Ho), Wo]))
-        # Rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
-        w_i = b.slice(w, k0, k1, axis=3)
+    for i, cols in enumerate(_bilinear_rows(b, spec, x, coord, offset, mask, H, W, Ho, Wo)):
+        # cols: [N*G, C/G, kw*Ho*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
+        w_i = b.slice(w, i * kw, (i + 1) * kw, axis=3)
         if flat:  # 2-D: ONNX Runtime fuses MatMul + Add into one Gemm
             part = b.op("MatMul", b.reshape(w_i, [Co, C * kw]), b.reshape(cols, [C * kw, P]))
         else:
@@ -72,23 +89,44 @@ def lower_grid_sample(
     return b.reshape(out, [-1, Co, Ho, Wo])
 
 
-def _grid(b: Builder, spec: DeformConvSpec, x: Value, offset: Value, H, W, Ho, Wo) -> Value:
-    """Normalised sampling grid ``[N*G, K, Ho, Wo, 2]``, ``(x, y)`` last as GridSample wants.
+def use_exact_sampler(b: Builder, x: Value) -> bool:
+    """Whether ``x`` is too large (or of unknown size) for bilinear GridSample's precision.
 
-    ``g = (2*(base + d) + 1)/size - 1 = d * (2/size) + g_base``, computed on
-    the offsets' layout (a trailing axis of size 1 or 2 makes ONNX Runtime's
-    elementwise ops up to 100x slower), clamped finite, then one Transpose.
+    Then the gather lowering's exact sampler is used (see the module docstring).
     """
-    K = spec.taps
-    off = b.reshape(offset, [-1, K, 2, Ho, Wo])  # [N*G, K, (dy, dx), Ho, Wo]
-    dy = b.slice(off, 0, 1, axis=2)
-    dx = b.slice(off, 1, 2, axis=2)
-    gy_base = base_coords(b, spec, 0, Ho, x, out_shape=[1, -1, 1], tap_shape=[-1, 1, 1, 1], size=H)
-    gx_base = base_coords(b, spec, 1, Wo, x, out_shape=[1, 1, -1], tap_shape=[-1, 1, 1, 1], size=W)
-    gy = b.op("Add", b.op("Mul", dy, _two_over(b, H, x)), gy_base)
-    gx = b.op("Add", b.op("Mul", dx, _two_over(b, W, x)), gx_base)
-    grid = _finite_grid(b, b.op("Concat", gx, gy, axis=2), x)  # [N*G, K, (x, y), Ho, Wo]
-    return b.op("Transpose", grid, perm=[0, 1, 3, 4, 2])
+    if b.dtype(x) == np.float64:  # float64 grid: bilinear is exact to ~size * 2^-53
+        return False
+    H, W = b.dim(x, 2), b.dim(x, 3)
+    return not (isinstance(H, int) and isinstance(W, int) and max(H, W) <= BILINEAR_MAX_SIZE)
+
+
+def _bilinear_rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, offset, mask, H, W, Ho, Wo):
+    """Yield each kernel row's sampled columns ``[N*G, C/G, kw*Ho*Wo]``: one bilinear GridSample."""
+    K, (kh, kw), Cg = spec.taps, spec.kernel, spec.channels_per_offset_group
+    xg = b.reshape(x, [-1, Cg, H, W])  # [N*G, C/G, H, W]
+    dy, dx = _split(b, spec, offset, Ho, Wo)
+    gy_base = base_coords(b, spec, 0, Ho, coord, out_shape=[1, -1, 1], tap_shape=[-1, 1, 1, 1], size=H)
+    gx_base = base_coords(b, spec, 1, Wo, coord, out_shape=[1, 1, -1], tap_shape=[-1, 1, 1, 1], size=W)
+    gy = b.op("Add", b.op("Mul", dy, _two_over(b, H, coord)), gy_base)
+    gx = b.op("Add", b.op("Mul", dx, _two_over(b, W, coord)), gx_base)
+    grid = _finite_grid(b, b.op("Concat", gx, gy, axis=2), coord)  # [N*G, K, (x, y), Ho, Wo]
+    grid = b.op("Transpose", grid, perm=[0, 1, 3, 4, 2])  # [N*G, K, Ho, Wo, (x, y)]
+    m = None if mask is None else b.reshape(mask, [-1, 1, K, Ho, Wo])  # [N*G, 1, K, Ho, Wo]
+    mode = "linear" if b.opset >= 20 else "bilinear"
+    for i in range(kh):
+        k0, k1 = i * kw, (i + 1) * kw
+        g = b.reshape(b.slice(grid, k0, k1, axis=1), [-1, b.mul_dim(kw, Ho), Wo, 2])
+        cols = b.op("GridSample", xg, g, mode=mode, padding_mode="zeros", align_corners=0)
+        # cols: [N*G, C/G, kw*Ho, Wo]
+        if m is not None:
+            cols = b.op("Mul", cols, b.reshape(b.slice(m, k0, k1, axis=2), [-1, 1, b.mul_dim(kw, Ho), Wo]))
+        yield b.reshape(cols, [-1, Cg, b.mul_dim(b.mul_dim(kw, Ho), Wo)])
+
+
+def _split(b: Builder, spec: DeformConvSpec, offset: Value, Ho, Wo) -> tuple[Value, Value]:
+    """``(dy, dx)`` of every tap, each ``[N*G, K, 1, Ho, Wo]``."""
+    off = b.reshape(offset, [-1, spec.taps, 2, Ho, Wo])  # [N*G, K, (dy, dx), Ho, Wo]
+    return b.slice(off, 0, 1, axis=2), b.slice(off, 1, 2, axis=2)
 
 
 def _two_over(b: Builder, size, like: Value) -> Value:
@@ -105,10 +143,11 @@ def _finite_grid(b: Builder, grid: Value, like: Value) -> Value:
     changes; but ONNX Runtime's GridSample returns non-zero values for
     infinite, NaN or huge (1e30) coordinates. ±inf then samples 0, as in
     torchvision; NaN samples 0, as ONNX Runtime's DeformConv does
-    (torchvision has no answer: its CPU kernel crashes).
+    (torchvision has no answer: its CPU kernel crashes). NaN is found with
+    ``Equal(g, g)`` (false only for NaN), not ``IsNaN``, which MNN rejects.
     """
-    # Constants typed from ``like`` (the input): an intermediate value's dtype may be
+    # Constants typed from ``like``: an intermediate value's dtype may be
     # unknown to the builder (file rewrite), which would need a float32 CastLike.
     three = b.float_const(3.0, like)
     clipped = b.op("Clip", grid, b.float_const(-3.0, like), three)
-    return b.op("Where", b.op("IsNaN", grid), three, clipped)
+    return b.op("Where", b.op("Equal", grid, grid), clipped, three)

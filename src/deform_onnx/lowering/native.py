@@ -19,12 +19,20 @@ def lower_native(
     mask: Value | None,
     bias: Value | None,
 ) -> Value:
-    """Emit one ``DeformConv`` node (inputs ``X, W, offset, B, mask``; ONNX spec)."""
+    """Emit one ``DeformConv`` node (inputs ``X, W, offset, B, mask``; ONNX spec).
+
+    Raises:
+        ValueError: ``spec`` has OpenVINO's border rule, which ``DeformConv`` cannot express.
+    """
+    if not spec.bilinear_interpolation_pad:
+        raise ValueError(
+            "DeformConv samples with torchvision's border rule, not OpenVINO's "
+            "(bilinear_interpolation_pad=false); use method 'grid_sample' or 'gather'"
+        )
     if mask is not None and bias is None:
         # B precedes mask in DeformConv's inputs; a zero bias keeps the node simple
         # for runtimes that mishandle empty optional inputs.
         bias = b.float_const(np.zeros((spec.out_channels,)), x)
-    ph, pw = spec.padding
     return b.op(
         "DeformConv",
         x,
@@ -36,6 +44,6 @@ def lower_native(
         group=spec.groups,
         kernel_shape=list(spec.kernel),
         offset_group=spec.offset_groups,
-        pads=[ph, pw, ph, pw],
+        pads=list(spec.pads),
         strides=list(spec.stride),
     )
