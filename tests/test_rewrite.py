@@ -191,7 +191,14 @@ def test_mmdeploy_four_entry_padding():
     attr.ints[:] = [1, 1, 1, 1]  # mmdeploy writes [ph, ph, pw, pw]
     lowered = deform_onnx.lower(proto)
     assert_close(run_feeds(lowered, feeds), reference(layer, dict(zip(("x", "offset"), feeds.values()))), what="4-entry padding")
+    # [ph, ph, pw, pw] with ph != pw: padding (1, 0), as mmdeploy's symbolic wrote it.
+    cfg10 = cfg.at(padding=(1, 0))
+    proto, layer, feeds = mmcv_model(cfg10, modulated=False, domain="mmdeploy")
+    attr = next(a for a in proto.graph.node[0].attribute if a.name == "padding")
     attr.ints[:] = [1, 1, 0, 0]
+    lowered = deform_onnx.lower(proto)
+    assert_close(run_feeds(lowered, feeds), reference(layer, dict(zip(("x", "offset"), feeds.values()))), what="[1, 1, 0, 0]")
+    attr.ints[:] = [1, 0, 1, 0]  # means (1, 0) to mmdeploy's kernels but not to its symbolic
     with pytest.raises(ValueError, match="dcn.*ambiguous"):
         deform_onnx.lower(proto)
 
@@ -333,9 +340,9 @@ def _single(node: onnx.NodeProto, weight_shape, opset: int = 19, weight_as_input
         (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n1", foo=1), [4, 4, 3, 3], {}, "n1.*unknown attribute.*foo"),
         (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n2", pads=[0] * 6), [4, 4, 3, 3, 3], {}, "n2.*2-D"),
         (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n3"), [4, 4, 3, 3, 3], {}, "n3.*2-D"),
-        (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n4", pads=[1, 1, 0, 0]), [4, 4, 3, 3], {}, "n4.*asymmetric"),
+        (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n4", pads=[1, 1, 0, 0]), [4, 4, 3, 3], {}, "n4.*offset height 4 does not match the output height 5"),
         (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n5"), ["Co", 4, 3, 3], {"weight_as_input": True}, "n5.*weight's shape is not static"),
-        (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n6", kernel_shape=[5, 5]), [4, 4, 3, 3], {}, "n6.*kernel_shape"),
+        (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n6", kernel_shape=[5, 5]), [4, 4, 3, 3], {}, r"n6.*kernel \(5, 5\) does not match the weight"),
         (helper.make_node("MMCVDeformConv2d", ["x", "offset", "w"], ["y"], name="n7", domain="mmcv", bias=1), [4, 4, 3, 3], {}, "n7.*bias"),
         (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n8", group=3), [4, 4, 3, 3], {}, "n8.*groups"),
     ],

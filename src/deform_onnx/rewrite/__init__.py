@@ -23,7 +23,7 @@ from .._io import atomic_path
 from ..lowering import Lowering, resolve_method
 from ..lowering.builder import TapeBuilder
 from ..semantics import DeformConvSpec
-from . import deform_conv, mmcv  # noqa: F401  (register the node kinds)
+from . import deform_conv, mmcv, openvino_node  # noqa: F401  (register the node kinds)
 from .registry import ROLES, SOURCE_OPS, SourceOp, lookup
 
 __all__ = ["lower", "lower_file", "read_model", "LowerReport", "Replacement", "ModelFileError", "find_nodes"]
@@ -222,11 +222,6 @@ def spec_for_node(node: ir.Node, src: SourceOp) -> tuple[DeformConvSpec, dict[st
     values = _node_inputs(node, src, where)
     attrs = src.read_attrs({name: attr.value for name, attr in node.attributes.items()}, where)
     w_shape = _shape(values["weight"])
-    if w_shape is None or None in w_shape:
-        raise ValueError(
-            f"{where}: the weight's shape is not static; make the weight an initializer or add its "
-            "shape to value_info (onnx.shape_inference.infer_shapes)"
-        )
     shapes = {role: _shape(v) for role, v in values.items()}
     for role in ("weight", "input", "offset", "mask"):
         s = shapes[role]
@@ -235,10 +230,9 @@ def spec_for_node(node: ir.Node, src: SourceOp) -> tuple[DeformConvSpec, dict[st
                 f"{where}: {role} has rank {len(s)}; only 2-D deformable convolution (4-D tensors, "
                 "torchvision's deform_conv2d) is supported"
             )
-    if attrs.kernel is not None and tuple(w_shape[2:]) != attrs.kernel:
-        raise ValueError(f"{where}: kernel_shape {list(attrs.kernel)} does not match the weight's shape {list(w_shape)}")
     b_shape = shapes["bias"]
-    if b_shape is not None and b_shape != (w_shape[0],) and None not in b_shape:
+    if b_shape is not None and w_shape is not None and w_shape[0] is not None and None not in b_shape \
+            and b_shape != (w_shape[0],):
         raise ValueError(f"{where}: bias has shape {list(b_shape)}, expected [{w_shape[0]}]")
     unknown = (None, None, None, None)
     try:
@@ -253,10 +247,55 @@ def spec_for_node(node: ir.Node, src: SourceOp) -> tuple[DeformConvSpec, dict[st
             dilation=attrs.dilation,
             groups=attrs.groups,
             offset_groups=attrs.offset_groups,
+            padding_end=attrs.padding_end,
+            kernel=attrs.kernel,
+            out_channels=b_shape[0] if b_shape is not None and len(b_shape) == 1 else None,
+            bilinear_interpolation_pad=attrs.bilinear_interpolation_pad,
         )
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
+        hint = ""
+        if w_shape is None or None in w_shape:
+            hint = " (the weight's shape is not static: make it an initializer or add its shape to value_info)"
+        raise ValueError(f"{where}: {e}{hint}") from None
     return spec, values
+
+
+def _needs_shapes(node: ir.Node, src: SourceOp) -> bool:
+    """Whether a node's weight has no static shape in the file (e.g. computed by other nodes)."""
+    i = src.role_index("weight")
+    value = node.inputs[i] if i is not None and i < len(node.inputs) else None
+    shape = _shape(value)
+    return value is not None and (shape is None or None in shape)
+
+
+def _infer_shapes(model: ir.Model) -> None:
+    """Fill unknown shapes from ONNX shape inference with data propagation.
+
+    A weight computed in the graph (``ConstantOfShape`` of a ``Shape``-built
+    vector, a ``Reshape`` to constant sizes) has no value_info; ONNX's shape
+    inference with ``data_prop`` follows such shape computations. Only shapes
+    missing in ``model`` are set; nothing else changes.
+    """
+    proto = ir.to_proto(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort; the spec check then names the problem
+        return
+    shapes = {}
+    for vi in inferred.graph.value_info:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims = vi.type.tensor_type.shape.dim
+            shapes[vi.name] = (
+                vi.type.tensor_type.elem_type,
+                [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims],
+            )
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for value in node.outputs:
+            if value.shape is None and value.name in shapes:
+                elem, dims = shapes[value.name]
+                if value.type is None and elem:
+                    value.type = ir.TensorType(ir.DataType(elem))
+                value.shape = ir.Shape(dims)
 
 
 def _replace(node: ir.Node, src: SourceOp, lowering: Lowering, opset: int, names: set[str], index: int) -> None:
@@ -394,7 +433,10 @@ def lower_model(model: ir.Model, *, method: str = "auto", opset: int | None = No
         model = _convert(model, target, current)
     report.lowering = lowering.name
     names = _all_names(model)
-    for index, (node, src) in enumerate(find_nodes(model)):
+    found = find_nodes(model)
+    if any(_needs_shapes(node, src) for node, src in found):
+        _infer_shapes(model)
+    for index, (node, src) in enumerate(found):
         report.replaced.append(Replacement(node.name or f"<unnamed #{index}>", src.describe(), lowering.name))
         _replace(node, src, lowering, target, names, index)
     used = _used_domains(model)
@@ -411,11 +453,16 @@ def lower(model: str | os.PathLike | onnx.ModelProto, *, method: str = "auto", o
     """Replace deformable-convolution nodes of an ONNX model by a lowering.
 
     Known nodes: the standard ``DeformConv`` (at any opset, also the invalid
-    opset-17/18 files of the dynamo exporter), mmcv's ``MMCVDeformConv2d``
-    and ``MMCVModulatedDeformConv2d`` (domains ``mmcv`` and ``mmdeploy``).
-    Each is replaced by the ops of one lowering (``native``, ``grid_sample``,
-    ``gather``; semantics of ``torchvision.ops.deform_conv2d``), the same
-    functions the exporters use. The replacement's output keeps the node's
+    opset-17/18 files of the dynamo exporter; asymmetric ``pads`` too),
+    mmcv's ``MMCVDeformConv2d`` and ``MMCVModulatedDeformConv2d`` (domains
+    ``mmcv`` and ``mmdeploy``), and OpenVINO's
+    ``org.openvinotoolkit::DeformableConv2D`` (lowered with OpenVINO's own
+    border rule, so the result matches OpenVINO). Each is replaced by the ops
+    of one lowering (``native``, ``grid_sample``, ``gather``; semantics of
+    ``torchvision.ops.deform_conv2d``), the same functions the exporters use.
+    A weight computed inside the graph gets its shape from ONNX shape
+    inference. The output size is always the convolution's arithmetic on the
+    input; an offset or mask of another size fails at run time. The replacement's output keeps the node's
     output name; graph inputs/outputs, other nodes, initializers, value_info,
     metadata and other opset imports are kept. mmcv domains left unused are
     dropped from the opset imports.
@@ -439,9 +486,9 @@ def lower(model: str | os.PathLike | onnx.ModelProto, *, method: str = "auto", o
         ModelFileError: the path is missing or not an ONNX model.
         ValueError: unknown method; an opset the method cannot use (the
             message names the fix, ``opset=``/``--opset``); a node with unknown
-            attributes, 3-D deformable convolution, asymmetric pads or a
-            weight without a static shape (the message names the node); or a
-            failed opset conversion.
+            attributes, 3-D deformable convolution or a weight whose shape
+            no shape inference finds (the message names the node); ``native``
+            for OpenVINO's node; or a failed opset conversion.
     """
     if isinstance(model, onnx.ModelProto):
         _check_structure(model, "model")

@@ -3,7 +3,9 @@
 Inputs ``X, W, offset, B?, mask?``; attributes ``dilations, group,
 kernel_shape, offset_group, pads, strides``. Same semantics and offset layout
 as torchvision's ``deform_conv2d``; ``pads`` are ``[h_begin, w_begin, h_end, w_end]``
-and must be symmetric, as torchvision's padding is.
+and may differ between begin and end (other converters write such files and
+ONNX Runtime's kernel runs them): the begin pads shift every sampling point,
+their sums set the output size.
 """
 
 from __future__ import annotations
@@ -18,15 +20,13 @@ def _parse(attrs, where: str) -> ConvAttrs:
             f"{where}: pads={pads} must have 4 entries [h_begin, w_begin, h_end, w_end]; "
             "only 2-D deformable convolution is supported"
         )
-    if pads[0] != pads[2] or pads[1] != pads[3]:
-        raise ValueError(
-            f"{where}: asymmetric pads {pads} are not supported (torchvision pads both sides "
-            "equally); pad the input with a Pad node and use symmetric pads"
-        )
+    if min(pads) < 0:
+        raise ValueError(f"{where}: pads={pads} must be >= 0")
     kernel = pair_attr(attrs, "kernel_shape", 1, where) if "kernel_shape" in attrs else None
     return ConvAttrs(
         stride=pair_attr(attrs, "strides", 1, where),
         padding=(int(pads[0]), int(pads[1])),
+        padding_end=(int(pads[2]), int(pads[3])),
         dilation=pair_attr(attrs, "dilations", 1, where),
         groups=int_attr(attrs, "group", 1, where),
         offset_groups=int_attr(attrs, "offset_group", 1, where),

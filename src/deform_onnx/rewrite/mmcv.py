@@ -27,13 +27,14 @@ DOMAINS = ("mmcv", "mmdeploy")
 def _padding(attrs, where: str) -> tuple[int, int]:
     pad = attrs.get("padding", 0)
     if isinstance(pad, (list, tuple)) and len(pad) == 4:
-        # mmdeploy's DCNv1 symbolic writes [ph, ph, pw, pw] while its own kernels read
-        # padding[0], padding[1]: only an all-equal list means the same to both.
-        if len(set(pad)) == 1:
-            return (int(pad[0]), int(pad[0]))
+        # mmdeploy's DCNv1 symbolic writes [ph, ph, pw, pw] (the module's padding, h then w);
+        # its kernels read entries 0 and 1. [a, a, b, b] means padding (a, b) to the symbolic;
+        # any other 4-entry list means different things to the two readers.
+        if pad[0] == pad[1] and pad[2] == pad[3]:
+            return (int(pad[0]), int(pad[2]))
         raise ValueError(
-            f"{where}: padding={list(pad)} is ambiguous (mmdeploy writes [ph, ph, pw, pw] but its "
-            "kernels read the first two entries); re-export with a 2-entry padding [ph, pw]"
+            f"{where}: padding={list(pad)} is ambiguous (mmdeploy's symbolic writes [ph, ph, pw, pw] but "
+            "its kernels read the first two entries); re-export with a 2-entry padding [ph, pw]"
         )
     return pair_attr(attrs, "padding", 0, where)
 

@@ -22,7 +22,10 @@ class ConvAttrs:
 
     ``kernel`` is ``None`` when the node does not state it (it then comes
     from the weight's shape). ``groups`` / ``offset_groups`` are always given
-    by the node kinds known here.
+    by the node kinds known here. ``padding`` is the begin (top, left) pad,
+    ``padding_end`` the (bottom, right) pad (``None``: same as ``padding``).
+    ``bilinear_interpolation_pad`` is OpenVINO's name for the border rule:
+    ``True`` is torchvision's (see :class:`~deform_onnx.semantics.DeformConvSpec`).
     """
 
     stride: tuple[int, int] = (1, 1)
@@ -31,6 +34,8 @@ class ConvAttrs:
     groups: int = 1
     offset_groups: int = 1
     kernel: tuple[int, int] | None = None
+    padding_end: tuple[int, int] | None = None
+    bilinear_interpolation_pad: bool = True
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class SourceOp:
         domain, op_type: the node kind (``""`` is the default ONNX domain).
         roles: role of each input position (see :data:`ROLES`).
         required: number of leading inputs that must be present.
-        attr_kinds: every attribute the kind may carry: ``"int"`` or ``"ints"``.
+        attr_kinds: every attribute the kind may carry: ``"int"``, ``"ints"`` or ``"string"``.
         parse: ``parse(attrs, where) -> ConvAttrs`` with ``attrs`` the
             attributes present (name -> int or list of ints) and ``where`` a
             description of the node for error messages. Raises ``ValueError``.

@@ -69,12 +69,13 @@ def _converter(src: SourceOp):
             weight,
             strides=list(a.stride),
             pads_begin=list(a.padding),
-            pads_end=list(a.padding),
+            pads_end=list(a.padding_end or a.padding),
             dilations=list(a.dilation),
             mask=mask,
             group=a.groups,
             deformable_group=a.offset_groups,
-            bilinear_interpolation_pad=True,
+            # torchvision's border rule; OpenVINO's own DeformableConv2D node keeps OpenVINO's.
+            bilinear_interpolation_pad=a.bilinear_interpolation_pad,
         )
         if bias is not None:
             shape = ops.constant(np.array([1, -1, 1, 1], dtype=np.int64))
