@@ -383,3 +383,15 @@ def test_c21_native_refuses_openvinos_border_rule():
     model, _ = _c21(False, 2.0)
     with pytest.raises(ValueError, match="OpenVINO's.*grid_sample' or 'gather"):
         deform_onnx.lower(model, method="native", opset=19)
+
+
+def test_c17_default_export_of_a_4096_wide_map(tmp_path):
+    """``deform_onnx.export(model, args, path)`` with no other argument on a 4096-wide map: written,
+    verified against PyTorch by export itself, and within 1e-4 of torchvision when run here."""
+    cfg = case_config("c17")
+    layer, inputs = DeformLayer(cfg), wide_inputs(cfg, 100.0)
+    path = tmp_path / "wide.onnx"
+    report = deform_onnx.export(layer, tuple(inputs.values()), path)
+    assert report.max_error is not None and report.max_error <= 1e-4
+    got = run_ort(check(path.read_bytes()).SerializeToString(), inputs)
+    assert_close(got, reference(layer, inputs), what=f"default export ({report.exporter}, {report.method}@{report.opset})")
