@@ -57,22 +57,6 @@ def user_errors(*types: type[BaseException]) -> Iterator[None]:
         fail(str(exc))
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
-    """Parse an input shape such as ``"1,3,224,224"`` (``x`` also separates) into positive ints.
-
-    Raises:
-        UserError: empty, non-integer or non-positive dimensions.
-    """
-    parts = [p.strip() for p in text.replace("x", ",").replace("X", ",").split(",")]
-    try:
-        shape = tuple(int(p) for p in parts)
-    except ValueError:
-        raise UserError(f"bad input shape {text!r}: give comma-separated positive integers, e.g. 1,3,224,224") from None
-    if not shape or any(d <= 0 for d in shape):
-        raise UserError(f"bad input shape {text!r}: every dimension must be a positive integer, e.g. 1,3,224,224")
-    return shape
-
-
 def load_factory(spec: str):
     """Import ``MODULE:FACTORY`` and return the factory (a callable returning an ``nn.Module``).
 

@@ -17,7 +17,8 @@ from typing import Optional
 import typer
 
 from . import app
-from ._common import CHECK_FAILED, UserError, console, err_console, load_factory, one_line, parse_shape, user_errors
+from ._common import CHECK_FAILED, UserError, console, err_console, load_factory, one_line, user_errors
+from ._inputs import parse_shape
 
 #: The main job: one export per lowering, each at an opset that runtimes commonly
 #: hold (17: widest standard-op support; 11: the oldest the project reaches; 20:
