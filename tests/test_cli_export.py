@@ -139,9 +139,9 @@ def test_user_factory_dynamic(user_module, exporter):
         (["no_such_module:build", "-s", "1,3,8,8"], "cannot import 'no_such_module'"),
         (["user_models.py:nope", "-s", "1,3,8,8"], "has no attribute 'nope'"),
         (["user_models.py:broken", "-s", "1,3,8,8"], "weights not found"),
-        (["user_models.py:build", "-s", "1,3,eight,8"], "bad input shape"),
+        (["user_models.py:build", "-s", "1,3,eight,8"], "bad --input-shape '1,3,eight,8'"),
         (["user_models.py:build"], "--input-shape"),
-        (["user_models.py:build", "-s", "1,5,8,8"], "fails on an input of shape 1,5,8,8"),
+        (["user_models.py:build", "-s", "1,5,8,8"], "the model fails on --input-shape 1,5,8,8"),
         (["user_models.py:build", "-s", "1,3,8,8", "--method", "bilinear"], "unknown method 'bilinear'"),
         (["user_models.py:build", "-s", "1,3,8,8", "--opset", "9"], "opset 9"),
         (["user_models.py:build", "-s", "1,3,8,8", "--opset", "99"], "opset 99"),
@@ -151,7 +151,7 @@ def test_user_factory_dynamic(user_module, exporter):
         (["user_models.py:build", "-s", "1,3,8,8", "--opset", "14", "--exporter", "dynamo", "--dynamic"], "15..23 with --dynamic"),
         (["user_models.py:build", "-s", "1,3,8,8", "--method", "gather", "-o", "missing/m.onnx"], "does not exist"),
         (["user_models.py:build", "-s", "1,3,8,8", "-o", "three.onnx"], "3 exports are planned"),
-        (["-s", "1,1,64,64"], "the example takes images N,3,H,W"),
+        (["-s", "1,1,64,64"], "the example takes one image input N,3,H,W"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -171,7 +171,7 @@ def test_error_above_tolerance_exits_1_and_writes_nothing(user_module, monkeypat
     """A check that fails (here: tolerance 0, which float32 rounding exceeds) gives exit code 1, row NO, no file."""
     from deform_onnx.cli import export_cmd
 
-    monkeypatch.setattr(export_cmd, "TOLERANCE", 0.0)
+    monkeypatch.setitem(export_cmd.TOLERANCES, "float32", (0.0, 0.0))
     path = user_module / "net.onnx"
     result = invoke("user_models.py:build", "-s", "1,3,12,10", "--method", "gather", "--opset", "11", "-o", str(path))
     assert result.exit_code == 1, result.stdout + result.stderr

@@ -57,6 +57,43 @@ def user_errors(*types: type[BaseException]) -> Iterator[None]:
         fail(str(exc))
 
 
+def check_output_folder(folder: Path, option: str = "-o") -> None:
+    """An existing folder this process can write in (probed by creating a temporary file in it).
+
+    Raises:
+        UserError: missing, a file, or not writable (the message names the folder and the fix).
+    """
+    import tempfile
+
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{option}: {folder} is a file, not a folder; give a folder or a path inside one")
+    if not folder.is_dir():
+        raise UserError(f"{option}: output folder {folder} does not exist; create it first")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UserError(f"{option}: cannot write to the output folder {folder}: {exc.strerror or exc}") from None
+
+
+def make_output_folder(folder: Path, option: str = "-o") -> None:
+    """Create ``folder`` (and parents) if missing, then :func:`check_output_folder`.
+
+    Raises:
+        UserError: a path component is a file, or the folder cannot be created or written.
+    """
+    for parent in (folder, *folder.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"{option}: {parent} is a file, not a folder; give a folder or a .onnx path")
+            break
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{option}: cannot create the output folder {folder}: {exc.strerror or exc}") from None
+    check_output_folder(folder, option)
+
+
 def load_factory(spec: str):
     """Import ``MODULE:FACTORY`` and return the factory (a callable returning an ``nn.Module``).
 
