@@ -10,6 +10,9 @@ otherwise) in ``--dtype``.
 
 from __future__ import annotations
 
+import re
+import types
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +64,9 @@ def load_model(spec: str | None, kind: str):
         return example_model()
     if kind == "torchscript":
         try:
-            net = torch.jit.load(spec, map_location="cpu")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # torch.jit.load's deprecation notice
+                net = torch.jit.load(spec, map_location="cpu")
         except Exception as exc:  # noqa: BLE001 - any load failure is the file's
             raise UserError(
                 f"{spec}: not a TorchScript archive ({type(exc).__name__}: {one_line(exc)}); save one with "
@@ -77,7 +82,11 @@ def load_model(spec: str | None, kind: str):
                 f"{spec}: not a torch.export archive ({type(exc).__name__}: {one_line(exc)}); "
                 "save one with torch.export.save(torch.export.export(model, (x,)), path)"
             ) from None
-        return program.module()  # an nn.Module that both exporters take
+        net = program.module()  # a GraphModule that both exporters take
+        # Its train()/eval() raise (the mode is baked into the program); export() calls eval().
+        net.train = types.MethodType(lambda self, mode=True: self, net)
+        net.eval = types.MethodType(lambda self: self, net)
+        return net
     factory = load_factory(spec)
     try:
         net = factory()
@@ -183,7 +192,17 @@ def check_input_ranks(net, inputs: ExampleInputs, shown: str) -> None:
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - the model is user code
-        raise UserError(f"the model fails on {shown}: {type(exc).__name__}: {one_line(exc)}") from None
+        raise UserError(f"the model fails on {shown}: {_error_line(exc)}") from None
     finally:
         for h in handles:
             h.remove()
+
+
+def _error_line(exc: BaseException) -> str:
+    """``Type: message``; for a TorchScript interpreter error, its last ``...Error: ...`` line (the cause)."""
+    text = str(exc)
+    if "TorchScript interpreter" in one_line(exc):
+        found = re.findall(r"^(\w+(?:Error|Exception): .+)$", text, flags=re.MULTILINE)
+        if found:
+            return found[-1].strip()
+    return f"{type(exc).__name__}: {one_line(exc)}"

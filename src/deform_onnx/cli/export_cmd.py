@@ -159,7 +159,11 @@ def export_command(
         else:
             _check_creatable(output)
         name = "example" if kind == "example" else _stem(model, kind)
-        jobs = _plan(name, method, opset, exporter, output, dynamic)
+        # torch.export cannot capture a ScriptModule: a TorchScript archive goes to the TorchScript exporter.
+        jobs = _plan(name, method, opset, exporter or ("torchscript" if kind == "torchscript" else None), output, dynamic)
+        if kind == "torchscript" and exporter is None:
+            for job in jobs:
+                job.exporter_chosen = False
         net = load_model(model, kind)
         if want_dtype is not None:
             import torch
@@ -343,11 +347,11 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
         for w in caught:
             if str(w.message).startswith("deform_onnx"):
                 notes.append(f"{label}: {one_line(w.message)}")
-        result.attempts.append((
-            exporter,
-            f"exported with {report.exporter}" + (f" after a fallback: {report.fallback_reason}" if report.fallback_reason else ""),
-            [],
-        ))
+        if report.fallback_reason:
+            result.attempts.append((exporter, f"stopped: {report.fallback_reason}", []))
+            result.attempts.append((report.exporter, "exported (deform_onnx.export's own fallback)", []))
+        else:
+            result.attempts.append((exporter, "exported", []))
         result.problem = None
         result.exporter = report.exporter + (" (fallback)" if report.fallback_reason or exporter != job.exporter else "")
         result.nodes, result.size, result.error = report.node_count, report.file_size, report.max_error
