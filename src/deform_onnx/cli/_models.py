@@ -75,6 +75,17 @@ def load_model(spec: str | None, kind: str):
             ) from None
         return net.eval()
     if kind == "exported":
+        import logging
+        import zipfile
+
+        if not zipfile.is_zipfile(spec):
+            raise UserError(
+                f"{spec}: not a torch.export archive (not a zip file); "
+                "save one with torch.export.save(torch.export.export(model, (x,)), path)"
+            )
+        logger = logging.getLogger("torch.export")
+        level = logger.level
+        logger.setLevel(logging.ERROR)  # torch logs a traceback before raising; the one-line error says it
         try:
             program = torch.export.load(spec)
         except Exception as exc:  # noqa: BLE001
@@ -82,6 +93,8 @@ def load_model(spec: str | None, kind: str):
                 f"{spec}: not a torch.export archive ({type(exc).__name__}: {one_line(exc)}); "
                 "save one with torch.export.save(torch.export.export(model, (x,)), path)"
             ) from None
+        finally:
+            logger.setLevel(level)
         net = program.module()  # a GraphModule that both exporters take
         # Its train()/eval() raise (the mode is baked into the program); export() calls eval().
         net.train = types.MethodType(lambda self, mode=True: self, net)
