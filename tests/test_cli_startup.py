@@ -80,5 +80,14 @@ def test_fast_paths_import_nothing_heavy(args, code, tmp_path):
 
 def test_probe_sees_torch_when_a_command_runs(tmp_path):
     """The probe itself can fail: a command that builds a model does import torch."""
-    result, output = probe(["export", "--input-shape", "1,3,16", "--method", "gather"], tmp_path)
+    result, output = probe(["export", "no_such_module:build", "--input-shape", "1,3,8,8"], tmp_path)
+    assert result["code"] == 2 and "cannot import 'no_such_module'" in output, output
     assert "torch" in result["heavy"] and result["modules"] > MAX_MODULES, (result, output)
+
+
+def test_cli_method_names_are_the_lowerings():
+    """The CLI spells the method names out (no numpy at parse time); they must stay the registry's."""
+    from deform_onnx.cli._inputs import METHODS
+    from deform_onnx.lowering import METHODS as REGISTRY
+
+    assert METHODS == REGISTRY

@@ -11,6 +11,17 @@ from pathlib import Path
 
 from ._common import UserError
 
+#: Lowering names (``deform_onnx.lowering.METHODS``, spelled out so that an argument error
+#: answers without importing numpy; tests/test_cli_startup.py keeps the two equal).
+METHODS = ("auto", "native", "grid_sample", "gather")
+
+
+def check_method(method: str) -> None:
+    """Raises :class:`UserError` for a name that is not one of :data:`METHODS`."""
+    if method not in METHODS:
+        raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
 #: Floating dtypes the CLI feeds and exports (torch and numpy share these names).
 DTYPES = ("float32", "float16", "float64")
 #: Accepted spellings -> canonical name.

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from . import app
 from ._common import CHECK_FAILED, UserError, console, err_console, fail, user_errors
-from ._inputs import load_npz, parse_specs
+from ._inputs import check_method, load_npz, parse_specs
 
 #: Offsets are drawn as randn * OFFSET_SCALE so that many samples fall outside the image.
 OFFSET_SCALE = 2.0
@@ -164,11 +164,8 @@ def check_command(
     (offsets randn*2, masks rand) unless --inputs is given. Exit code 1 if a
     path that ran exceeds --tolerance (or nothing ran), 2 on a bad file or option.
     """
-    from ..lowering import METHODS
-
     with user_errors(ValueError):
-        if method not in METHODS:
-            raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        check_method(method)
         runtimes = [r.strip() for spec in runtime for r in spec.split(",") if r.strip()]
         _check_precision(precision, runtimes)
         shapes = parse_shapes(input_shape)

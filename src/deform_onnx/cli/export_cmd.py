@@ -20,7 +20,7 @@ from . import app
 from ._common import (
     CHECK_FAILED, UserError, check_output_folder, console, err_console, make_output_folder, one_line, user_errors,
 )
-from ._inputs import InputSpec, load_npz, parse_dtype, parse_specs
+from ._inputs import InputSpec, check_method, load_npz, parse_dtype, parse_specs
 from ._models import check_input_ranks, from_npz, from_specs, load_model, model_dtype, model_kind
 
 #: The main job: one export per lowering, each at an opset that runtimes commonly
@@ -133,10 +133,7 @@ def export_command(
         specs = parse_specs(input_shape)
         want_dtype = parse_dtype(dtype) if dtype is not None else None
         if method is not None:
-            from ..lowering import METHODS
-
-            if method not in METHODS:
-                raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+            check_method(method)
         if exporter is not None and exporter not in EXPORTERS:
             raise UserError(f"unknown exporter {exporter!r}; choose dynamo or torchscript")
         if inputs_npz is not None and specs:

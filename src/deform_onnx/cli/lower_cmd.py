@@ -10,6 +10,7 @@ from rich.table import Table
 
 from . import app
 from ._common import UserError, check_output_folder, console, user_errors
+from ._inputs import check_method
 
 
 @app.command("lower")
@@ -41,10 +42,7 @@ def lower_command(
             raise UserError(f"{src}: is a directory, not an ONNX file")
         if dst.is_dir():
             raise UserError(f"-o {dst}: is a directory; give a file path such as {dst / 'model_lowered.onnx'}")
-        from ..lowering import METHODS
-
-        if method not in METHODS:
-            raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        check_method(method)
         if opset is not None:
             import onnx
 
