@@ -210,3 +210,19 @@ def test_api_dynamo_native_at_11_names_no_unworkable_method(shipped):
         deform_onnx.export(module.Net().eval(), (x,), "unused.onnx", opset_version=11, method="native", dynamo=True)
     assert "gather" not in str(info.value) and "19" in str(info.value)
 
+
+
+def test_verbose_detail_carries_the_ir_note(capsys):
+    """What --verbose prints for a TorchScript symbolic error: the stage, the message and the IR note."""
+    from types import SimpleNamespace
+
+    from deform_onnx.cli._attempts import print_attempts, stage_and_detail
+
+    exc = ValueError("method 'native' needs opset >= 19 but opset 17 was requested")
+    exc.add_note("TorchScript IR around the deformable op:\n%y = torchvision::deform_conv2d(%x, %w, %offset)")
+    outcome, detail = stage_and_detail(exc)
+    row = SimpleNamespace(job=SimpleNamespace(method="native", opset=17), attempts=[("torchscript", outcome, detail)])
+    print_attempts([row])
+    err = capsys.readouterr().err
+    assert "native@17 torchscript exporter: stopped at the argument and lowering checks" in err
+    assert "needs opset >= 19" in err and "torchvision::deform_conv2d(%x, %w, %offset)" in err

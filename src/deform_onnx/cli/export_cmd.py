@@ -21,6 +21,7 @@ from ._common import (
     CHECK_FAILED, UserError, check_output_folder, console, err_console, make_output_folder, one_line, user_errors,
 )
 from ._inputs import InputSpec, check_method, load_npz, parse_dtype, parse_specs
+from ._attempts import print_attempts, stage_and_detail
 from ._models import check_input_ranks, from_npz, from_specs, load_model, model_dtype, model_kind
 
 #: The main job: one export per lowering, each at an opset that runtimes commonly
@@ -333,11 +334,11 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
                 )
         except api.VerificationError as exc:
             result.exporter, result.problem = exporter, one_line(exc)
-            result.attempts.append((exporter, "stopped at the check against PyTorch in ONNX Runtime", _detail(exc)))
+            result.attempts.append((exporter, *stage_and_detail(exc, verification=True)))
             return result
         except Exception as exc:  # the exporter's own failures: report, try the next exporter or give up
             result.exporter, result.problem = exporter, f"{type(exc).__name__}: {one_line(exc)}"
-            result.attempts.append((exporter, f"stopped at {_stage(exc)}", _detail(exc)))
+            result.attempts.append((exporter, *stage_and_detail(exc)))
             if exporter != exporters[-1]:
                 notes.append(f"{label}: the dynamo exporter failed ({result.problem}); trying TorchScript")
             continue
@@ -364,45 +365,6 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
         progress.update(task, description=f"{label}: checking at {tuple(resized.shape)}")
         result.resized_error, result.resized_ok = _resized_check(session, net, resized, atol, rtol)
     return result
-
-
-def _stage(exc: BaseException) -> str:
-    """Where an export stopped, from the exception :func:`deform_onnx.export` raised."""
-    text = str(exc)
-    if isinstance(exc, ValueError):
-        return "the argument and lowering checks (before or while translating the deformable op)"
-    if "torch.export could not capture" in text:
-        return "torch.export (capturing the model's graph)"
-    if "version converter" in text:
-        return "onnx's version converter (converting the dynamo export down to the opset)"
-    if "not valid ONNX" in text or "DeformConv nodes remain" in text:
-        return "validation of the written graph (onnx.checker)"
-    return f"the exporter ({type(exc).__module__}.{type(exc).__name__})"
-
-
-def _detail(exc: BaseException, max_lines: int = 40) -> list[str]:
-    """The whole message, the notes (e.g. the TorchScript IR around the op) and the chain of causes."""
-    lines = str(exc).strip().splitlines()[:max_lines]
-    for note in getattr(exc, "__notes__", []):
-        lines += str(note).splitlines()
-    cause = exc.__cause__ or exc.__context__
-    depth = 0
-    while cause is not None and depth < 3:
-        lines.append(f"caused by {type(cause).__name__}: {one_line(cause)}")
-        for note in getattr(cause, "__notes__", []):
-            lines += str(note).splitlines()
-        cause, depth = cause.__cause__ or cause.__context__, depth + 1
-    return lines
-
-
-def print_attempts(results: list[Result]) -> None:
-    """``--verbose``: each exporter tried for each row, where it stopped, and the details."""
-    for r in results:
-        for exporter, outcome, detail in r.attempts:
-            err_console.print(f"[bold]{r.job.method}@{r.job.opset}[/] {exporter} exporter: {outcome}", highlight=False,
-                              soft_wrap=True)
-            for line in detail:
-                err_console.print(f"    {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _torchscript_allows(opset: int) -> bool:
