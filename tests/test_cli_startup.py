@@ -91,3 +91,18 @@ def test_cli_method_names_are_the_lowerings():
     from deform_onnx.lowering import METHODS as REGISTRY
 
     assert METHODS == REGISTRY
+
+
+@pytest.mark.parametrize("command", [[], ["export"], ["lower"], ["check"], ["bench"]])
+def test_help_shows_flags_as_plain_switches(command):
+    """typer 0.29's rich help prints ``<bool>`` after every flag; the CLI shows plain switches."""
+    from typer.testing import CliRunner
+
+    from deform_onnx.cli import app
+
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "--help" in result.output and "<bool>" not in result.output, result.output
+    flag = {(): "--version", ("export",): "--dynamic", ("lower",): "--in-place", ("check",): "--timeout",
+            ("bench",): "--quick"}[tuple(command)]
+    assert flag in result.output
