@@ -190,6 +190,12 @@ def test_check_user_errors_exit_2_one_line(opset17, args, expected):
     _user_error(invoke(path, *args), *expected)
 
 
+def test_check_npz_of_another_dtype(opset17, tmp_path):
+    path, _, inputs = opset17
+    np.savez(tmp_path / "f64.npz", **{k: v.double().numpy() for k, v in inputs.items()})
+    _user_error(invoke(path, "--inputs", tmp_path / "f64.npz"), "--inputs x is float64, but the model's input x is float32")
+
+
 def test_check_directory_and_bad_npz(tmp_path):
     _user_error(invoke(tmp_path), "is a directory")
     bad = tmp_path / "bad.npz"

@@ -152,7 +152,7 @@ def test_export_wrong_rank_is_named_before_the_conv_fails(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "user_models.py").write_text(USER_MODULE)
     line = one_line_error(invoke("export", "user_models.py:Net", "--input-shape", "1,3,64", "-o", "out"),
-                          "gives a rank-3 input", "predict (Conv2d) takes rank 4 (N,C,H,W)")
+                          "an input of shape 1,3,64 is rank 3", "predict (Conv2d) takes rank 4 (N,C,H,W)")
     assert "channels" not in line
     assert not (tmp_path / "out").exists()
 

@@ -85,7 +85,7 @@ def make_output_folder(folder: Path, option: str = "-o") -> None:
     for parent in (folder, *folder.parents):
         if parent.exists():
             if not parent.is_dir():
-                raise UserError(f"{option}: {parent} is a file, not a folder; give a folder or a .onnx path")
+                raise UserError(f"{option}: cannot create the output folder {folder}: {parent} is a file")
             break
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,7 @@ def parse_dtype(text: str, where: str = "--dtype") -> str:
     return dtype
 
 
-def parse_shape(text: str, where: str = "--input-shape") -> tuple[int, ...]:
+def parse_shape(text: str) -> tuple[int, ...]:
     """Parse ``"1,3,224,224"`` (``x`` also separates: ``1x3x224x224``) into positive ints.
 
     Raises:
@@ -51,11 +51,9 @@ def parse_shape(text: str, where: str = "--input-shape") -> tuple[int, ...]:
     try:
         shape = tuple(int(p) for p in parts)
     except ValueError:
-        raise UserError(
-            f"bad {where} {text!r}: give comma-separated positive integers, e.g. 1,3,224,224"
-        ) from None
+        raise UserError(f"bad input shape {text!r}: give comma-separated positive integers, e.g. 1,3,224,224") from None
     if not shape or any(d <= 0 for d in shape):
-        raise UserError(f"bad {where} {text!r}: every dimension must be a positive integer, e.g. 1,3,224,224")
+        raise UserError(f"bad input shape {text!r}: every dimension must be a positive integer, e.g. 1,3,224,224")
     return shape
 
 
@@ -83,7 +81,7 @@ class InputSpec:
         where = f"--input-shape {text!r}:"
         return cls(
             name.strip() if name else None,
-            parse_shape(dims, "--input-shape"),
+            parse_shape(dims),
             parse_dtype(dtype, where) if colon else None,
         )
 

@@ -191,7 +191,7 @@ def check_input_ranks(net, inputs: ExampleInputs, shown: str) -> None:
         x = args[0]
         if x.dim() != 4:
             raise UserError(
-                f"{shown} gives a rank-{x.dim()} input, but the model's first convolution "
+                f"{shown} is rank {x.dim()}, but the model's first convolution "
                 f"{name} ({type(module).__name__}) takes rank 4 (N,C,H,W), e.g. "
                 f"--input-shape 1,{module.in_channels},64,64"
             )

@@ -104,10 +104,16 @@ def make_feeds(model, shapes: dict[str, tuple[int, ...]], npz: dict | None = Non
                     f"input {v.name} has shape {_shown(dims)}, but {source} gives {_shown(given)} "
                     f"(axis {fixed[0]} is fixed at {dims[fixed[0]]})"
                 )
-        if npz and v.name in npz:
-            feeds[v.name] = np.asarray(npz[v.name])
-            continue
         dtype = np.dtype(v.dtype.numpy()) if v.dtype is not None else np.dtype(np.float32)
+        if npz and v.name in npz:
+            array = np.asarray(npz[v.name])
+            if v.dtype is not None and array.dtype != dtype:
+                raise UserError(
+                    f"--inputs {v.name} is {array.dtype}, but the model's input {v.name} is {dtype}; "
+                    f"save it as {dtype} (array.astype(numpy.{dtype}))"
+                )
+            feeds[v.name] = array
+            continue
         shape = given
         if shape is None:
             if dims is None or not all(isinstance(d, int) for d in dims):

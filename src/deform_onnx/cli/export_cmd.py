@@ -169,7 +169,12 @@ def export_command(
             net = net.to(getattr(torch, want_dtype))
         dtype_name = want_dtype or model_dtype(net)
         inputs = from_npz(npz, want_dtype, inputs_npz) if npz is not None else from_specs(specs, dtype_name)
-        shown = f"--inputs {inputs_npz}" if npz is not None else f"--input-shape {' '.join(map(str, specs))}"
+        if npz is not None:
+            shown = f"the inputs of {inputs_npz}"
+        elif len(specs) == 1:
+            shown = f"an input of shape {','.join(map(str, specs[0].shape))}"
+        else:
+            shown = f"the inputs {' '.join(map(str, specs))}"
         from ..api import check_deform_modules
 
         # Before running it: torchvision's kernel divides by zero on a DeformConv2d with stride 0.
@@ -247,7 +252,7 @@ def _check_creatable(folder: Path) -> None:
         check_output_folder(folder, "-o")
         return
     if not existing.is_dir():
-        raise UserError(f"-o: {existing} is a file, not a folder; give a folder or a .onnx path")
+        raise UserError(f"-o: cannot create the output folder {folder}: {existing} is a file")
     import os
 
     if not os.access(existing, os.W_OK | os.X_OK):
