@@ -235,7 +235,7 @@ CLI_CASES = {
     "shape negative": (["user_models.py:good", "-s", "1,3,-8,8"], "bad input shape '1,3,-8,8': every dimension must be a positive integer"),
     "shape zero": (["user_models.py:good", "-s", "0,3,8,8"], "every dimension must be a positive integer"),
     "shape float": (["user_models.py:good", "-s", "1,3,8.5,8"], "bad input shape '1,3,8.5,8'"),
-    "wrong rank": (["user_models.py:good", "-s", "3,8,8"], "the model fails on an input of shape 3,8,8"),
+    "wrong rank": (["user_models.py:good", "-s", "3,8,8"], "an input of shape 3,8,8 is rank 3, but the model's first convolution"),
     "wrong channels": (["user_models.py:good", "-s", "1,4,8,8"], "the model fails on an input of shape 1,4,8,8"),
     "stride 0": (["user_models.py:stride0", "-s", "1,3,8,8"], "dcn (DeformConv2d): stride must be >= 1, got (0, 0)"),
     "dilation 1.5": (["user_models.py:dilation_float", "-s", "1,3,8,8"], "dcn (DeformConv2d): dilation must be an int or a pair of ints"),

@@ -151,7 +151,7 @@ def test_user_factory_dynamic(user_module, exporter):
         (["user_models.py:build", "-s", "1,3,8,8", "--opset", "14", "--exporter", "dynamo", "--dynamic"], "15..23 with --dynamic"),
         (["user_models.py:build", "-s", "1,3,8,8", "--method", "gather", "-o", "missing/m.onnx"], "does not exist"),
         (["user_models.py:build", "-s", "1,3,8,8", "-o", "three.onnx"], "3 exports are planned"),
-        (["-s", "1,1,64,64"], "the example takes images N,3,H,W"),
+        (["-s", "1,1,64,64"], "the example takes one image input N,3,H,W"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -171,7 +171,7 @@ def test_error_above_tolerance_exits_1_and_writes_nothing(user_module, monkeypat
     """A check that fails (here: tolerance 0, which float32 rounding exceeds) gives exit code 1, row NO, no file."""
     from deform_onnx.cli import export_cmd
 
-    monkeypatch.setattr(export_cmd, "TOLERANCE", 0.0)
+    monkeypatch.setitem(export_cmd.TOLERANCES, "float32", (0.0, 0.0))
     path = user_module / "net.onnx"
     result = invoke("user_models.py:build", "-s", "1,3,12,10", "--method", "gather", "--opset", "11", "-o", str(path))
     assert result.exit_code == 1, result.stdout + result.stderr

@@ -5,36 +5,55 @@ Quick use::
     import torch, deform_onnx
     deform_onnx.register()            # method="auto"
     torch.onnx.export(model, (x,), "model.onnx", dynamo=False, opset_version=17)
+
+The public names are loaded on first use (PEP 562), so ``import deform_onnx``
+and the CLI's ``--help`` do not import torch or onnx.
 """
 
-from .api import ExportError, ExportReport, VerificationError, export
-from .exporters.dynamo import translation_table
-from .exporters.torchscript import register, unregister
-from .lowering import LOWERINGS, METHODS, resolve_method
-from .rewrite import lower
-from .semantics import DeformConvSpec
+from __future__ import annotations
 
-__all__ = [
-    "export",
-    "ExportReport",
-    "ExportError",
-    "VerificationError",
-    "translation_table",
-    "lower",
-    "register",
-    "unregister",
-    "resolve_method",
-    "DeformConvSpec",
-    "LOWERINGS",
-    "METHODS",
-]
+import importlib
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
 
+#: Public name -> submodule that defines it.
+_EXPORTS = {
+    "export": ".api",
+    "ExportReport": ".api",
+    "ExportError": ".api",
+    "VerificationError": ".api",
+    "translation_table": ".exporters.dynamo",
+    "lower": ".rewrite",
+    "register": ".exporters.torchscript",
+    "unregister": ".exporters.torchscript",
+    "resolve_method": ".lowering",
+    "DeformConvSpec": ".semantics",
+    "LOWERINGS": ".lowering",
+    "METHODS": ".lowering",
+}
 
-def __getattr__(name):
+__all__ = list(_EXPORTS)
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads these
+    from .api import ExportError, ExportReport, VerificationError, export
+    from .exporters.dynamo import translation_table
+    from .exporters.torchscript import register, unregister
+    from .lowering import LOWERINGS, METHODS, resolve_method
+    from .rewrite import lower
+    from .semantics import DeformConvSpec
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+        globals()[name] = value  # later lookups skip __getattr__
+        return value
     # deform_onnx.openvino without importing OpenVINO at package import time.
     if name == "openvino":
-        import importlib
-
         return importlib.import_module(".openvino", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS, "openvino"])

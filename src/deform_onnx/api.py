@@ -124,7 +124,7 @@ def export(
     if not hasattr(f, "write") and not Path(f).parent.is_dir():
         # Fail before the (slow) export, not after it.
         raise FileNotFoundError(f"output folder {Path(f).parent} does not exist; create it first")
-    lowering = resolve_method(method, opset_version)
+    lowering = resolve_method(method, opset_version, path_min_opset=DYNAMO_MIN_OPSET if dynamo else None)
     if not isinstance(args, tuple):
         args = (args,)
     _check_opset_range(opset_version, dynamo, dynamic=dynamic_shapes is not None or dynamic_axes is not None)

@@ -57,20 +57,41 @@ def user_errors(*types: type[BaseException]) -> Iterator[None]:
         fail(str(exc))
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
-    """Parse an input shape such as ``"1,3,224,224"`` (``x`` also separates) into positive ints.
+def check_output_folder(folder: Path, option: str = "-o") -> None:
+    """An existing folder this process can write in (probed by creating a temporary file in it).
 
     Raises:
-        UserError: empty, non-integer or non-positive dimensions.
+        UserError: missing, a file, or not writable (the message names the folder and the fix).
     """
-    parts = [p.strip() for p in text.replace("x", ",").replace("X", ",").split(",")]
+    import tempfile
+
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{option}: {folder} is a file, not a folder; give a folder or a path inside one")
+    if not folder.is_dir():
+        raise UserError(f"{option}: output folder {folder} does not exist; create it first")
     try:
-        shape = tuple(int(p) for p in parts)
-    except ValueError:
-        raise UserError(f"bad input shape {text!r}: give comma-separated positive integers, e.g. 1,3,224,224") from None
-    if not shape or any(d <= 0 for d in shape):
-        raise UserError(f"bad input shape {text!r}: every dimension must be a positive integer, e.g. 1,3,224,224")
-    return shape
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UserError(f"{option}: cannot write to the output folder {folder}: {exc.strerror or exc}") from None
+
+
+def make_output_folder(folder: Path, option: str = "-o") -> None:
+    """Create ``folder`` (and parents) if missing, then :func:`check_output_folder`.
+
+    Raises:
+        UserError: a path component is a file, or the folder cannot be created or written.
+    """
+    for parent in (folder, *folder.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"{option}: cannot create the output folder {folder}: {parent} is a file")
+            break
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{option}: cannot create the output folder {folder}: {exc.strerror or exc}") from None
+    check_output_folder(folder, option)
 
 
 def load_factory(spec: str):

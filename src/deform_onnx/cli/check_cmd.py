@@ -6,35 +6,35 @@ import math
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 from rich.table import Table
 
 from . import app
-from ..lowering import METHODS
-from ._common import CHECK_FAILED, UserError, console, fail, parse_shape
+from ._common import CHECK_FAILED, UserError, console, err_console, fail, user_errors
+from ._inputs import check_method, load_npz, parse_specs
 
 #: Offsets are drawn as randn * OFFSET_SCALE so that many samples fall outside the image.
 OFFSET_SCALE = 2.0
+#: OpenVINO's inference precision hints (its CPU plugin has no f64 inference).
+PRECISIONS = ("f32", "f16", "bf16")
+#: Default seconds each path (and the reference) may run.
+DEFAULT_TIMEOUT = 120.0
 
 
 def parse_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
-    """``["x=1,3,32,32", ...]`` -> ``{"x": (1, 3, 32, 32)}``.
+    """``["x=1,3,32,32", ...]`` -> ``{"x": (1, 3, 32, 32)}`` (dims may also be separated by ``x``).
 
     Raises:
-        ValueError: a spec without ``=`` or with a non-positive / non-integer dim
-            (dims may also be separated by ``x``).
+        UserError: a spec without ``NAME=``, a bad dimension, a repeated name,
+            or a ``:dtype`` (check reads dtypes from the model).
     """
-    shapes = {}
-    for spec in specs:
-        name, sep, dims = spec.partition("=")
-        if not sep or not name:
-            raise ValueError(f"--input-shape {spec!r}: expected NAME=D1,D2,..., e.g. x=1,3,32,32")
-        try:
-            shapes[name] = parse_shape(dims)
-        except UserError as e:
-            raise ValueError(f"--input-shape {spec!r}: {e}") from None
-    return shapes
+    parsed = parse_specs(specs)
+    for spec, text in zip(parsed, specs):
+        if spec.name is None:
+            raise UserError(f"--input-shape {text!r}: give NAME=D1,D2,..., e.g. x=1,3,32,32")
+        if spec.dtype is not None:
+            raise UserError(f"--input-shape {text!r}: check takes each input's dtype from the model; drop ':{spec.dtype}'")
+    return {s.name: s.shape for s in parsed}
 
 
 def input_roles(model) -> dict[str, str]:
@@ -60,20 +60,25 @@ def input_roles(model) -> dict[str, str]:
     return roles
 
 
-def make_feeds(
-    model, shapes: dict[str, tuple[int, ...]], npz: dict[str, np.ndarray] | None = None, seed: int = 0
-) -> dict[str, np.ndarray]:
-    """Inputs for every graph input that is not an initializer.
+def _shown(dims) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def make_feeds(model, shapes: dict[str, tuple[int, ...]], npz: dict | None = None, seed: int = 0) -> dict:
+    """Inputs (numpy arrays) for every graph input that is not an initializer.
 
     Floating inputs: ``randn``, offsets ``randn * 2``, masks ``rand``
-    (see :func:`input_roles`); integer and bool inputs: zeros. ``npz`` values
-    take precedence.
+    (see :func:`input_roles`), in the input's dtype; integer and bool inputs:
+    zeros. ``npz`` values take precedence.
 
     Raises:
-        ValueError: an input with a dynamic or unknown shape and no
-            ``--input-shape``, or ``--inputs``/``--input-shape`` naming an
+        UserError: an input with a dynamic or unknown shape and no
+            ``--input-shape``; a shape or array whose rank or static dims
+            differ from the model's; ``--inputs``/``--input-shape`` naming an
             input the model does not have.
     """
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     roles = input_roles(model)
     inputs = [v for v in model.graph.inputs if v.name not in model.graph.initializers]
@@ -81,19 +86,39 @@ def make_feeds(
     for source, keys in (("--input-shape", shapes), ("--inputs", npz or {})):
         unknown = sorted(set(keys) - names)
         if unknown:
-            raise ValueError(f"{source} names {', '.join(unknown)}, but the model's inputs are {', '.join(sorted(names))}")
+            raise UserError(f"{source} names {', '.join(unknown)}, but the model's inputs are {', '.join(sorted(names))}")
     feeds = {}
     for v in inputs:
-        if npz and v.name in npz:
-            feeds[v.name] = np.asarray(npz[v.name])
-            continue
+        dims = list(v.shape) if v.shape is not None else None
+        given = npz[v.name].shape if npz and v.name in npz else shapes.get(v.name)
+        source = "--inputs" if npz and v.name in npz else "--input-shape"
+        if given is not None and dims is not None:
+            if len(given) != len(dims):
+                raise UserError(
+                    f"input {v.name} has rank {len(dims)} {_shown(dims)}, but {source} gives {len(given)} dims "
+                    f"{_shown(given)}"
+                )
+            fixed = [i for i, (d, g) in enumerate(zip(dims, given)) if isinstance(d, int) and d != g]
+            if fixed:
+                raise UserError(
+                    f"input {v.name} has shape {_shown(dims)}, but {source} gives {_shown(given)} "
+                    f"(axis {fixed[0]} is fixed at {dims[fixed[0]]})"
+                )
         dtype = np.dtype(v.dtype.numpy()) if v.dtype is not None else np.dtype(np.float32)
-        shape = shapes.get(v.name)
+        if npz and v.name in npz:
+            array = np.asarray(npz[v.name])
+            if v.dtype is not None and array.dtype != dtype:
+                raise UserError(
+                    f"--inputs {v.name} is {array.dtype}, but the model's input {v.name} is {dtype}; "
+                    f"save it as {dtype} (array.astype(numpy.{dtype}))"
+                )
+            feeds[v.name] = array
+            continue
+        shape = given
         if shape is None:
-            dims = list(v.shape) if v.shape is not None else None
             if dims is None or not all(isinstance(d, int) for d in dims):
-                shown = "unknown" if dims is None else "[" + ", ".join(str(d) for d in dims) + "]"
-                raise ValueError(
+                shown = "unknown" if dims is None else _shown(dims)
+                raise UserError(
                     f"input {v.name} has a dynamic or unknown shape {shown}; give it with "
                     f"--input-shape {v.name}=D1,D2,..."
                 )
@@ -119,43 +144,58 @@ def check_command(
         ["ort,openvino"], "--runtime", "-r", help="Runtimes, comma-separated or repeated: ort, openvino."
     ),
     input_shape: list[str] = typer.Option(
-        [], "--input-shape", help="Shape of an input with dynamic dims, e.g. x=1,3,32,32 (repeatable)."
+        [], "--input-shape", help="Shape of an input with dynamic dims, e.g. x=1,3,32,32 or x=1x3x32x32 (repeatable)."
     ),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz file with input arrays by name."),
-    method: str = typer.Option("auto", "--method", "-m", help=f"Lowering for the lowered paths: {', '.join(METHODS)}."),
-    precision: str = typer.Option("f32", "--precision", help="OpenVINO inference precision hint (f32, f16, bf16)."),
+    method: str = typer.Option(
+        "auto", "--method", "-m", help="Lowering for the lowered paths: auto, native, grid_sample or gather."
+    ),
+    precision: str = typer.Option(
+        "f32", "--precision", help="OpenVINO inference precision hint: f32, f16 or bf16 (OpenVINO has no f64)."
+    ),
     tolerance: float = typer.Option(1e-4, "--tolerance", help="Max abs error allowed against the reference."),
-    repeat: int = typer.Option(5, "--repeat", help="Timed runs per path (median reported)."),
+    repeat: int = typer.Option(5, "--repeat", min=0, help="Timed runs per path after the first (median reported)."),
+    timeout: float = typer.Option(
+        DEFAULT_TIMEOUT, "--timeout", min=0.001, help="Seconds each path and the reference may run; past it the row says 'timed out'."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
 ) -> None:
     """Run MODEL on every runtime and path and compare against a reference.
 
     Paths: ONNX Runtime as is; ONNX Runtime after lower(); OpenVINO with the
-    deform-onnx extension; OpenVINO after lower(). Reference: ONNX Runtime as
-    is when it runs, else the ONNX reference implementation (small inputs).
-    Inputs are random (offsets randn*2, masks rand) unless --inputs is given.
-    Exit code 1 if a path that ran exceeds --tolerance (or nothing ran), 2 on
-    a bad file or option.
+    deform-onnx extension; OpenVINO after lower() (a file without deformable
+    nodes has no lower() rows). Reference: ONNX Runtime as is when it runs,
+    else ONNX Runtime's DeformConv kernel on the file re-stamped at opset 19,
+    else onnx.reference with torchvision's deform_conv2d. Inputs are random
+    (offsets randn*2, masks rand) unless --inputs is given. Exit code 1 if a
+    path that ran exceeds --tolerance (or nothing ran), 2 on a bad file or option.
     """
-    from ..rewrite import read_model
+    with user_errors(ValueError):
+        check_method(method)
+        runtimes = [r.strip() for spec in runtime for r in spec.split(",") if r.strip()]
+        _check_precision(precision, runtimes)
+        shapes = parse_shapes(input_shape)
+        npz = load_npz(inputs) if inputs is not None else None
+        if model_path.is_dir():
+            raise UserError(f"{model_path}: is a directory, not an ONNX file")
+        from ..rewrite import read_model
+        from ..runtimes import RUNTIME_NAMES
+
+        unknown = [r for r in runtimes if r not in RUNTIME_NAMES]
+        if unknown:
+            raise UserError(f"unknown runtime {unknown[0]!r}; choose from {', '.join(sorted(RUNTIME_NAMES))}")
+        model = read_model(model_path)
+        feeds = make_feeds(model, shapes, npz, seed)
+
+    from ..rewrite import find_nodes
     from ..runtimes import max_abs_error, reference, run_paths
 
-    if method not in METHODS:
-        fail(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    runtimes = [r.strip() for spec in runtime for r in spec.split(",") if r.strip()]
-    try:
-        model = read_model(model_path)
-        npz = None
-        if inputs is not None:
-            if not inputs.is_file():
-                raise ValueError(f"{inputs}: no such file")
-            with np.load(inputs) as data:
-                npz = {k: data[k] for k in data.files}
-        feeds = make_feeds(model, parse_shapes(input_shape), npz, seed)
-        results = run_paths(model_path, feeds, runtimes=runtimes, method=method, precision=precision, repeat=repeat)
-    except (ValueError, OSError) as e:
-        fail(str(e))
-    want, ref_label = reference(model_path, feeds, results)
+    with _progress() as show:
+        results = run_paths(
+            model_path, feeds, runtimes=runtimes, method=method, precision=precision, repeat=repeat,
+            timeout=timeout, progress=lambda what: show(f"{what}: running", 0, None),
+        )
+        want, ref_label = reference(model_path, feeds, results, timeout=timeout, progress=show)
 
     table = Table(title=f"{model_path.name}: reference = {ref_label if want is not None else 'none'}")
     for col in ("runtime", "path", "status", "precision", "max abs err", "latency ms"):
@@ -178,8 +218,11 @@ def check_command(
             err_text = f"[green]{shown}[/green]" if ok else f"[red]{shown}[/red]"
         table.add_row(r.runtime, r.path, "[green]ran[/green]", r.precision or "", err_text, f"{r.latency_ms:.3f}")
     console.print(table)
+    if not find_nodes(model):
+        console.print("no deformable-convolution nodes: lower() would not change this file, so it has no lower() rows",
+                      highlight=False)
     if want is None:
-        console.print(ref_label, highlight=False)
+        console.print(ref_label, highlight=False, soft_wrap=True)
     ran = [r for r in results if r.ran]
     if not ran:
         console.print("[red]no path ran[/red]")
@@ -191,3 +234,40 @@ def check_command(
         )
         raise typer.Exit(CHECK_FAILED)
     console.print(f"all paths that ran match within {tolerance:g}", highlight=False)
+
+
+def _check_precision(precision: str, runtimes: list[str]) -> None:
+    """``--precision`` is OpenVINO's hint: one it has, and a plain refusal of f64."""
+    p = precision.strip().lower()
+    if p in ("f64", "float64", "double"):
+        if any(r in ("openvino", "ov") for r in runtimes):
+            raise UserError(
+                "OpenVINO has no f64 inference (its CPU plugin runs f32, f16 or bf16): use --precision f32, "
+                "or --runtime ort to run a float64 model on ONNX Runtime alone"
+            )
+        raise UserError("--precision is OpenVINO's inference precision (f32, f16, bf16); ONNX Runtime runs the model's own dtypes")
+    if p not in PRECISIONS:
+        raise UserError(f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+
+
+def _progress():
+    """A transient rich progress display on stderr; yields ``show(description, completed, total)``."""
+    import contextlib
+
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    @contextlib.contextmanager
+    def display():
+        with Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+            console=err_console, transient=True,
+        ) as progress:
+            task = progress.add_task("checking", total=None)
+
+            def show(description: str, completed: int, total: int | None) -> None:
+                progress.update(task, description=description, completed=completed, total=total)
+
+            yield show
+
+    return display()
+

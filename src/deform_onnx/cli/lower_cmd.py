@@ -9,40 +9,55 @@ import typer
 from rich.table import Table
 
 from . import app
-from ..lowering import METHODS
-from ._common import console, fail
+from ._common import UserError, check_output_folder, console, user_errors
+from ._inputs import check_method
 
 
 @app.command("lower")
 def lower_command(
     src: Path = typer.Argument(..., help="ONNX file with DeformConv or mmcv deformable-convolution nodes."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the result."),
-    method: str = typer.Option("auto", "--method", "-m", help=f"Lowering: {', '.join(METHODS)}."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Where to write the result (its folder must exist)."
+    ),
+    method: str = typer.Option("auto", "--method", "-m", help="Lowering: auto, native, grid_sample or gather."),
     opset: Optional[int] = typer.Option(None, "--opset", help="Convert the model to this default-domain opset."),
     in_place: bool = typer.Option(False, "--in-place", help="Overwrite SRC (instead of -o)."),
 ) -> None:
     """Replace DeformConv / mmcv deformable-convolution nodes by a lowering.
 
     Writes atomically (temporary file, then rename); SRC is only written with
-    --in-place. Exit code 2 on a missing or unreadable file or a model the
-    lowering cannot handle.
+    --in-place. Exit code 2 on a missing or unreadable file, an output folder
+    that is missing or not writable, or a model the lowering cannot handle.
     """
-    from ..rewrite import lower_file
+    with user_errors(ValueError):
+        if in_place and output is not None and output.resolve() != src.resolve():
+            raise UserError("give either -o OUT.onnx or --in-place, not both")
+        if not in_place and output is None:
+            raise UserError("give -o OUT.onnx (or --in-place to overwrite the input)")
+        dst = src if in_place else output
+        assert dst is not None
+        if not in_place and dst.resolve() == src.resolve():
+            raise UserError(f"-o {dst} is the input file; pass --in-place to overwrite it")
+        if src.is_dir():
+            raise UserError(f"{src}: is a directory, not an ONNX file")
+        if dst.is_dir():
+            raise UserError(f"-o {dst}: is a directory; give a file path such as {dst / 'model_lowered.onnx'}")
+        check_method(method)
+        if opset is not None:
+            import onnx
 
-    if in_place and output is not None and output.resolve() != src.resolve():
-        fail("give either -o OUT.onnx or --in-place, not both")
-    if not in_place and output is None:
-        fail("give -o OUT.onnx (or --in-place to overwrite the input)")
-    dst = src if in_place else output
-    assert dst is not None
-    if not in_place and dst.resolve() == src.resolve():
-        fail(f"-o {dst} is the input file; pass --in-place to overwrite it")
-    if method not in METHODS:
-        fail(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    try:
+            from ..semantics import MIN_OPSET
+
+            highest = onnx.defs.onnx_opset_version()
+            if not MIN_OPSET <= opset <= highest:
+                raise UserError(
+                    f"--opset {opset} is out of range: this onnx ({onnx.__version__}) converts to opsets "
+                    f"{MIN_OPSET} to {highest} here"
+                )
+        check_output_folder(dst.parent, "-o")
+        from ..rewrite import lower_file
+
         report = lower_file(src, dst, method=method, opset=opset)
-    except (ValueError, OSError) as e:
-        fail(str(e))
     if report.replaced:
         table = Table(title=f"replaced {len(report.replaced)} node(s) with the {report.lowering} lowering")
         table.add_column("node")
@@ -68,4 +83,3 @@ def lower_command(
         console.print(f"{dst} left unchanged", highlight=False)
     else:
         console.print(f"wrote {dst}", highlight=False)
-

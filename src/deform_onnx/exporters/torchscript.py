@@ -95,17 +95,21 @@ def make_symbolic(method: str = "auto"):
         groups, offset_groups, use_mask,
     ):
         b = TorchScriptBuilder(g)
-        lowering = resolve_method(method, g.opset)
-        if b.dtype(input) is None and b.static_shape(input) is not None:
-            raise ValueError(
-                "deform_conv2d: input dtype is not supported for ONNX export "
-                f"({input.type().scalarType()}); use float16, float32 or float64"
+        try:
+            lowering = resolve_method(method, g.opset)
+            if b.dtype(input) is None and b.static_shape(input) is not None:
+                raise ValueError(
+                    "deform_conv2d: input dtype is not supported for ONNX export "
+                    f"({input.type().scalarType()}); use float16, float32 or float64"
+                )
+            return emit_deform_conv2d(
+                b, lowering, input, weight, offset, mask, bias,
+                (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w), groups, offset_groups, use_mask,
+                weight_shape=_weight_shape(g, b, weight),
             )
-        return emit_deform_conv2d(
-            b, lowering, input, weight, offset, mask, bias,
-            (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w), groups, offset_groups, use_mask,
-            weight_shape=_weight_shape(g, b, weight),
-        )
+        except ValueError as exc:
+            _keep_error_one_line(exc, g)
+            raise
 
     return deform_conv2d
 
@@ -129,6 +133,30 @@ def _weight_shape(g, b: "TorchScriptBuilder", weight) -> tuple[int | None, ...] 
     if shape is None or len(shape) != len(traced):
         return traced
     return tuple(s if s is not None else t for s, t in zip(shape, traced))
+
+
+def _keep_error_one_line(exc: BaseException, g) -> None:
+    """Stop torch from printing its whole IR graph on this error; keep the nodes around the op in a note.
+
+    torch 2.14's ``setup_onnx_logging`` tests the function ``_jit_is_onnx_log_enabled``
+    instead of calling it, so ONNX logging is always on during a TorchScript export
+    and any symbolic error first dumps the whole graph ("Torch IR graph at
+    exception") on stderr. Turning the log off before raising leaves the
+    one-line error; the deformable node and its inputs' producers (what
+    ``PYTORCH_JIT_LOG_LEVEL`` would show) go to ``exc.__notes__``, which
+    tracebacks and ``deform-onnx export --verbose`` print.
+    """
+    torch._C._jit_set_onnx_log_enabled(False)
+    node = getattr(g, "original_node", None)
+    if node is None or not hasattr(exc, "add_note"):
+        return
+    lines: list[str] = []
+    for value in node.inputs():
+        producer = value.node()
+        if producer.kind() not in ("prim::Param", "prim::Constant"):
+            lines.append(str(producer).rstrip())
+    lines.append(str(node).rstrip())
+    exc.add_note("TorchScript IR around the deformable op:\n" + "\n".join(dict.fromkeys(lines)))
 
 
 #: The method of the user's own :func:`register` call, restored after :func:`registered`.

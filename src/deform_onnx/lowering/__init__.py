@@ -33,10 +33,13 @@ LOWERINGS: dict[str, Lowering] = {
 METHODS = ("auto", *LOWERINGS)
 
 
-def resolve_method(method: str, opset: int) -> Lowering:
+def resolve_method(method: str, opset: int, *, path_min_opset: int | None = None) -> Lowering:
     """Pick the lowering for ``method`` at ``opset``.
 
     ``"auto"`` is grid_sample at opset >= 16 and gather below.
+    ``path_min_opset``: the lowest opset the caller's export path reaches
+    (e.g. 14 on the dynamo path); below it, the error suggests no other
+    method, since none would work on that path either.
 
     Raises:
         ValueError: unknown method, opset below 11, or a method whose ops the
@@ -51,10 +54,10 @@ def resolve_method(method: str, opset: int) -> Lowering:
     lowering = LOWERINGS[method]
     if opset < lowering.min_opset:
         usable = [m for m, l in LOWERINGS.items() if l.min_opset <= opset]
-        raise ValueError(
-            f"method {method!r} needs opset >= {lowering.min_opset} but opset {opset} was requested; "
-            f"raise the opset or use one of: {', '.join(usable)}"
-        )
+        if path_min_opset is not None and opset < path_min_opset:
+            usable = []  # no method works at this opset on the caller's path
+        fix = f"raise the opset or use one of: {', '.join(usable)}" if usable else f"raise the opset to {lowering.min_opset} or more"
+        raise ValueError(f"method {method!r} needs opset >= {lowering.min_opset} but opset {opset} was requested; {fix}")
     return lowering
 
 

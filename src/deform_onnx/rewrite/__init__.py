@@ -394,7 +394,7 @@ def _convert(model: ir.Model, target: int, current: int | None) -> ir.Model:
         hint = "choose another opset"
         if current is not None and target < current:
             lowest = next((o for o in range(target + 1, current) if _converts(proto, o)), current)
-            hint = f"the lowest opset this model converts to is {lowest}: use --opset {lowest} (opset={lowest})"
+            hint = f"the lowest opset this model converts to is {lowest}"
         raise ValueError(
             f"onnx's version converter cannot convert this model from opset {current} to {target} "
             f"({_converter_reason(e)}); {hint}"

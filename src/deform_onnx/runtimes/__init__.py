@@ -9,6 +9,7 @@ lazily, so ``import deform_onnx`` works without OpenVINO installed.
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -16,11 +17,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .deadline import Deadline, DeadlineExceeded, one_line, ort_run, ov_infer
+from .references import reference
+
 #: Accepted runtime names -> canonical name.
 RUNTIME_NAMES = {"ort": "onnxruntime", "onnxruntime": "onnxruntime", "openvino": "openvino", "ov": "openvino"}
-
-#: Above this many input elements the ONNX reference implementation (pure numpy loops) is too slow.
-REFERENCE_MAX_ELEMENTS = 200_000
 
 
 @dataclass
@@ -39,21 +40,20 @@ class PathResult:
         return self.outputs is not None
 
 
-def _one_line(e: BaseException) -> str:
-    for line in str(e).strip().splitlines():
-        line = line.strip()
-        if line:
-            return f"{type(e).__name__}: {line}" if len(line) < 20 else line
-    return type(e).__name__
-
-
-def _timed(fn: Callable[[], list[np.ndarray]], repeat: int) -> tuple[list[np.ndarray], float]:
-    outputs = fn()  # warm-up (and the outputs compared)
-    times = []
-    for _ in range(max(repeat, 1)):
+def _timed(fn: Callable[[Deadline], list[np.ndarray]], repeat: int, deadline: Deadline) -> tuple[list[np.ndarray], float]:
+    """The outputs of a first run, and the median ms of up to ``repeat`` more (fewer when time runs out)."""
+    t0 = time.perf_counter()
+    outputs = fn(deadline)  # warm-up (and the outputs compared)
+    times = [(time.perf_counter() - t0) * 1e3]
+    timed: list[float] = []
+    for _ in range(repeat):
         t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
+        try:
+            fn(deadline)
+        except DeadlineExceeded:
+            break  # the outputs are in: fewer timed runs, not a failed path
+        timed.append((time.perf_counter() - t0) * 1e3)
+    times = timed or times  # the first run counts only when no timed run finished
     return outputs, statistics.median(times)
 
 
@@ -62,7 +62,11 @@ def _ort_runner(model, feeds: dict[str, np.ndarray]):
 
     sess = session(model)
     names = [o.name for o in sess.get_outputs()]
-    return lambda: [np.asarray(a) for a in sess.run(names, feeds)], "float32" if _all_f32(feeds) else "model"
+
+    def run(deadline: Deadline) -> list[np.ndarray]:
+        return [np.asarray(a) for a in ort_run(sess, names, feeds, deadline)]
+
+    return run, _dtypes(feeds)
 
 
 def _ov_runner(model, feeds: dict[str, np.ndarray], precision: str | None):
@@ -73,15 +77,16 @@ def _ov_runner(model, feeds: dict[str, np.ndarray], precision: str | None):
     # A port may carry several names (OpenVINO merges names of folded values).
     args = [feeds[next(n for n in port.get_names() if n in feeds)] for port in compiled.inputs]
 
-    def run():
-        result = request.infer(args)
-        return [np.array(result[port]) for port in compiled.outputs]
+    def run(deadline: Deadline) -> list[np.ndarray]:
+        ov_infer(request, args, deadline)
+        return [np.array(request.get_tensor(port).data) for port in compiled.outputs]
 
     return run, dov.inference_precision(compiled)
 
 
-def _all_f32(feeds) -> bool:
-    return all(a.dtype == np.float32 for a in feeds.values() if a.dtype.kind == "f")
+def _dtypes(feeds) -> str:
+    """The floating dtypes of the inputs (ONNX Runtime computes in the model's own types)."""
+    return ",".join(sorted({str(a.dtype) for a in feeds.values() if a.dtype.kind == "f"})) or "model"
 
 
 def run_paths(
@@ -92,18 +97,29 @@ def run_paths(
     method: str = "auto",
     precision: str | None = "f32",
     repeat: int = 5,
+    timeout: float | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[PathResult]:
     """Run ``model`` on every runtime, as it is and after :func:`deform_onnx.lower`.
 
     Paths: ONNX Runtime as is; ONNX Runtime after ``lower(method=...)``;
-    OpenVINO with :func:`deform_onnx.openvino.extension`; OpenVINO after
-    ``lower()``. A path that cannot run gets ``reason`` (one line) instead
-    of outputs. ``precision`` is OpenVINO's inference precision hint.
+    OpenVINO with :func:`deform_onnx.openvino.extension` ("extension"); OpenVINO
+    after ``lower()``. A model without deformable nodes gets no ``lower()``
+    paths (they would run the same file) and its OpenVINO path is "as is". A
+    path that cannot run gets ``reason`` (one line) instead of outputs.
+
+    Args:
+        precision: OpenVINO's inference precision hint.
+        repeat: timed runs after the first (the median is reported).
+        timeout: seconds each path may spend running (session building not
+            counted); a path past it stops with a "timed out" reason, or with
+            fewer timed runs when its first run finished in time.
+        progress: called with a description as each path starts.
 
     Raises:
         ValueError: an unknown runtime name.
     """
-    from ..rewrite import lower
+    from ..rewrite import find_nodes, lower, read_model
 
     wanted = []
     for name in runtimes:
@@ -111,18 +127,22 @@ def run_paths(
             raise ValueError(f"unknown runtime {name!r}; choose from {', '.join(sorted(RUNTIME_NAMES))}")
         if RUNTIME_NAMES[name] not in wanted:
             wanted.append(RUNTIME_NAMES[name])
+    deformable = bool(find_nodes(read_model(model)))
     lowered, lower_reason = None, None
-    try:
-        lowered = lower(model, method=method)
-    except Exception as e:  # noqa: BLE001 - reported in the table
-        lower_reason = f"lower() failed: {_one_line(e)}"
+    if deformable:
+        try:
+            lowered = lower(model, method=method)
+        except Exception as e:  # noqa: BLE001 - reported in the table
+            lower_reason = f"lower() failed: {one_line(e)}"
     results = []
     for runtime in wanted:
         from . import onnxruntime as ort_mod
         from . import openvino as ov_mod
 
         missing = (ort_mod if runtime == "onnxruntime" else ov_mod).available()
-        for path, source in (("as is" if runtime == "onnxruntime" else "extension", model), (f"lower({method})", lowered)):
+        as_is = "extension" if runtime == "openvino" and deformable else "as is"
+        paths = [(as_is, model)] + ([(f"lower({method})", lowered)] if deformable else [])
+        for path, source in paths:
             result = PathResult(runtime, path)
             results.append(result)
             if missing:
@@ -131,51 +151,41 @@ def run_paths(
             if source is None:
                 result.reason = lower_reason
                 continue
+            if progress is not None:
+                progress(f"{runtime} {path}")
             try:
                 if runtime == "onnxruntime":
                     fn, result.precision = _ort_runner(source, feeds)
                 else:
                     fn, result.precision = _ov_runner(source, feeds, precision)
-                result.outputs, result.latency_ms = _timed(fn, repeat)
+                result.outputs, result.latency_ms = _timed(fn, repeat, Deadline(timeout))
             except Exception as e:  # noqa: BLE001 - reported in the table
-                result.reason = _one_line(e)
+                result.reason = runtime_reason(e)
     return results
 
 
-def reference(
-    model: str | os.PathLike, feeds: dict[str, np.ndarray], results: Sequence[PathResult]
-) -> tuple[list[np.ndarray] | None, str]:
-    """Outputs to compare every path with, and where they come from.
+#: Longest reason a table row shows; the rest of a runtime's message is cut.
+MAX_REASON = 160
 
-    ONNX Runtime on the model as it is when that ran; else the ONNX reference
-    implementation (``onnx.reference.ReferenceEvaluator``, pure numpy) on the
-    model with its deformable nodes rewritten as the standard ``DeformConv``
-    (``lower(method="native")``, opset >= 19), for inputs up to
-    :data:`REFERENCE_MAX_ELEMENTS` elements. Returns ``(None, reason)`` when
-    there is no reference.
+
+def runtime_reason(e: BaseException) -> str:
+    """Why a path did not run, in one short line.
+
+    ONNX Runtime's load errors repeat the whole node signature; the op and
+    opset it lacks are what matters (``DeformConv`` exists from opset 19).
     """
-    for r in results:
-        if r.runtime == "onnxruntime" and r.path == "as is" and r.ran:
-            return r.outputs, "onnxruntime as is"
-    size = sum(int(a.size) for a in feeds.values())
-    if size > REFERENCE_MAX_ELEMENTS:
-        return None, (
-            f"no reference: onnxruntime did not run the model as is and the inputs ({size} elements) are too "
-            f"large for the ONNX reference implementation (<= {REFERENCE_MAX_ELEMENTS}); pass smaller --input-shape"
-        )
-    try:
-        from onnx.reference import ReferenceEvaluator
-
-        from ..rewrite import lower, read_model
-        from ..rewrite import default_opset as _opset
-
-        current = _opset(read_model(model)) or 19
-        native = lower(model, method="native", opset=max(current, 19))
-        evaluator = ReferenceEvaluator(native)
-        outputs = evaluator.run(None, feeds)
-    except Exception as e:  # noqa: BLE001
-        return None, f"no reference: the ONNX reference implementation failed: {_one_line(e)}"
-    return [np.asarray(o) for o in outputs], "onnx.reference (DeformConv)"
+    text = str(e)
+    found = re.search(r"No Op registered for (\S+) with domain_version of (\d+)", text)
+    if found:
+        op, version = found.groups()
+        hint = "; DeformConv exists from opset 19: lower the file or export at 19+" if op == "DeformConv" else ""
+        return f"onnxruntime has no {op} at opset {version}{hint}"
+    found = re.search(r"Could not find an implementation for (\S+)\((\d+)\)", text)
+    if found:
+        op, version = found.groups()
+        return f"onnxruntime has no CPU kernel for {op}({version}) with these input types (NOT_IMPLEMENTED)"
+    line = one_line(e)
+    return line if len(line) <= MAX_REASON else line[: MAX_REASON - 3] + "..."
 
 
 def max_abs_error(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> float:
