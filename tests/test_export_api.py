@@ -187,12 +187,10 @@ def test_verify_false_skips_ort(tmp_path, small, monkeypatch):
         (dict(method="bogus"), r"unknown method 'bogus'; choose one of auto, native, grid_sample, gather"),
         (dict(method="native", opset_version=17), r"'native' needs opset >= 19.*raise the opset or use one of"),
         (dict(method="grid_sample", opset_version=15, dynamo=False), r"'grid_sample' needs opset >= 16"),
-        (dict(opset_version=11), r"dynamo path's range 14\.\.23.*use dynamo=False for opsets 11 to 13"),
-        (dict(opset_version=13, method="gather"), r"use dynamo=False"),
         (dict(opset_version=21, dynamo=False), r"TorchScript exporter's range 11\.\.20.*use dynamo=True"),
         (dict(opset_version=10, dynamo=False), r"opset >= 11"),
     ],
-    ids=["unknown-method", "native-at-17", "grid_sample-at-15", "dynamo-at-11", "dynamo-at-13", "ts-at-21", "op10"],
+    ids=["unknown-method", "native-at-17", "grid_sample-at-15", "ts-at-21", "op10"],
 )
 def test_bad_arguments_raise_value_error(tmp_path, small, kwargs, match):
     model, inputs, _ = small

@@ -8,7 +8,9 @@ opset 18's ``num_outputs`` (an invalid node, found only by the checker), and
 when the converter fails outright torch silently keeps opset 18. Called
 directly, onnx's converter refuses such models by name ("No Adapter From
 Version $18 for Split"; also ``Pad`` 18->17, ``Shape`` 15->14, ``Identity``
-16->15). So :func:`convert_down` takes the opset-18 build itself:
+16->15, ``BatchNormalization`` 15->14, ``LayerNormalization`` below 17), and it turns the opset-18 reductions
+(``ReduceMean``, ``ReduceMax``, ...) into invalid nodes that keep
+``noop_with_empty_axes``. So :func:`convert_down` takes the opset-18 build itself:
 
 1. each node whose op changes schema between the build opset and the target
    and that has an adapter in :mod:`.adapters` is replaced by its
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 from onnx_ir import tape as ir_tape
+from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from .adapters import ADAPTERS, Adapter, Unrepairable
 
@@ -103,7 +106,8 @@ def convert_down(proto: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, 
         now, then = _since(node.op_type, source), _since(node.op_type, target)
         adapter = ADAPTERS.get((node.op_type, now)) if now is not None else None
         # An adapter writes the op's previous schema: it serves the target only if no later change lies between.
-        if now == then or adapter is None or then is None or _since(node.op_type, now - 1) != then:
+        # (``then`` is None when the op did not exist yet at the target: the adapter writes it out.)
+        if now == then or adapter is None or _since(node.op_type, now - 1) != then:
             continue
         tape = ir_tape.Tape(node.graph)
         try:
@@ -129,6 +133,8 @@ def convert_down(proto: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, 
         if node.domain == _SET_ASIDE:
             node.domain = ""
     del model.opset_imports[_SET_ASIDE]
+    # Inputs that the replaced nodes no longer read (e.g. a Reduce's axes) would linger as dead initializers.
+    RemoveUnusedNodesPass()(model)
     repairs = [
         Repair(a.name, a.op_type, a.from_opset, a.to_opset, a.reason, count) for a, count in used.items()
     ]

@@ -186,3 +186,82 @@ def identity_16_15(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[i
     if x.type is not None and not isinstance(x.type, ir.TensorType):
         raise Unrepairable(f"Identity of a {x.type} (Identity-14 takes tensors and sequences only)")
     return _clone(node, tape, [x])
+
+
+_REDUCE_18 = (
+    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+    "ReduceProd", "ReduceSumSquare",
+)
+
+
+def _reduce_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
+    data, axes = _inputs(node, 2)
+    noop = node.attributes["noop_with_empty_axes"].as_int() if "noop_with_empty_axes" in node.attributes else 0
+    keep = {"keepdims": node.attributes["keepdims"].as_int()} if "keepdims" in node.attributes else {}
+    axes_list = [] if axes is None else _static_ints(axes)
+    if axes_list is None:
+        raise Unrepairable(f"{node.op_type} with run-time axes ({node.op_type}-13 takes axes as an attribute)")
+    if not axes_list and noop:
+        return [tape.op("Identity", [data])]
+    attrs = {**keep, **({"axes": axes_list} if axes_list else {})}  # no axes: reduce over all, as in 18
+    return [tape.op(node.op_type, [data], attrs, name=node.name)]
+
+
+for _op in _REDUCE_18:
+    register(
+        _op, 18,
+        f"{_op}-18 takes axes as an input and has noop_with_empty_axes; {_op}-13 takes axes as an "
+        "attribute and has no noop_with_empty_axes (onnx's converter moves axes but keeps that attribute, "
+        "an invalid node): constant axes become the attribute, and an empty axes list with "
+        "noop_with_empty_axes=1 becomes Identity",
+    )(_reduce_18_17)
+
+
+@register(
+    "LayerNormalization", 17,
+    "LayerNormalization does not exist before opset 17: it is written out as ReduceMean (mean and "
+    "variance over the normalised axes), Sub, Mul, Add, Sqrt, Div, then scale and bias, computed in "
+    "float32 when stash_type=1 (the op's default) as the op specifies",
+)
+def layernormalization_17_16(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
+    x, scale, bias = _inputs(node, 3)
+    if len(node.outputs) > 1 and any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
+        raise Unrepairable("LayerNormalization whose Mean/InvStdDev outputs are used")
+    if x.shape is None:
+        raise Unrepairable("LayerNormalization of an input of unknown rank")
+    rank = len(x.shape)
+    axis = node.attributes["axis"].as_int() if "axis" in node.attributes else -1
+    eps = node.attributes["epsilon"].as_float() if "epsilon" in node.attributes else 1e-5
+    stash = node.attributes["stash_type"].as_int() if "stash_type" in node.attributes else 1
+    axes = list(range(axis % rank, rank))
+    dtype = x.dtype
+    upcast = stash == 1 and dtype is not None and dtype != ir.DataType.FLOAT
+    work = tape.op("Cast", [x], {"to": ir.DataType.FLOAT}) if upcast else x
+    np_dtype = np.float32 if (upcast or dtype is None) else dtype.numpy()
+    mean = tape.op("ReduceMean", [work], {"axes": axes, "keepdims": 1})
+    centred = tape.op("Sub", [work, mean])
+    var = tape.op("ReduceMean", [tape.op("Mul", [centred, centred])], {"axes": axes, "keepdims": 1})
+    eps_value = tape.op("Constant", [], {"value": ir.tensor(np.asarray(eps, dtype=np_dtype))})
+    y = tape.op("Div", [centred, tape.op("Sqrt", [tape.op("Add", [var, eps_value])])])
+    if upcast:
+        y = tape.op("Cast", [y], {"to": dtype})
+    y = tape.op("Mul", [y, scale])
+    if bias is not None:
+        y = tape.op("Add", [y, bias])
+    return [y] + [tape.op("Identity", [y]) for _ in node.outputs[1:]]  # unused extra outputs
+
+
+@register(
+    "BatchNormalization", 15,
+    "BatchNormalization-15 lets scale and bias (T1) and the running mean and variance (T2) have their "
+    "own float types; BatchNormalization-14 takes scale and bias of the input's type: they are cast to it",
+)
+def batchnormalization_15_14(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
+    x, scale, bias, mean, var = _inputs(node, 5)
+    inputs = [x, scale, bias, mean, var]
+    if x.dtype is None:
+        raise Unrepairable("BatchNormalization of an input of unknown type")
+    for i in (1, 2):  # scale, bias: T in opset 14
+        if inputs[i] is not None and inputs[i].dtype is not None and inputs[i].dtype != x.dtype:
+            inputs[i] = tape.op("Cast", [inputs[i]], {"to": x.dtype})
+    return _clone(node, tape, inputs)
