@@ -188,3 +188,95 @@ def test_c15_no_fallback_at_11_names_dynamo_false(tmp_path, c15):
         deform_onnx.export(model, tuple(inputs.values()), tmp_path / "m.onnx", opset_version=11, fallback=False)
     assert "\n" not in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+# -- c16: float16 models pass default verification; tolerance follows the dtype ---------------------
+
+
+@pytest.fixture(scope="module")
+def c16():
+    cfg = case_config("c16").at(dtype=torch.float16)
+    model = DeformLayer(cfg)  # DeformLayer casts to cfg.dtype: model.half()
+    inputs = make_inputs(cfg)
+    assert all(t.dtype == torch.float16 for t in inputs.values())
+    return model, inputs, reference(model, inputs)
+
+
+@pytest.mark.parametrize("method", ["auto", "grid_sample", "gather"])  # what the default opset (17) allows
+def test_c16_float16_passes_default_verification(tmp_path, c16, method):
+    model, inputs, want = c16
+    path = tmp_path / "c16.onnx"
+    report = deform_onnx.export(model, tuple(inputs.values()), path, method=method)
+    assert report.exporter == "dynamo" and report.opset == 17
+    (tol,) = report.tolerances.values()  # one output
+    assert (tol.dtype, tol.rtol, tol.atol, tol.explicit) == ("float16", 1e-2, 1e-2, False)
+    got = run_ort(path.read_bytes(), inputs)
+    assert got.dtype == np.float16
+    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    assert np.all(diff <= tol.atol + tol.rtol * np.abs(want.astype(np.float64))), diff.max()
+    assert report.max_error == pytest.approx(diff.max())
+
+
+def test_c16_explicit_tolerance_wins(tmp_path, c16):
+    """rtol/atol given by the caller replace the dtype's default (float16 cannot meet 1e-6)."""
+    model, inputs, _ = c16
+    with pytest.raises(deform_onnx.VerificationError, match=r"atol=1e-06, rtol=0\.0, given\)"):
+        deform_onnx.export(model, tuple(inputs.values()), tmp_path / "m.onnx", dynamo=False, rtol=0.0, atol=1e-6)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_float16_runtime_conv_is_one_ulp_from_pytorch(tmp_path):
+    """The basis of the float16 default: ONNX Runtime's own float16 Conv (no deformable layer) differs
+    from PyTorch's by at most one unit in the last place of the output (both accumulate in float32
+    and round once), far inside the default; the deformable layer's extra roundings need the rest."""
+    gen = torch.Generator().manual_seed(5)
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1)
+    with torch.no_grad():  # unit-scale outputs, as the default assumes
+        conv.weight.copy_(torch.randn(conv.weight.shape, generator=gen) / 12.0)
+        conv.bias.copy_(torch.randn(16, generator=gen))
+    conv = conv.half().eval()
+    x = torch.randn(1, 16, 16, 16, generator=gen).half()
+    path = tmp_path / "conv16.onnx"
+    report = deform_onnx.export(conv, (x,), path, dynamo=False, input_names=["x"])
+    with torch.no_grad():
+        want = conv(x).numpy()
+    got = run_ort(path.read_bytes(), {"x": x})
+    # One ulp of the larger of the two; near zero (float16 subnormals, spacing 6e-8) the float32
+    # accumulators' own difference (~1e-7) spans a few subnormal steps.
+    ulp = np.maximum(np.spacing(np.maximum(np.abs(want), np.abs(got))).astype(np.float64), 1e-6)
+    assert np.all(np.abs(got.astype(np.float64) - want.astype(np.float64)) <= ulp)
+    assert report.max_error <= 2 ** -10 * (1 + np.abs(want).max())  # one ulp at the largest output
+
+
+def test_default_tolerances_per_dtype():
+    from deform_onnx.verification import tolerance_for
+
+    assert (tolerance_for(torch.float64).rtol, tolerance_for(np.float64).atol) == (1e-8, 1e-8)
+    assert (tolerance_for(torch.float32).rtol, tolerance_for(torch.float32).atol) == (1e-4, 1e-4)
+    assert (tolerance_for(torch.float16).rtol, tolerance_for("float16").atol) == (1e-2, 1e-2)
+    assert tolerance_for(torch.bfloat16).atol == 8e-2
+    assert tolerance_for(torch.int64).atol == 0.0 and tolerance_for(torch.bool).rtol == 0.0
+    # float64 must catch a float32 cast hidden in the graph: tighter than float32's spacing at 1.
+    assert tolerance_for(torch.float64).atol < np.finfo(np.float32).eps
+    mixed = tolerance_for(torch.float16, atol=1e-3)
+    assert (mixed.rtol, mixed.atol, mixed.explicit) == (1e-2, 1e-3, True)
+
+
+# -- issue 11 item 3: float64 models with an ordinary Conv2d ------------------------------------------
+
+
+def test_float64_conv_names_the_missing_kernel(tmp_path, c14):
+    """ONNX Runtime's CPU provider has no float64 Conv: ExportError naming op and dtype and offering
+    verify=False (not onnxruntime's own NOT_IMPLEMENTED text); verify=False writes a valid file."""
+    cfg, model, x = c14
+    model64, x64 = DcnPack(cfg).double().eval(), x.double()
+    path = tmp_path / "m64.onnx"
+    with pytest.raises(deform_onnx.ExportError, match=r"no float64 kernel for Conv \(opset \d+, node .*verify=False") as info:
+        deform_onnx.export(model64, (x64,), path, method="gather")
+    assert "NOT_IMPLEMENTED" not in str(info.value) and "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+    report = deform_onnx.export(model64, (x64,), path, method="gather", verify=False)
+    assert report.exporter == "dynamo" and report.max_error is None and report.tolerances == {}
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto, full_check=True)
+    assert proto.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.DOUBLE

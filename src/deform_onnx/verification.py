@@ -71,7 +71,13 @@ def tolerance_for(dtype, rtol: float | None = None, atol: float | None = None) -
     Integer and boolean outputs must match exactly. ``rtol``/``atol`` given here win
     over the dtype's default (each on its own).
     """
-    name = str(dtype).replace("torch.", "")
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).replace("torch.", "")
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:  # a name numpy does not know (bfloat16)
+            name = str(dtype)
     if name == "bool" or "int" in name:
         default = (0.0, 0.0)
     else:
