@@ -181,7 +181,8 @@ def test_dynamic_at_14_through_export(tmp_path, small, form):
     kwargs = {"dynamic_shapes": _named_dims()} if form == "dims" else {"dynamic_axes": DYNAMIC_AXES}
     path = tmp_path / "m.onnx"
     report = deform_onnx.export(
-        model, tuple(inputs.values()), path, opset_version=14, method="gather", input_names=list(inputs), **kwargs
+        model, tuple(inputs.values()), path, opset_version=14, method="gather", input_names=list(inputs),
+        output_names=["y"], **kwargs,
     )
     assert report.exporter == "dynamo" and report.fallback_reason is None
     assert any(r.startswith("shape_15_14 (Shape opset 15->14") for r in report.repairs), report.repairs

@@ -56,7 +56,7 @@ class ExportReport:
         repairs: down-conversion adapters applied to the dynamo export (one line each: adapter
             ``<op>_<from>_<to>``, the op, the opset step, the reason); see :mod:`deform_onnx.conversion`.
         fallback_reason: why the dynamo exporter was abandoned, if it was.
-        export_seconds: wall time of the export call.
+        export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
         op_types: sorted op types of the main graph.
     """
 
@@ -185,6 +185,7 @@ def _export_eval(
                 )
             except _DynamoUnfit as exc:
                 fallback_reason = str(exc)
+            if fallback_reason is not None:  # outside the except: no chained traceback on the ExportError
                 _check_fallback(fallback_reason, opset_version, fallback)
                 warnings.warn(
                     f"deform_onnx: {fallback_reason}; falling back to the TorchScript exporter "
@@ -272,11 +273,11 @@ def _try_dynamo(
 def _check_fallback(reason: str, opset: int, fallback: bool) -> None:
     """Raise :class:`ExportError` when the TorchScript fallback is not allowed or not possible."""
     if not fallback:
-        raise ExportError(f"{reason}; pass fallback=True or dynamo=False to use the TorchScript exporter")
+        raise ExportError(f"{reason}; pass fallback=True or dynamo=False to use the TorchScript exporter") from None
     if opset > _torchscript.MAX_OPSET:
         raise ExportError(
             f"{reason} and the TorchScript fallback supports opset <= {_torchscript.MAX_OPSET}, not {opset}"
-        )
+        ) from None
 
 
 class _BadDeformInput(ValueError):
