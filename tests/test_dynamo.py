@@ -174,16 +174,23 @@ def test_export_dynamic_shapes(tmp_path, small, method, opset, shapes):
 
 
 @pytest.mark.parametrize("form", ["dims", "axes"])
-def test_dynamic_at_14_names_the_fix(tmp_path, small, form):
-    """Static shapes reach 14; dynamic ones need 15 (Shape has no 15->14 adapter): a clear error, no file."""
+def test_dynamic_at_14_through_export(tmp_path, small, form):
+    """Dynamic shapes at 14: torch's own conversion stops at 15 (no Shape 15->14 adapter), export()
+    converts with its shape_15_14 adapter and says so in the report; the file runs at new sizes."""
     model, inputs, _ = small
     kwargs = {"dynamic_shapes": _named_dims()} if form == "dims" else {"dynamic_axes": DYNAMIC_AXES}
-    with pytest.raises(ValueError, match=r"dynamic shapes on the dynamo path need opset >= 15.*or dynamo=False"):
-        deform_onnx.export(
-            model, tuple(inputs.values()), tmp_path / "m.onnx", opset_version=14, method="gather",
-            input_names=list(inputs), **kwargs,
-        )
-    assert list(tmp_path.iterdir()) == []
+    path = tmp_path / "m.onnx"
+    report = deform_onnx.export(
+        model, tuple(inputs.values()), path, opset_version=14, method="gather", input_names=list(inputs),
+        output_names=["y"], **kwargs,
+    )
+    assert report.exporter == "dynamo" and report.fallback_reason is None
+    assert any(r.startswith("shape_15_14 (Shape opset 15->14") for r in report.repairs), report.repairs
+    data = path.read_bytes()
+    proto = onnx.load_from_string(data)
+    assert default_opset(proto) == 14
+    onnx.checker.check_model(proto, full_check=True)
+    _check_runs_at_new_sizes(model, data, f"gather@14 {form}")
 
 
 def test_direct_torch_export_dynamic(small):

@@ -4,38 +4,38 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import onnx
 import torch
 
 from ._io import write_bytes_atomic
+from .conversion import ConversionError
+from .errors import ExportError, MissingKernelError, VerificationError
 from .exporters import dynamo as _dynamo
 from .exporters import torchscript as _torchscript
+from .exporters.calls import capture_errors as _capture_errors
+from .exporters.calls import cause as _cause
+from .exporters.calls import export_dynamo as _export_dynamo
+from .exporters.calls import export_torchscript as _export_torchscript
 from .lowering import resolve_method
 from .semantics import MIN_OPSET, DeformConvSpec
+from .verification import Tolerance, Verified
+from .verification import verify as _verify
+
+__all__ = ["ExportError", "ExportReport", "VerificationError", "check_deform_modules", "export"]
 
 #: Default opset when none is given: the standard-op lowerings at 17 run on the
 #: widest set of runtimes (DirectML, older ONNX Runtime, OpenVINO); native needs 19.
 DEFAULT_OPSET = 17
 DEFAULT_NATIVE_OPSET = 19
-#: Lowest opset the dynamo path reaches: it builds at 18 and onnx's version
-#: converter has no Reshape adapter below 14.
+#: Lowest opset the dynamo path reaches: it builds at 18 and converts down, and onnx's
+#: version converter has no Reshape adapter below 14 (every lowering uses Reshape).
 DYNAMO_MIN_OPSET = _dynamo.MIN_OPSET
 DYNAMO_MAX_OPSET = 23
-
-
-class ExportError(RuntimeError):
-    """The export did not produce a valid model; no file was written."""
-
-
-class VerificationError(ExportError):
-    """The exported model's ONNX Runtime outputs differ from PyTorch's; no file was written."""
 
 
 @dataclass
@@ -51,8 +51,13 @@ class ExportReport:
         file_size: bytes written.
         max_error: max abs difference ORT vs PyTorch over all outputs (``None`` without verify).
         worst_output: name of the output with ``max_error``.
+        tolerances: output name -> the :class:`Tolerance` it was checked with (dtype, rtol,
+            atol, whether given or the dtype's default); empty without verify.
+        repairs: down-conversion adapters applied to the dynamo export (one line each: adapter
+            ``<op>_<from>_<to>``, the op, the opset step, the reason); see :mod:`deform_onnx.conversion`.
         fallback_reason: why the dynamo exporter was abandoned, if it was.
-        export_seconds: wall time of the export call.
+        export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
+        op_types: sorted op types of the main graph.
     """
 
     path: Path | None
@@ -63,6 +68,8 @@ class ExportReport:
     file_size: int
     max_error: float | None = None
     worst_output: str | None = None
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)
+    repairs: list[str] = field(default_factory=list)
     fallback_reason: str | None = None
     export_seconds: float = 0.0
     op_types: list[str] = field(default_factory=list)
@@ -81,19 +88,39 @@ def export(
     dynamic_shapes=None,
     dynamic_axes: dict | None = None,
     verify: bool = True,
-    rtol: float = 1e-4,
-    atol: float = 1e-4,
+    rtol: float | None = None,
+    atol: float | None = None,
     fallback: bool = True,
 ) -> ExportReport:
     """Export ``model`` to ONNX with deformable convolution lowered by ``method``.
+
+    Exporter choice: with ``dynamo=True`` (default) the dynamo exporter builds
+    at opset 18 and, below 18, the model is converted down by onnx's version
+    converter plus this package's adapters for what it lacks (``Split`` 18->17,
+    ``Pad`` 18->17, ``Shape`` 15->14, ``Identity`` 16->15; listed in
+    ``report.repairs``). The TorchScript exporter is used instead, with a
+    warning saying why, when the dynamo path cannot serve: opsets 11 to 13
+    (below its reach of 14), ``torch.export`` cannot capture the model, an op
+    cannot be converted down, or the dynamo file fails the checker or the
+    comparison. With ``fallback=True`` export therefore succeeds for every
+    model and opset (11 to 20) that the TorchScript exporter can export.
+
+    Verification tolerance (``|ort - torch| <= atol + rtol * |torch|``, per output,
+    by its dtype; an explicit ``rtol``/``atol`` wins, each on its own):
+    float64 1e-8 (tighter than float32's resolution, so a hidden float32 cast
+    fails), float32 1e-4 (the project's rule), float16 1e-2 (ONNX Runtime's
+    own float16 ``Conv`` differs from PyTorch's by one output ulp; a deformable
+    convolution also rounds each sample and its mask product, bounded by
+    ``4u*sum|w*s| + 2u|y|`` with u = 2^-11, about 1.7e-2 for unit-scale 3x3x16
+    layers), bfloat16 8e-2 (the same bound with bfloat16's 8x larger u). Integer
+    outputs must match exactly. :mod:`deform_onnx.verification` has the details.
 
     Args:
         model: a module calling ``torchvision.ops.deform_conv2d`` (any number of times).
         args: example inputs (tensors), as for ``torch.onnx.export``.
         f: output path, or a binary file-like object.
-        opset_version: target default-domain opset (11 to 20 for TorchScript,
-            14 to 23 for dynamo, 15 to 23 with dynamic shapes). Default 17 (19 for
-            ``method="native"``).
+        opset_version: target default-domain opset, 11 to 23 (TorchScript: 11 to 20;
+            dynamo: 14 to 23, lower ones fall back). Default 17 (19 for ``method="native"``).
         method: ``"auto"`` (grid_sample at opset >= 16, gather below),
             ``"native"`` (ONNX ``DeformConv``, opset >= 19), ``"grid_sample"``
             (opset >= 16) or ``"gather"`` (opset >= 11).
@@ -104,19 +131,21 @@ def export(
         dynamic_shapes: dynamo-style dynamic shapes (``torch.export.Dim``).
         dynamic_axes: TorchScript-style ``{name: {axis: "name"}}``; accepted by both exporters.
         verify: run the model in ONNX Runtime on ``args`` and compare with PyTorch.
-        rtol, atol: verification tolerance: ``|ort - torch| <= atol + rtol*|torch|``.
-        fallback: when ``torch.export`` cannot capture the model (e.g.
-            data-dependent control flow), warn naming the cause and use the
-            TorchScript exporter; ``False`` raises :class:`ExportError` instead.
+        rtol, atol: verification tolerance; ``None`` takes the output dtype's default above.
+        fallback: use the TorchScript exporter (with a warning naming the cause)
+            when the dynamo path cannot serve (see above); ``False`` raises
+            :class:`ExportError` instead.
 
     Returns:
-        :class:`ExportReport`.
+        :class:`ExportReport` (exporter used, repairs, tolerances, max error).
 
     Raises:
         ValueError: unknown method, opset out of range, a method the opset cannot hold, or
             a ``DeformConv2d`` module with a bad stride/padding/dilation or called with
             tensors of the wrong rank or channel count (the message names the module).
-        ExportError: the exporter failed or produced an invalid model (nothing written).
+        ExportError: the exporter failed or produced an invalid model, or ONNX Runtime has
+            no kernel for some node at its dtype (e.g. float64 ``Conv``: the message names
+            it and offers ``verify=False``); nothing written.
         VerificationError: ORT and PyTorch outputs differ beyond tolerance (nothing written).
     """
     if opset_version is None:
@@ -127,7 +156,7 @@ def export(
     lowering = resolve_method(method, opset_version, path_min_opset=DYNAMO_MIN_OPSET if dynamo else None)
     if not isinstance(args, tuple):
         args = (args,)
-    _check_opset_range(opset_version, dynamo, dynamic=dynamic_shapes is not None or dynamic_axes is not None)
+    _check_opset_range(opset_version, dynamo)
     training = {m: m.training for m in model.modules()}
     model.eval()  # export and verify in eval mode; each module's own mode is restored after
     try:
@@ -145,76 +174,110 @@ def _export_eval(
     dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback,
 ) -> ExportReport:
     start = time.perf_counter()
-    fallback_reason = None
+    fallback_reason, repairs, done = None, [], None
     checks = check_deform_modules(model)
     try:
         if dynamo:
-            what = None
             try:
-                proto = _export_dynamo(
-                    model, args, opset_version, method, input_names, output_names, dynamic_shapes, dynamic_axes
+                done = _try_dynamo(
+                    model, args, opset_version, method, input_names, output_names, dynamic_shapes,
+                    dynamic_axes, verify, rtol, atol,
                 )
-            except _capture_errors() as exc:
-                _raise_bad_deform_input(exc)
-                fallback_reason = _cause(exc)
-                what = f"torch.export could not capture the model ({fallback_reason})"
-            else:
-                got = _default_opset(proto)
-                if got != opset_version:
-                    # torch keeps the build opset when onnx's version converter lacks an adapter
-                    # for some op of the model (e.g. Shape 15->14, Identity 16->15).
-                    fallback_reason = (
-                        f"onnx's version converter could not take the dynamo export from opset {got} "
-                        f"down to {opset_version}"
-                    )
-                    what = fallback_reason
-            if what is not None:
-                if not fallback:
-                    raise ExportError(
-                        f"{what}; pass fallback=True or dynamo=False to use the TorchScript exporter"
-                    ) from None
-                if opset_version > _torchscript.MAX_OPSET:
-                    raise ExportError(
-                        f"{what} and the TorchScript fallback supports opset <= {_torchscript.MAX_OPSET}, "
-                        f"not {opset_version}"
-                    ) from None
+            except _DynamoUnfit as exc:
+                fallback_reason = str(exc)
+            if fallback_reason is not None:  # outside the except: no chained traceback on the ExportError
+                _check_fallback(fallback_reason, opset_version, fallback)
                 warnings.warn(
-                    f"deform_onnx: {what}; falling back to the TorchScript exporter "
+                    f"deform_onnx: {fallback_reason}; falling back to the TorchScript exporter "
                     "(it records the branches taken for the example inputs)",
                     stacklevel=3,  # the caller of export()
                 )
-        if not dynamo or fallback_reason is not None:
+        if done is None:
             if input_names is None:
                 input_names = _forward_names(model, args)
             if dynamic_axes is None and dynamic_shapes is not None:
                 dynamic_axes = _dynamic_shapes_to_axes(dynamic_shapes, input_names, model, args)
-            proto = _export_torchscript(
-                model, args, opset_version, method, input_names, output_names, dynamic_axes
-            )
+            proto = _export_torchscript(model, args, opset_version, method, input_names, output_names, dynamic_axes)
+            _validate(proto, opset_version, method)
+            data = proto.SerializeToString()
+            done = (proto, data, _verify(model, args, data, rtol, atol) if verify else None)
+        else:
+            repairs = done[3]
     except _BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
         raise ValueError(str(exc)) from None
     finally:
         checks.close()
-    seconds = time.perf_counter() - start
-
-    _validate(proto, opset_version, method)
+    proto, data, verified = done[:3]
     report = ExportReport(
         path=None,
         opset=opset_version,
         method=method,
         exporter="torchscript" if (not dynamo or fallback_reason) else "dynamo",
         node_count=len(proto.graph.node),
-        file_size=0,
+        file_size=len(data),
+        repairs=[str(r) for r in repairs],
         fallback_reason=fallback_reason,
-        export_seconds=seconds,
+        export_seconds=time.perf_counter() - start,
         op_types=sorted({n.op_type for n in proto.graph.node}),
     )
-    data = proto.SerializeToString()
-    if verify:
-        report.max_error, report.worst_output = _verify(model, args, data, rtol, atol)
-    report.file_size = len(data)
+    if verified is not None:
+        report.max_error, report.worst_output, report.tolerances = (
+            verified.max_error, verified.worst_output, verified.tolerances,
+        )
     report.path = _write(data, f)
     return report
+
+
+class _DynamoUnfit(Exception):
+    """The dynamo path cannot serve this export (the message says why); the TorchScript one may."""
+
+
+def _try_dynamo(
+    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify, rtol, atol
+) -> tuple[onnx.ModelProto, bytes, Verified | None, list]:
+    """Export, validate and verify on the dynamo path, or raise :class:`_DynamoUnfit` naming why not.
+
+    User errors (``ValueError``) and a runtime without a kernel (:class:`MissingKernelError`) pass
+    through: the TorchScript exporter would meet them too.
+    """
+    if opset < DYNAMO_MIN_OPSET:
+        raise _DynamoUnfit(
+            f"the dynamo exporter reaches opset {DYNAMO_MIN_OPSET} at the lowest, not {opset} "
+            "(it builds at 18 and onnx's version converter has no Reshape adapter below 14)"
+        )
+    try:
+        proto, repairs = _export_dynamo(
+            model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes
+        )
+    except _capture_errors() as exc:
+        _raise_bad_deform_input(exc)
+        raise _DynamoUnfit(f"torch.export could not capture the model ({_cause(exc)})") from None
+    except ConversionError as exc:
+        raise _DynamoUnfit(f"the dynamo export cannot be converted down to opset {opset}: {exc}") from None
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other failure of torch's exporter: TorchScript may still work
+        _raise_bad_deform_input(exc)
+        raise _DynamoUnfit(f"the dynamo exporter failed ({_cause(exc)})") from None
+    try:
+        _validate(proto, opset, method)
+        data = proto.SerializeToString()
+        verified = _verify(model, args, data, rtol, atol) if verify else None
+    except MissingKernelError:
+        raise
+    except ExportError as exc:  # VerificationError included
+        raise _DynamoUnfit(f"the dynamo export failed its check ({exc})") from None
+    return proto, data, verified, repairs
+
+
+def _check_fallback(reason: str, opset: int, fallback: bool) -> None:
+    """Raise :class:`ExportError` when the TorchScript fallback is not allowed or not possible."""
+    if not fallback:
+        raise ExportError(f"{reason}; pass fallback=True or dynamo=False to use the TorchScript exporter") from None
+    if opset > _torchscript.MAX_OPSET:
+        raise ExportError(
+            f"{reason} and the TorchScript fallback supports opset <= {_torchscript.MAX_OPSET}, not {opset}"
+        ) from None
 
 
 class _BadDeformInput(ValueError):
@@ -299,130 +362,17 @@ def _raise_bad_deform_input(exc: BaseException) -> None:
         raise ValueError(str(inner)) from None
 
 
-def _check_opset_range(opset: int, dynamo: bool, dynamic: bool = False) -> None:
-    if dynamo and not DYNAMO_MIN_OPSET <= opset <= DYNAMO_MAX_OPSET:
+def _check_opset_range(opset: int, dynamo: bool) -> None:
+    if dynamo and not MIN_OPSET <= opset <= DYNAMO_MAX_OPSET:
         raise ValueError(
-            f"opset {opset} is out of the dynamo path's range {DYNAMO_MIN_OPSET}..{DYNAMO_MAX_OPSET} "
-            "(the dynamo exporter builds at opset 18 and onnx's version converter cannot go below 14); "
-            "use dynamo=False for opsets 11 to 13"
-        )
-    if dynamo and dynamic and opset < _dynamo.DYNAMIC_MIN_OPSET:
-        raise ValueError(
-            f"dynamic shapes on the dynamo path need opset >= {_dynamo.DYNAMIC_MIN_OPSET}, not {opset} "
-            "(run-time sizes are read with Shape, and onnx's version converter has no Shape adapter "
-            f"from 15 to 14); use opset_version >= {_dynamo.DYNAMIC_MIN_OPSET} or dynamo=False"
+            f"opset {opset} is out of range {MIN_OPSET}..{DYNAMO_MAX_OPSET} (dynamo exporter: "
+            f"{DYNAMO_MIN_OPSET}..{DYNAMO_MAX_OPSET}, TorchScript fallback below {DYNAMO_MIN_OPSET})"
         )
     if not dynamo and not MIN_OPSET <= opset <= _torchscript.MAX_OPSET:
         raise ValueError(
             f"opset {opset} is out of the TorchScript exporter's range {MIN_OPSET}..{_torchscript.MAX_OPSET}; "
             "use dynamo=True for higher opsets"
         )
-
-
-def _capture_errors() -> tuple[type[BaseException], ...]:
-    from torch.onnx._internal.exporter import _errors
-
-    return (_errors.TorchExportError,)
-
-
-def _cause(exc: BaseException) -> str:
-    """A one-line reason from the innermost exception of a torch.export failure.
-
-    Adds the user's source line when torch names it ("The following call raised
-    this error"): the guard's own text (``Eq(u0, 1)``) does not say where it is.
-    """
-    inner = exc
-    while inner.__cause__ is not None:
-        inner = inner.__cause__
-    text = str(inner).strip()
-    message = text.splitlines()[0][:300] if text else ""
-    reason = f"{type(inner).__name__}: {message}"
-    where = _user_frame(text) or _user_frame(str(exc))
-    return f"{reason} [at {where}]" if where else reason
-
-
-def _user_frame(text: str) -> str | None:
-    """``file:line in fn: code`` from torch.export's "The following call raised this error" block."""
-    import re
-
-    match = re.search(
-        r"The following call raised this error:\s*\n\s*File \"([^\"]+)\", line (\d+), in (\S+)\s*\n\s*(.+)", text
-    )
-    if match is None:
-        return None
-    file, line, fn, code = match.groups()
-    return f"{file}:{line} in {fn}: {code.strip()}"
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Silence the exporters' progress prints, graph dumps and log warnings (errors still raise)."""
-    import logging
-
-    loggers = [logging.getLogger(n) for n in ("torch", "torch.onnx", "torch.export", "torch.fx", "torch._dynamo")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    sink = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
-def _export_dynamo(model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes):
-    from torch.onnx._internal.exporter import _errors
-
-    table = _dynamo.translation_table(method, opset)
-    with _quiet(), _lowering_value_errors(_errors.ConversionError):
-        program = torch.onnx.export(
-            model,
-            args,
-            dynamo=True,
-            opset_version=opset,
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_shapes=dynamic_shapes,
-            dynamic_axes=dynamic_axes,
-            custom_translation_table=table,
-            verbose=False,
-            optimize=True,
-        )
-    return program.model_proto
-
-
-@contextlib.contextmanager
-def _lowering_value_errors(wrapper: type[BaseException]):
-    """Re-raise a ``ValueError`` of the lowering (e.g. a kernel larger than the padded
-    input) that the exporter wrapped in ``wrapper``, as itself: its message names the fix."""
-    try:
-        yield
-    except wrapper as exc:
-        inner = exc
-        while inner.__cause__ is not None:
-            inner = inner.__cause__
-        if isinstance(inner, ValueError):
-            raise ValueError(str(inner)) from None
-        raise
-
-
-def _export_torchscript(model, args, opset, method, input_names, output_names, dynamic_axes):
-    buffer = io.BytesIO()
-    with _torchscript.registered(method), _quiet():
-        torch.onnx.export(
-            model,
-            args,
-            buffer,
-            dynamo=False,
-            opset_version=opset,
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_axes=dynamic_axes,
-        )
-    return onnx.load_from_string(buffer.getvalue())
 
 
 def _default_opset(proto: onnx.ModelProto) -> int | None:
@@ -444,50 +394,6 @@ def _validate(proto: onnx.ModelProto, opset: int, method: str) -> None:
         onnx.checker.check_model(proto, full_check=True)
     except onnx.checker.ValidationError as exc:
         raise ExportError(f"the exported model is not valid ONNX: {str(exc).splitlines()[0]}") from None
-
-
-def _flatten(value) -> list[np.ndarray]:
-    if isinstance(value, torch.Tensor):
-        return [value.detach().cpu().numpy()]
-    if isinstance(value, (list, tuple)):
-        return [a for v in value for a in _flatten(v)]
-    if isinstance(value, dict):
-        return [a for v in value.values() for a in _flatten(v)]
-    return []
-
-
-def _verify(model, args, data: bytes, rtol: float, atol: float) -> tuple[float, str | None]:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    feeds_in = _flatten(args)
-    inputs = session.get_inputs()
-    if len(inputs) > len(feeds_in):
-        raise ExportError(f"the model has {len(inputs)} inputs but {len(feeds_in)} example tensors were given")
-    # Exporters drop inputs that the graph does not use; keep the order of the rest.
-    feeds = {i.name: a for i, a in zip(inputs, feeds_in[: len(inputs)])}
-    got = session.run(None, feeds)
-    with torch.no_grad():
-        expected = _flatten(model(*args))
-    names = [o.name for o in session.get_outputs()]
-    worst, worst_name = 0.0, None
-    for name, g, e in zip(names, got, expected):
-        if g.shape != e.shape:
-            raise VerificationError(f"output {name!r}: ONNX Runtime shape {g.shape} != PyTorch shape {e.shape}")
-        if e.size == 0:
-            continue
-        diff = np.abs(g.astype(np.float64) - e.astype(np.float64))
-        err = float(np.nanmax(diff)) if diff.size else 0.0
-        if err >= worst:
-            worst, worst_name = err, name
-        if not np.all(diff <= atol + rtol * np.abs(e.astype(np.float64))):
-            raise VerificationError(
-                f"output {name!r} differs from PyTorch: max abs error {err:.3g} "
-                f"(atol={atol}, rtol={rtol}); no file was written"
-            )
-    return worst, worst_name
 
 
 def _write(data: bytes, f) -> Path | None:

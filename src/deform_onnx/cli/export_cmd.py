@@ -264,7 +264,7 @@ def _plan(
 ) -> list[Job]:
     """The exports to run; raises ``UserError``/``ValueError`` for arguments that cannot work."""
     from .. import api
-    from ..exporters import dynamo, torchscript
+    from ..exporters import torchscript
     from ..lowering import LOWERINGS, resolve_method
     from ..semantics import MIN_OPSET
 
@@ -278,8 +278,8 @@ def _plan(
     else:
         pairs = [(method, opset if opset is not None else dict(DEFAULT_PLAN).get(method, api.DEFAULT_OPSET))]
     ranges = {
-        # Dynamic shapes read sizes with Shape, which the dynamo path cannot convert below 15.
-        "dynamo": (dynamo.DYNAMIC_MIN_OPSET if dynamic else api.DYNAMO_MIN_OPSET, api.DYNAMO_MAX_OPSET),
+        # export() converts the dynamo build down itself, dynamic shapes included (Shape 15->14 adapter).
+        "dynamo": (api.DYNAMO_MIN_OPSET, api.DYNAMO_MAX_OPSET),
         "torchscript": (MIN_OPSET, torchscript.MAX_OPSET),
     }
     jobs = []
@@ -335,6 +335,7 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
                     input_names=list(inputs.names),
                     rtol=rtol,
                     atol=atol,
+                    fallback=not job.exporter_chosen,  # --exporter forces that exporter
                     **dynamic_kw[exporter] if dynamic_kw else {},
                 )
         except api.VerificationError as exc:

@@ -1,0 +1,142 @@
+"""Calls into torch's two exporters, quietly, with their failures turned into one-line reasons.
+
+Used by :func:`deform_onnx.export`; the translation table and the symbolic live in
+:mod:`.dynamo` and :mod:`.torchscript`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+
+import onnx
+import torch
+
+from ..conversion import Repair, convert_down
+from . import dynamo as _dynamo
+from . import torchscript as _torchscript
+
+
+def capture_errors() -> tuple[type[BaseException], ...]:
+    from torch.onnx._internal.exporter import _errors
+
+    return (_errors.TorchExportError,)
+
+
+def cause(exc: BaseException) -> str:
+    """A one-line reason from the innermost exception of a torch.export failure.
+
+    Adds the user's source line when torch names it ("The following call raised
+    this error"): the guard's own text (``Eq(u0, 1)``) does not say where it is.
+    """
+    inner = exc
+    while inner.__cause__ is not None:
+        inner = inner.__cause__
+    text = str(inner).strip()
+    message = text.splitlines()[0][:300] if text else ""
+    reason = f"{type(inner).__name__}: {message}"
+    where = _user_frame(text) or _user_frame(str(exc))
+    return f"{reason} [at {where}]" if where else reason
+
+
+def _user_frame(text: str) -> str | None:
+    """``file:line in fn: code`` from torch.export's "The following call raised this error" block."""
+    import re
+
+    match = re.search(
+        r"The following call raised this error:\s*\n\s*File \"([^\"]+)\", line (\d+), in (\S+)\s*\n\s*(.+)", text
+    )
+    if match is None:
+        return None
+    file, line, fn, code = match.groups()
+    return f"{file}:{line} in {fn}: {code.strip()}"
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence the exporters' progress prints, graph dumps and log warnings (errors still raise)."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("torch", "torch.onnx", "torch.export", "torch.fx", "torch._dynamo")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def export_dynamo(
+    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes
+) -> tuple[onnx.ModelProto, list[Repair]]:
+    """Export with the dynamo exporter at ``opset``; below the build opset (18), export at 18 and
+    convert down with :func:`deform_onnx.conversion.convert_down` (adapters reported as repairs).
+
+    Raises:
+        ValueError: a lowering refused the layer (its message names the fix).
+        ConversionError: an op of the model cannot be converted down to ``opset``.
+        torch's exporter errors: capture failures (see :func:`capture_errors`) and others.
+    """
+    from torch.onnx._internal.exporter import _errors
+
+    build = max(opset, _dynamo.BUILD_MIN_OPSET)
+    table = _dynamo.translation_table(method, opset)
+    with quiet(), _lowering_value_errors(_errors.ConversionError):
+        program = torch.onnx.export(
+            model,
+            args,
+            dynamo=True,
+            opset_version=build,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_shapes=dynamic_shapes,
+            dynamic_axes=dynamic_axes,
+            custom_translation_table=table,
+            verbose=False,
+            optimize=True,
+        )
+    if build == opset:
+        return program.model_proto, []
+    # torch's own down-conversion writes invalid nodes (Split keeps num_outputs) or silently
+    # stays at 18: convert here, where each failure names its op (see deform_onnx.conversion).
+    return convert_down(program.model_proto, opset)
+
+
+@contextlib.contextmanager
+def _lowering_value_errors(wrapper: type[BaseException]):
+    """Re-raise a ``ValueError`` of the lowering (e.g. a kernel larger than the padded
+    input) that the exporter wrapped in ``wrapper``, as itself: its message names the fix."""
+    try:
+        yield
+    except wrapper as exc:
+        inner = exc
+        while inner.__cause__ is not None:
+            inner = inner.__cause__
+        if isinstance(inner, ValueError):
+            raise ValueError(str(inner)) from None
+        raise
+
+
+def export_torchscript(model, args, opset, method, input_names, output_names, dynamic_axes) -> onnx.ModelProto:
+    """Export with the TorchScript exporter and the symbolic of ``method`` registered for the call."""
+    buffer = io.BytesIO()
+    with _torchscript.registered(method), quiet():
+        torch.onnx.export(
+            model,
+            args,
+            buffer,
+            dynamo=False,
+            opset_version=opset,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
+        )
+    return onnx.load_from_string(buffer.getvalue())
+
+
