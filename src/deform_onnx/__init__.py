@@ -13,6 +13,8 @@ from .exporters.torchscript import register, unregister
 from .lowering import LOWERINGS, METHODS, resolve_method
 from .rewrite import lower
 from .semantics import DeformConvSpec
+from .irversion import lowest_ir_version
+from .targets import TARGET_NAMES, TARGETS, Target, resolve_target
 
 __all__ = [
     "export",
@@ -27,6 +29,11 @@ __all__ = [
     "DeformConvSpec",
     "LOWERINGS",
     "METHODS",
+    "Target",
+    "TARGETS",
+    "TARGET_NAMES",
+    "resolve_target",
+    "lowest_ir_version",
 ]
 __version__ = "0.1.0"
 

@@ -15,6 +15,7 @@ import onnx
 import torch
 
 from ._io import write_bytes_atomic
+from .irversion import apply_ir_version
 from .exporters import dynamo as _dynamo
 from .exporters import torchscript as _torchscript
 from .lowering import resolve_method
@@ -74,7 +75,7 @@ def export(
     f,
     *,
     opset_version: int | None = None,
-    method: str = "auto",
+    method: str | None = None,
     dynamo: bool = True,
     input_names: list[str] | None = None,
     output_names: list[str] | None = None,
@@ -84,6 +85,9 @@ def export(
     rtol: float = 1e-4,
     atol: float = 1e-4,
     fallback: bool = True,
+    target: str | None = None,
+    force: bool = False,
+    ir_version: int | None = None,
 ) -> ExportReport:
     """Export ``model`` to ONNX with deformable convolution lowered by ``method``.
 
@@ -94,7 +98,8 @@ def export(
         opset_version: target default-domain opset (11 to 20 for TorchScript,
             14 to 23 for dynamo, 15 to 23 with dynamic shapes). Default 17 (19 for
             ``method="native"``).
-        method: ``"auto"`` (grid_sample at opset >= 16, gather below),
+        method: ``None``: the target's choice, else ``"auto"``;
+            ``"auto"`` (grid_sample at opset >= 16, gather below),
             ``"native"`` (ONNX ``DeformConv``, opset >= 19), ``"grid_sample"``
             (opset >= 16) or ``"gather"`` (opset >= 11).
         dynamo: use the dynamo exporter (``torch.export``) with
@@ -108,17 +113,32 @@ def export(
         fallback: when ``torch.export`` cannot capture the model (e.g.
             data-dependent control flow), warn naming the cause and use the
             TorchScript exporter; ``False`` raises :class:`ExportError` instead.
+        target: a runtime (``deform_onnx.TARGETS``, e.g. ``"tensorrt"``,
+            ``"onnxruntime<1.25"``): picks method and opset (explicit ones win;
+            an opset below the dynamo range that the target picked selects the
+            TorchScript exporter), and the emitted graph is checked against the
+            target's known faults. See :func:`deform_onnx.targets.resolve_target`.
+        force: turn a combination the target is known to mishandle into a warning.
+        ir_version: IR version of the file; default: the lowest its opsets need
+            (:mod:`deform_onnx.irversion`).
 
     Returns:
         :class:`ExportReport`.
 
     Raises:
-        ValueError: unknown method, opset out of range, a method the opset cannot hold, or
+        ValueError: unknown method or target, a combination the target mishandles (without
+            ``force``), an ``ir_version`` below what the opset needs, opset out of range, a
+            method the opset cannot hold, or
             a ``DeformConv2d`` module with a bad stride/padding/dilation or called with
             tensors of the wrong rank or channel count (the message names the module).
         ExportError: the exporter failed or produced an invalid model (nothing written).
         VerificationError: ORT and PyTorch outputs differ beyond tolerance (nothing written).
     """
+    # Hook (issue 12): a runtime target picks method/opset; explicit values win.
+    from .targets import hooks as _target_hooks
+
+    choice = _target_hooks.for_export(target, method, opset_version, dynamo, force)
+    method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
     if opset_version is None:
         opset_version = DEFAULT_NATIVE_OPSET if method == "native" else DEFAULT_OPSET
     if not hasattr(f, "write") and not Path(f).parent.is_dir():
@@ -133,7 +153,7 @@ def export(
     try:
         return _export_eval(
             model, args, f, opset_version, lowering.name, dynamo, input_names, output_names,
-            dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback,
+            dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=choice, ir_version=ir_version,
         )
     finally:
         for module, mode in training.items():
@@ -142,7 +162,7 @@ def export(
 
 def _export_eval(
     model, args, f, opset_version, method, dynamo, input_names, output_names,
-    dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback,
+    dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=None, ir_version=None,
 ) -> ExportReport:
     start = time.perf_counter()
     fallback_reason = None
@@ -197,7 +217,11 @@ def _export_eval(
         checks.close()
     seconds = time.perf_counter() - start
 
+    # Hooks (issue 12): the lowest IR version the opsets need; the target's graph rules.
+    apply_ir_version(proto, ir_version)
     _validate(proto, opset_version, method)
+    if choice is not None:
+        choice.check_graph(proto)
     report = ExportReport(
         path=None,
         opset=opset_version,

@@ -122,11 +122,17 @@ def check_command(
         [], "--input-shape", help="Shape of an input with dynamic dims, e.g. x=1,3,32,32 (repeatable)."
     ),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz file with input arrays by name."),
-    method: str = typer.Option("auto", "--method", "-m", help=f"Lowering for the lowered paths: {', '.join(METHODS)}."),
+    method: Optional[str] = typer.Option(
+        None, "--method", "-m", help=f"Lowering for the lowered paths: {', '.join(METHODS)}. Default: the target's, else auto."
+    ),
     precision: str = typer.Option("f32", "--precision", help="OpenVINO inference precision hint (f32, f16, bf16)."),
     tolerance: float = typer.Option(1e-4, "--tolerance", help="Max abs error allowed against the reference."),
     repeat: int = typer.Option(5, "--repeat", help="Timed runs per path (median reported)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Runtime target: its method for the lowered paths, and its graph rules checked."
+    ),
+    force: bool = typer.Option(False, "--force", help="Run a lowering the target is known to mishandle."),
 ) -> None:
     """Run MODEL on every runtime and path and compare against a reference.
 
@@ -140,8 +146,17 @@ def check_command(
     from ..rewrite import read_model
     from ..runtimes import max_abs_error, reference, run_paths
 
-    if method not in METHODS:
+    if method is not None and method not in METHODS:
         fail(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    rule_notes: list[str] = []
+    if target is not None:  # hook (issue 12): the target's method and rules
+        from ..targets import hooks as target_hooks
+
+        try:
+            rule_notes, method = target_hooks.for_check(model_path, target, method, force)
+        except (ValueError, OSError) as e:
+            fail(str(e))
+    method = method or "auto"
     runtimes = [r.strip() for spec in runtime for r in spec.split(",") if r.strip()]
     try:
         model = read_model(model_path)
@@ -178,6 +193,8 @@ def check_command(
             err_text = f"[green]{shown}[/green]" if ok else f"[red]{shown}[/red]"
         table.add_row(r.runtime, r.path, "[green]ran[/green]", r.precision or "", err_text, f"{r.latency_ms:.3f}")
     console.print(table)
+    for note in rule_notes:
+        console.print(f"[yellow]target:[/yellow] {note}", highlight=False)
     if want is None:
         console.print(ref_label, highlight=False)
     ran = [r for r in results if r.ran]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -37,6 +37,7 @@ class Job:
     exporter: str  # "dynamo" or "torchscript"
     exporter_chosen: bool  # given with --exporter (no automatic retry with the other one)
     path: Path
+    extra: dict = field(default_factory=dict)  # more keyword arguments of deform_onnx.export (target, ...)
 
 
 @dataclass
@@ -97,6 +98,13 @@ def export_command(
         help="Output folder (created if missing), or a .onnx file path when one export is planned.",
     ),
     repeat: int = typer.Option(10, "--repeat", min=1, help="Timed runs per latency (the median is shown)."),
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Runtime target (deform-onnx targets): picks method and opset; explicit ones win."
+    ),
+    force: bool = typer.Option(False, "--force", help="Write a combination the target is known to mishandle (warns)."),
+    ir_version: Optional[int] = typer.Option(
+        None, "--ir-version", help="IR version of the files. Default: the lowest their opsets need."
+    ),
 ) -> None:
     """Export with each lowering, check every file in ONNX Runtime against PyTorch, print a table.
 
@@ -121,7 +129,14 @@ def export_command(
             name = model.rpartition(":")[2].replace(".", "_")
         if dynamic and len(shape) < 3:
             raise UserError("--dynamic makes N, H and W dynamic: the input needs at least 3 dimensions")
+        if target is not None:  # hook (issue 12): the target picks method/opset; a known fault is exit 2
+            from ..targets.hooks import for_export
+
+            choice = for_export(target, method, opset, True, force)
+            method, opset = choice.method, choice.opset
         jobs = _plan(name, method, opset, exporter, output, dynamic)
+        for job in jobs:
+            job.extra = {"target": target, "force": force, "ir_version": ir_version}
         net = example_model() if model is None else _build(load_factory(model), model)
         inputs, input_note = _example_input(shape)
         net.eval()
@@ -261,6 +276,7 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
                     rtol=0.0,
                     atol=TOLERANCE,
                     **dynamic_kw[exporter] if dynamic_kw else {},
+                    **job.extra,
                 )
         except api.VerificationError as exc:
             result.exporter, result.problem = exporter, one_line(exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -10,16 +11,25 @@ from rich.table import Table
 
 from . import app
 from ..lowering import METHODS
-from ._common import console, fail
+from ._common import console, err_console, fail, one_line
 
 
 @app.command("lower")
 def lower_command(
     src: Path = typer.Argument(..., help="ONNX file with DeformConv or mmcv deformable-convolution nodes."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the result."),
-    method: str = typer.Option("auto", "--method", "-m", help=f"Lowering: {', '.join(METHODS)}."),
+    method: Optional[str] = typer.Option(
+        None, "--method", "-m", help=f"Lowering: {', '.join(METHODS)}. Default: the target's, else auto."
+    ),
     opset: Optional[int] = typer.Option(None, "--opset", help="Convert the model to this default-domain opset."),
     in_place: bool = typer.Option(False, "--in-place", help="Overwrite SRC (instead of -o)."),
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Runtime target (deform-onnx targets): picks the method (and opset if needed)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Write a result the target is known to mishandle (warns)."),
+    ir_version: Optional[int] = typer.Option(
+        None, "--ir-version", help="IR version of the result. Default: the lowest its opsets need."
+    ),
 ) -> None:
     """Replace DeformConv / mmcv deformable-convolution nodes by a lowering.
 
@@ -37,12 +47,17 @@ def lower_command(
     assert dst is not None
     if not in_place and dst.resolve() == src.resolve():
         fail(f"-o {dst} is the input file; pass --in-place to overwrite it")
-    if method not in METHODS:
+    if method is not None and method not in METHODS:
         fail(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     try:
-        report = lower_file(src, dst, method=method, opset=opset)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            report = lower_file(src, dst, method=method, opset=opset, target=target, force=force, ir_version=ir_version)
     except (ValueError, OSError) as e:
         fail(str(e))
+    for w in caught:
+        if str(w.message).startswith("deform_onnx"):
+            err_console.print(f"warning: {one_line(w.message)}", highlight=False, soft_wrap=True)
     if report.replaced:
         table = Table(title=f"replaced {len(report.replaced)} node(s) with the {report.lowering} lowering")
         table.add_column("node")
@@ -62,6 +77,8 @@ def lower_command(
         console.print(f"opset: {report.opset_before} -> {report.opset_after}", highlight=False)
     else:
         console.print(f"opset: {report.opset_after}", highlight=False)
+    if report.ir_version_before != report.ir_version_after:
+        console.print(f"IR version: {report.ir_version_before} -> {report.ir_version_after}", highlight=False)
     if report.removed_domains:
         console.print(f"removed opset imports: {', '.join(report.removed_domains)}", highlight=False)
     if in_place and not report.changed:
