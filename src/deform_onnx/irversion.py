@@ -9,8 +9,11 @@ here; case c25). Opset 17 needs only IR 8.
 
 What a model needs (``onnx.proto``'s ``Version`` comments):
 
-* each opset import: ``onnx.helper.VERSION_TABLE`` (11 -> 6, 12-14 -> 7,
-  15-17 -> 8, 18-19 -> 9, 20-22 -> 10, 23 -> 11); custom domains add nothing;
+* each opset import: ``onnx.helper.VERSION_TABLE``, the IR version of the
+  first onnx release with that opset (11 -> 6, 12-14 -> 7, 15-18 -> 8,
+  19-20 -> 9, 21-22 -> 10, 23 -> 11); custom domains add nothing. (Case c25's
+  examples say 18 -> 9 and 20 -> 10; onnx's table, which the case names as the
+  authority, says 8 and 9.)
 * model-local functions: IR 8; function attribute defaults: IR 9; function
   overloads: IR 10;
 * element types: bfloat16 IR 4, float8 IR 9, int4/uint4 IR 10, float4 IR 11,
