@@ -15,7 +15,7 @@ import onnx
 import torch
 
 from ._io import write_bytes_atomic
-from .irversion import apply_ir_version
+from .irversion import apply_ir_version, check_requested
 from .exporters import dynamo as _dynamo
 from .exporters import torchscript as _torchscript
 from .lowering import resolve_method
@@ -141,6 +141,7 @@ def export(
     method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
     if opset_version is None:
         opset_version = DEFAULT_NATIVE_OPSET if method == "native" else DEFAULT_OPSET
+    check_requested(ir_version, opset_version)  # hook (issue 12): fail before the export
     if not hasattr(f, "write") and not Path(f).parent.is_dir():
         # Fail before the (slow) export, not after it.
         raise FileNotFoundError(f"output folder {Path(f).parent} does not exist; create it first")

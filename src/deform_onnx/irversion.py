@@ -31,7 +31,7 @@ import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper
 
-__all__ = ["lowest_ir_version", "apply_ir_version", "apply_ir_version_ir", "check_ir_version"]
+__all__ = ["lowest_ir_version", "apply_ir_version", "apply_ir_version_ir", "check_ir_version", "check_requested"]
 
 #: IR version that introduced ``metadata_props`` on nodes, values, graphs, tensors and functions.
 METADATA_IR = 10
@@ -140,6 +140,16 @@ def _lowest_ir(model: ir.Model) -> int:
     for t in types:
         need = max(need, _TYPE_IR.get(t, 3))
     return need
+
+
+def check_requested(ir_version: int | None, opset: int) -> None:
+    """Fail early (before a slow export) on an ``ir_version`` that ``opset`` alone rules out.
+
+    Raises:
+        ValueError: as :func:`check_ir_version`.
+    """
+    if ir_version is not None:
+        check_ir_version(ir_version, _opsets_ir({"": opset}))
 
 
 def check_ir_version(ir_version: int | None, lowest: int) -> int:

@@ -135,7 +135,10 @@ def export_command(
             choice = for_export(target, method, opset, True, force)
             method, opset = choice.method, choice.opset
         jobs = _plan(name, method, opset, exporter, output, dynamic)
+        from ..irversion import check_requested
+
         for job in jobs:
+            check_requested(ir_version, job.opset)
             job.extra = {"target": target, "force": force, "ir_version": ir_version}
         net = example_model() if model is None else _build(load_factory(model), model)
         inputs, input_note = _example_input(shape)
