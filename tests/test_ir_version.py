@@ -137,3 +137,4 @@ def test_cli_export_and_lower_write_the_lowest_ir_version(layer_inputs, native20
     result = runner.invoke(app, ["lower", native20, "-o", str(tmp_path / "bad.onnx"), "--ir-version", "7"])
     assert result.exit_code == 2 and "IR version 7 is too old" in result.output
     assert not (tmp_path / "bad.onnx").exists()
+

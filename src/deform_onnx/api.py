@@ -142,6 +142,9 @@ def export(
     if opset_version is None:
         opset_version = DEFAULT_NATIVE_OPSET if method == "native" else DEFAULT_OPSET
     check_requested(ir_version, opset_version)  # hook (issue 12): fail before the export
+    from ._compat import check_dynamo_dynamic  # hook (issue 12): older torch releases
+
+    check_dynamo_dynamic(dynamo, dynamic_shapes is not None or dynamic_axes is not None)
     if not hasattr(f, "write") and not Path(f).parent.is_dir():
         # Fail before the (slow) export, not after it.
         raise FileNotFoundError(f"output folder {Path(f).parent} does not exist; create it first")
