@@ -31,6 +31,11 @@ _EXPORTS = {
     "DeformConvSpec": ".semantics",
     "LOWERINGS": ".lowering",
     "METHODS": ".lowering",
+    "Target": ".targets",
+    "TARGETS": ".targets",
+    "TARGET_NAMES": ".targets",
+    "resolve_target": ".targets",
+    "lowest_ir_version": ".irversion",
 }
 
 __all__ = list(_EXPORTS)
@@ -42,6 +47,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from .lowering import LOWERINGS, METHODS, resolve_method
     from .rewrite import lower
     from .semantics import DeformConvSpec
+    from .irversion import lowest_ir_version
+    from .targets import TARGET_NAMES, TARGETS, Target, resolve_target
 
 
 def __getattr__(name: str):

@@ -15,6 +15,7 @@ import torch
 from ._io import write_bytes_atomic
 from .conversion import ConversionError
 from .errors import ExportError, MissingKernelError, VerificationError
+from .irversion import apply_ir_version, check_requested
 from .exporters import dynamo as _dynamo
 from .exporters import torchscript as _torchscript
 from .exporters.calls import capture_errors as _capture_errors
@@ -81,7 +82,7 @@ def export(
     f,
     *,
     opset_version: int | None = None,
-    method: str = "auto",
+    method: str | None = None,
     dynamo: bool = True,
     input_names: list[str] | None = None,
     output_names: list[str] | None = None,
@@ -91,6 +92,9 @@ def export(
     rtol: float | None = None,
     atol: float | None = None,
     fallback: bool = True,
+    target: str | None = None,
+    force: bool = False,
+    ir_version: int | None = None,
 ) -> ExportReport:
     """Export ``model`` to ONNX with deformable convolution lowered by ``method``.
 
@@ -120,8 +124,10 @@ def export(
         args: example inputs (tensors), as for ``torch.onnx.export``.
         f: output path, or a binary file-like object.
         opset_version: target default-domain opset, 11 to 23 (TorchScript: 11 to 20;
-            dynamo: 14 to 23, lower ones fall back). Default 17 (19 for ``method="native"``).
-        method: ``"auto"`` (grid_sample at opset >= 16, gather below),
+            dynamo: 14 to 23, lower ones fall back). Default 17 (19 for ``method="native"``),
+            or the target's choice.
+        method: ``None``: the target's choice, else ``"auto"``;
+            ``"auto"`` (grid_sample at opset >= 16, gather below),
             ``"native"`` (ONNX ``DeformConv``, opset >= 19), ``"grid_sample"``
             (opset >= 16) or ``"gather"`` (opset >= 11).
         dynamo: use the dynamo exporter (``torch.export``) with
@@ -135,12 +141,22 @@ def export(
         fallback: use the TorchScript exporter (with a warning naming the cause)
             when the dynamo path cannot serve (see above); ``False`` raises
             :class:`ExportError` instead.
+        target: a runtime (``deform_onnx.TARGETS``, e.g. ``"tensorrt"``,
+            ``"onnxruntime<1.25"``): picks method and opset (explicit ones win;
+            an opset below the dynamo range that the target picked selects the
+            TorchScript exporter), and the emitted graph is checked against the
+            target's known faults. See :func:`deform_onnx.targets.resolve_target`.
+        force: turn a combination the target is known to mishandle into a warning.
+        ir_version: IR version of the file; default: the lowest its opsets need
+            (:mod:`deform_onnx.irversion`).
 
     Returns:
         :class:`ExportReport` (exporter used, repairs, tolerances, max error).
 
     Raises:
-        ValueError: unknown method, opset out of range, a method the opset cannot hold, or
+        ValueError: unknown method or target, a combination the target mishandles (without
+            ``force``), an ``ir_version`` below what the opset needs, opset out of range, a
+            method the opset cannot hold, or
             a ``DeformConv2d`` module with a bad stride/padding/dilation or called with
             tensors of the wrong rank or channel count (the message names the module).
         ExportError: the exporter failed or produced an invalid model, or ONNX Runtime has
@@ -148,12 +164,22 @@ def export(
             it and offers ``verify=False``); nothing written.
         VerificationError: ORT and PyTorch outputs differ beyond tolerance (nothing written).
     """
+    # Hook (issue 12): a runtime target picks method/opset; explicit values win.
+    from .targets import hooks as _target_hooks
+
+    choice = _target_hooks.for_export(target, method, opset_version, dynamo, force)
+    method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
     if opset_version is None:
         opset_version = DEFAULT_NATIVE_OPSET if method == "native" else DEFAULT_OPSET
+    check_requested(ir_version, opset_version)  # hook (issue 12): fail before the export
+    from ._compat import check_dynamo_dynamic  # hook (issue 12): older torch releases
+
+    check_dynamo_dynamic(dynamo, dynamic_shapes is not None or dynamic_axes is not None)
     if not hasattr(f, "write") and not Path(f).parent.is_dir():
         # Fail before the (slow) export, not after it.
         raise FileNotFoundError(f"output folder {Path(f).parent} does not exist; create it first")
-    lowering = resolve_method(method, opset_version, path_min_opset=DYNAMO_MIN_OPSET if dynamo else None)
+    # Suggestions name methods that work on the path that will run (the fallback reaches 11).
+    lowering = resolve_method(method, opset_version, path_min_opset=DYNAMO_MIN_OPSET if dynamo and not fallback else None)
     if not isinstance(args, tuple):
         args = (args,)
     _check_opset_range(opset_version, dynamo)
@@ -162,7 +188,7 @@ def export(
     try:
         return _export_eval(
             model, args, f, opset_version, lowering.name, dynamo, input_names, output_names,
-            dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback,
+            dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=choice, ir_version=ir_version,
         )
     finally:
         for module, mode in training.items():
@@ -171,7 +197,7 @@ def export(
 
 def _export_eval(
     model, args, f, opset_version, method, dynamo, input_names, output_names,
-    dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback,
+    dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=None, ir_version=None,
 ) -> ExportReport:
     start = time.perf_counter()
     fallback_reason, repairs, done = None, [], None
@@ -181,7 +207,7 @@ def _export_eval(
             try:
                 done = _try_dynamo(
                     model, args, opset_version, method, input_names, output_names, dynamic_shapes,
-                    dynamic_axes, verify, rtol, atol,
+                    dynamic_axes, verify, rtol, atol, ir_version, choice,
                 )
             except _DynamoUnfit as exc:
                 fallback_reason = str(exc)
@@ -198,7 +224,7 @@ def _export_eval(
             if dynamic_axes is None and dynamic_shapes is not None:
                 dynamic_axes = _dynamic_shapes_to_axes(dynamic_shapes, input_names, model, args)
             proto = _export_torchscript(model, args, opset_version, method, input_names, output_names, dynamic_axes)
-            _validate(proto, opset_version, method)
+            _finish(proto, opset_version, method, ir_version, choice)
             data = proto.SerializeToString()
             done = (proto, data, _verify(model, args, data, rtol, atol) if verify else None)
         else:
@@ -233,7 +259,8 @@ class _DynamoUnfit(Exception):
 
 
 def _try_dynamo(
-    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify, rtol, atol
+    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify, rtol, atol,
+    ir_version=None, choice=None,
 ) -> tuple[onnx.ModelProto, bytes, Verified | None, list]:
     """Export, validate and verify on the dynamo path, or raise :class:`_DynamoUnfit` naming why not.
 
@@ -260,7 +287,7 @@ def _try_dynamo(
         _raise_bad_deform_input(exc)
         raise _DynamoUnfit(f"the dynamo exporter failed ({_cause(exc)})") from None
     try:
-        _validate(proto, opset, method)
+        _finish(proto, opset, method, ir_version, choice)
         data = proto.SerializeToString()
         verified = _verify(model, args, data, rtol, atol) if verify else None
     except MissingKernelError:
@@ -377,6 +404,15 @@ def _check_opset_range(opset: int, dynamo: bool) -> None:
 
 def _default_opset(proto: onnx.ModelProto) -> int | None:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice) -> None:
+    """Stamp the lowest IR version the opsets need (or ``ir_version``), validate, and check the
+    graph against the runtime target's known faults (issue 12's hooks)."""
+    apply_ir_version(proto, ir_version)
+    _validate(proto, opset, method)
+    if choice is not None:
+        choice.check_graph(proto)
 
 
 def _validate(proto: onnx.ModelProto, opset: int, method: str) -> None:

@@ -147,8 +147,9 @@ def check_command(
         [], "--input-shape", help="Shape of an input with dynamic dims, e.g. x=1,3,32,32 or x=1x3x32x32 (repeatable)."
     ),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz file with input arrays by name."),
-    method: str = typer.Option(
-        "auto", "--method", "-m", help="Lowering for the lowered paths: auto, native, grid_sample or gather."
+    method: Optional[str] = typer.Option(
+        None, "--method", "-m", help="Lowering for the lowered paths: auto, native, grid_sample or gather. "
+        "Default: the target's, else auto."
     ),
     precision: str = typer.Option(
         "f32", "--precision", help="OpenVINO inference precision hint: f32, f16 or bf16 (OpenVINO has no f64)."
@@ -159,6 +160,10 @@ def check_command(
         DEFAULT_TIMEOUT, "--timeout", min=0.001, help="Seconds each path and the reference may run; past it the row says 'timed out'."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Runtime target: its method for the lowered paths, and its graph rules checked."
+    ),
+    force: bool = typer.Option(False, "--force", help="Run a lowering the target is known to mishandle."),
 ) -> None:
     """Run MODEL on every runtime and path and compare against a reference.
 
@@ -170,8 +175,15 @@ def check_command(
     (offsets randn*2, masks rand) unless --inputs is given. Exit code 1 if a
     path that ran exceeds --tolerance (or nothing ran), 2 on a bad file or option.
     """
-    with user_errors(ValueError):
-        check_method(method)
+    rule_notes: list[str] = []
+    with user_errors(ValueError, OSError):
+        if method is not None:
+            check_method(method)
+        if target is not None:  # hook (issue 12): the target's method and rules
+            from ..targets import hooks as target_hooks
+
+            rule_notes, method = target_hooks.for_check(model_path, target, method, force)
+        method = method or "auto"
         runtimes = [r.strip() for spec in runtime for r in spec.split(",") if r.strip()]
         _check_precision(precision, runtimes)
         shapes = parse_shapes(input_shape)
@@ -221,6 +233,8 @@ def check_command(
     if not find_nodes(model):
         console.print("no deformable-convolution nodes: lower() would not change this file, so it has no lower() rows",
                       highlight=False)
+    for note in rule_notes:
+        console.print(f"[yellow]target:[/yellow] {note}", highlight=False)
     if want is None:
         console.print(ref_label, highlight=False, soft_wrap=True)
     ran = [r for r in results if r.ran]

@@ -48,6 +48,7 @@ class Job:
     exporter: str  # "dynamo" or "torchscript"
     exporter_chosen: bool  # given with --exporter (no automatic retry with the other one)
     path: Path
+    extra: dict = field(default_factory=dict)  # more keyword arguments of deform_onnx.export (target, ...)
 
 
 @dataclass
@@ -122,6 +123,13 @@ def export_command(
         False, "--verbose", "-v", help="Show each exporter tried, where it stopped and the graph around the "
         "deformable op, not only the one-line error.",
     ),
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Runtime target (deform-onnx targets): picks method and opset; explicit ones win."
+    ),
+    force: bool = typer.Option(False, "--force", help="Write a combination the target is known to mishandle (warns)."),
+    ir_version: Optional[int] = typer.Option(
+        None, "--ir-version", help="IR version of the files. Default: the lowest their opsets need."
+    ),
 ) -> None:
     """Export with each lowering, check every file in ONNX Runtime against PyTorch, print a table.
 
@@ -157,10 +165,19 @@ def export_command(
         else:
             _check_creatable(output)
         name = "example" if kind == "example" else _stem(model, kind)
+        if target is not None:  # hook (issue 12): the target picks method/opset; a known fault is exit 2
+            from ..targets.hooks import for_export
+
+            choice = for_export(target, method, opset, True, force)
+            method, opset = choice.method, choice.opset
         # torch.export cannot capture a ScriptModule: a TorchScript archive goes to the TorchScript exporter.
         jobs = _plan(name, method, opset, exporter or ("torchscript" if kind == "torchscript" else None), output, dynamic)
-        if kind == "torchscript" and exporter is None:
-            for job in jobs:
+        from ..irversion import check_requested
+
+        for job in jobs:
+            check_requested(ir_version, job.opset)
+            job.extra = {"target": target, "force": force, "ir_version": ir_version}
+            if kind == "torchscript" and exporter is None:
                 job.exporter_chosen = False
         net = load_model(model, kind)
         if want_dtype is not None:
@@ -337,6 +354,7 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
                     atol=atol,
                     fallback=not job.exporter_chosen,  # --exporter forces that exporter
                     **dynamic_kw[exporter] if dynamic_kw else {},
+                    **job.extra,
                 )
         except api.VerificationError as exc:
             result.exporter, result.problem = exporter, one_line(exc)

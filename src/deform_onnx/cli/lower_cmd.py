@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -9,8 +10,8 @@ import typer
 from rich.table import Table
 
 from . import app
-from ._common import UserError, check_output_folder, console, user_errors
-from ._inputs import check_method
+from ._common import UserError, check_output_folder, console, err_console, one_line, user_errors
+from ._inputs import METHODS, check_method
 
 
 @app.command("lower")
@@ -19,9 +20,18 @@ def lower_command(
     output: Optional[Path] = typer.Option(
         None, "--output", "-o", help="Where to write the result (its folder must exist)."
     ),
-    method: str = typer.Option("auto", "--method", "-m", help="Lowering: auto, native, grid_sample or gather."),
+    method: Optional[str] = typer.Option(
+        None, "--method", "-m", help=f"Lowering: {', '.join(METHODS)}. Default: the target's, else auto."
+    ),
     opset: Optional[int] = typer.Option(None, "--opset", help="Convert the model to this default-domain opset."),
     in_place: bool = typer.Option(False, "--in-place", help="Overwrite SRC (instead of -o)."),
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Runtime target (deform-onnx targets): picks the method (and opset if needed)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Write a result the target is known to mishandle (warns)."),
+    ir_version: Optional[int] = typer.Option(
+        None, "--ir-version", help="IR version of the result. Default: the lowest its opsets need."
+    ),
 ) -> None:
     """Replace DeformConv / mmcv deformable-convolution nodes by a lowering.
 
@@ -42,7 +52,8 @@ def lower_command(
             raise UserError(f"{src}: is a directory, not an ONNX file")
         if dst.is_dir():
             raise UserError(f"-o {dst}: is a directory; give a file path such as {dst / 'model_lowered.onnx'}")
-        check_method(method)
+        if method is not None:
+            check_method(method)
         if opset is not None:
             import onnx
 
@@ -57,7 +68,12 @@ def lower_command(
         check_output_folder(dst.parent, "-o")
         from ..rewrite import lower_file
 
-        report = lower_file(src, dst, method=method, opset=opset)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            report = lower_file(src, dst, method=method, opset=opset, target=target, force=force, ir_version=ir_version)
+    for w in caught:
+        if str(w.message).startswith("deform_onnx"):
+            err_console.print(f"warning: {one_line(w.message)}", highlight=False, soft_wrap=True)
     if report.replaced:
         table = Table(title=f"replaced {len(report.replaced)} node(s) with the {report.lowering} lowering")
         table.add_column("node")
@@ -77,6 +93,8 @@ def lower_command(
         console.print(f"opset: {report.opset_before} -> {report.opset_after}", highlight=False)
     else:
         console.print(f"opset: {report.opset_after}", highlight=False)
+    if report.ir_version_before != report.ir_version_after:
+        console.print(f"IR version: {report.ir_version_before} -> {report.ir_version_after}", highlight=False)
     if report.removed_domains:
         console.print(f"removed opset imports: {', '.join(report.removed_domains)}", highlight=False)
     if in_place and not report.changed:

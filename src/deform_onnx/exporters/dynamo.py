@@ -93,9 +93,10 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
             )
         resolve_method(method, opset)  # fail now, not inside the exporter
 
+    # Parameter names as in torchvision's op schema: torch 2.9's dispatcher matches them by name.
     def deform_conv2d(
         input, weight, offset, mask, bias, stride_h: int, stride_w: int, pad_h: int, pad_w: int,
-        dil_h: int, dil_w: int, n_weight_grps: int, n_offset_grps: int, use_mask: bool,
+        dilation_h: int, dilation_w: int, groups: int, offset_groups: int, use_mask: bool,
     ):
         build = _current_build_opset(opset or BUILD_MIN_OPSET)
         target = opset if opset is not None else build
@@ -104,7 +105,7 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
             raise ValueError(f"method {lowering.name!r} needs opset >= {lowering.min_opset}")
         return emit_deform_conv2d(
             OnnxScriptBuilder(build), lowering, input, weight, offset, mask, bias,
-            (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w), n_weight_grps, n_offset_grps, use_mask,
+            (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w), groups, offset_groups, use_mask,
         )
 
     return {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}

@@ -51,10 +51,16 @@ class LowerReport:
     opset_after: int | None = None
     lowering: str | None = None
     removed_domains: list[str] = field(default_factory=list)
+    ir_version_before: int | None = None
+    ir_version_after: int | None = None
 
     @property
     def changed(self) -> bool:
-        return bool(self.replaced) or self.opset_before != self.opset_after
+        return (
+            bool(self.replaced)
+            or self.opset_before != self.opset_after
+            or self.ir_version_before != self.ir_version_after
+        )
 
 
 # -- reading ------------------------------------------------------------
@@ -409,12 +415,35 @@ def _convert(model: ir.Model, target: int, current: int | None) -> ir.Model:
     return converted
 
 
-def lower_model(model: ir.Model, *, method: str = "auto", opset: int | None = None) -> tuple[ir.Model, LowerReport]:
+def lower_model(
+    model: ir.Model,
+    *,
+    method: str | None = None,
+    opset: int | None = None,
+    target: str | None = None,
+    force: bool = False,
+    ir_version: int | None = None,
+) -> tuple[ir.Model, LowerReport]:
     """Lower every known deformable-convolution node of an onnx-ir model.
 
     Edits ``model`` in place and returns it (or, when the opset is converted,
     a new model) with a :class:`LowerReport`. See :func:`lower`.
     """
+    # Hooks (issue 12): a runtime target picks method/opset and checks the result; IR version.
+    from ..irversion import apply_ir_version_ir
+    from ..targets import hooks as _target_hooks
+
+    choice = _target_hooks.for_lower(target, method, opset, default_opset(model), force)
+    ir_before = model.ir_version
+    model, report = _lower_model(model, method=choice.method, opset=choice.opset)
+    apply_ir_version_ir(model, ir_version)
+    report.ir_version_before, report.ir_version_after = ir_before, model.ir_version
+    if choice.target is not None:
+        choice.check_graph(ir.to_proto(model))
+    return model, report
+
+
+def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir.Model, LowerReport]:
     current = default_opset(model)
     report = LowerReport(opset_before=current, opset_after=current)
     nodes = find_nodes(model)
@@ -449,7 +478,15 @@ def lower_model(model: ir.Model, *, method: str = "auto", opset: int | None = No
     return model, report
 
 
-def lower(model: str | os.PathLike | onnx.ModelProto, *, method: str = "auto", opset: int | None = None) -> onnx.ModelProto:
+def lower(
+    model: str | os.PathLike | onnx.ModelProto,
+    *,
+    method: str | None = None,
+    opset: int | None = None,
+    target: str | None = None,
+    force: bool = False,
+    ir_version: int | None = None,
+) -> onnx.ModelProto:
     """Replace deformable-convolution nodes of an ONNX model by a lowering.
 
     Known nodes: the standard ``DeformConv`` (at any opset, also the invalid
@@ -477,10 +514,16 @@ def lower(model: str | os.PathLike | onnx.ModelProto, *, method: str = "auto", o
             opset. Otherwise the model is first converted with onnx's
             version converter (the deformable nodes are kept out of the
             conversion) and then lowered at ``opset``.
+        target: a runtime (``deform_onnx.TARGETS``, e.g. ``"tensorrt"``): picks
+            the method (explicit ``method`` wins) and the opset when the model's
+            own cannot hold it or the target mishandles it; the result is checked
+            against the target's rules (see :mod:`deform_onnx.targets`).
+        force: turn what the target is known to mishandle into warnings.
+        ir_version: IR version of the result; default: the lowest its opsets need.
 
     Returns:
         The rewritten ``onnx.ModelProto``; a model without such nodes (and no
-        ``opset`` change) comes back unchanged.
+        ``opset`` or IR version change) comes back unchanged.
 
     Raises:
         ModelFileError: the path is missing or not an ONNX model.
@@ -488,7 +531,9 @@ def lower(model: str | os.PathLike | onnx.ModelProto, *, method: str = "auto", o
             message names the fix, ``opset=``/``--opset``); a node with unknown
             attributes, 3-D deformable convolution or a weight whose shape
             no shape inference finds (the message names the node); ``native``
-            for OpenVINO's node; or a failed opset conversion.
+            for OpenVINO's node; a failed opset conversion; an unknown target,
+            or a result the target mishandles (without ``force``); an
+            ``ir_version`` below what the opsets need.
     """
     if isinstance(model, onnx.ModelProto):
         _check_structure(model, "model")
@@ -497,7 +542,9 @@ def lower(model: str | os.PathLike | onnx.ModelProto, *, method: str = "auto", o
     else:
         ir_model = read_model(model)
         original = None
-    ir_model, report = lower_model(ir_model, method=method, opset=opset)
+    ir_model, report = lower_model(
+        ir_model, method=method, opset=opset, target=target, force=force, ir_version=ir_version
+    )
     if not report.changed:
         if original is not None:
             copy = onnx.ModelProto()
@@ -512,8 +559,11 @@ def lower_file(
     src: str | os.PathLike,
     dst: str | os.PathLike,
     *,
-    method: str = "auto",
+    method: str | None = None,
     opset: int | None = None,
+    target: str | None = None,
+    force: bool = False,
+    ir_version: int | None = None,
 ) -> LowerReport:
     """:func:`lower` a file and write the result atomically (temp file, then rename).
 
@@ -533,7 +583,7 @@ def lower_file(
         t for t in model.graph.initializers.values() if isinstance(t.const_value, ir.ExternalTensor)
     ]
     src_data = {Path(t.const_value.path).resolve() for t in external}  # type: ignore[union-attr]
-    model, report = lower_model(model, method=method, opset=opset)
+    model, report = lower_model(model, method=method, opset=opset, target=target, force=force, ir_version=ir_version)
     if in_place and not report.changed:
         return report
     data_name = None

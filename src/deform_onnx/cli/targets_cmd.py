@@ -1,0 +1,43 @@
+"""``deform-onnx targets``: the runtime targets, what each picks and why."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from . import app
+from ._common import console
+
+
+@app.command("targets")
+def targets_command(
+    name: str = typer.Argument(None, help="Show one target (e.g. tensorrt, onnxruntime<1.25).", show_default=False),
+) -> None:
+    """Print the runtime targets: what each picks (method, opset, graph rules) and why, with the source.
+
+    Exit code 2 on an unknown target name.
+    """
+    from ..targets import all_targets, resolve_target
+    from ._common import fail
+
+    if name is not None:
+        try:
+            targets = [resolve_target(name)]
+        except ValueError as e:
+            fail(str(e))
+    else:
+        targets = all_targets()
+    table = Table(title="deform-onnx runtime targets (--target NAME; explicit --method/--opset win)")
+    for column in ("target", "runtime", "picks", "rules and refused combinations", "why", "source"):
+        table.add_column(column, overflow="fold")
+    for t in targets:
+        refused = [f"refuses {f.what}" for f in t.faults]
+        table.add_row(
+            t.name,
+            t.runtime,
+            f"{t.method}@{t.opset}",
+            "; ".join([*t.options, *refused]) or "-",
+            t.reason,
+            f"{t.source} [{t.status}]",
+        )
+    console.print(table)

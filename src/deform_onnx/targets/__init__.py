@@ -1,0 +1,52 @@
+"""Runtime targets: pick the graph a runtime runs correctly and fast.
+
+``deform_onnx.export(..., target="tensorrt")``, ``deform_onnx.lower(...,
+target=...)`` and ``--target`` on the CLI resolve a name here to a lowering
+method and opset (explicit ``method``/``opset`` still win), refuse
+combinations the runtime is known to mishandle (``ValueError``; a warning with
+``force=True``), and check the emitted graph against the target's rules.
+
+Names: :data:`TARGET_NAMES`; ``onnxruntime`` also takes a version pin
+(``onnxruntime<1.25``, ``onnxruntime==1.18``). ``deform-onnx targets`` prints
+the table.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .base import Choice, Fault, Target
+from .onnxruntime import onnxruntime_target
+from .rules import RULES, violations
+from .table import TABLE
+
+__all__ = ["Target", "Fault", "Choice", "TARGETS", "TARGET_NAMES", "resolve_target", "all_targets", "RULES", "violations"]
+
+#: Targets by name (``onnxruntime`` resolves against the installed version).
+TARGETS: dict[str, Target] = {t.name: t for t in TABLE}
+TARGET_NAMES: tuple[str, ...] = ("onnxruntime", *TARGETS)
+
+
+def resolve_target(spec: str | Target) -> Target:
+    """The :class:`Target` for a name (``"tensorrt"``) or an onnxruntime pin (``"onnxruntime<1.25"``).
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones) or a bad version pin.
+    """
+    if isinstance(spec, Target):
+        return spec
+    text = str(spec).strip().lower()
+    match = re.fullmatch(r"(onnxruntime|ort)\s*(.*)", text)
+    if match:
+        return onnxruntime_target(match.group(2).replace(" ", ""))
+    if text in TARGETS:
+        return TARGETS[text]
+    raise ValueError(
+        f"unknown target {spec!r}; choose one of {', '.join(TARGET_NAMES)} "
+        "(onnxruntime also takes a version pin, e.g. onnxruntime<1.25)"
+    )
+
+
+def all_targets() -> list[Target]:
+    """Every target, ``onnxruntime`` first (for the installed version, then pinned below 1.25 and 1.16)."""
+    return [onnxruntime_target(""), onnxruntime_target("<1.25"), onnxruntime_target("<1.16"), *TABLE]

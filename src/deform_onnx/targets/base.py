@@ -1,0 +1,102 @@
+"""What a runtime target is: the graph it picks, the combinations it mishandles, the graph rules it needs.
+
+A :class:`Target` picks a lowering ``method`` and an ``opset``; its
+:class:`Fault` entries name (method, opset) combinations the runtime is known
+to mishandle (checked before exporting), and its rules
+(:mod:`deform_onnx.targets.rules`) are checked on the emitted graph, so a
+model's own ops (a user's ``GridSample`` at opset 20 for TensorRT) are caught
+too. Every entry carries a one-line reason and its source: a release note, an
+issue number, or "measured here".
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import onnx
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A (method, opset) combination a runtime is known to mishandle.
+
+    Attributes:
+        what: the combination, e.g. ``"GridSample at opset >= 20"``.
+        why: what the runtime does with it, with the source.
+        hits: ``hits(method, opset) -> bool`` on the resolved method (never ``"auto"``).
+        fix: what to pass instead.
+    """
+
+    what: str
+    why: str
+    hits: Callable[[str, int], bool]
+    fix: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """One runtime target.
+
+    Attributes:
+        name: the ``target=`` / ``--target`` name.
+        runtime: the runtime and build it stands for.
+        method, opset: what it picks (explicit ``method``/``opset_version`` win).
+        reason: why this pick, one line; ``source``: where that comes from.
+        options: graph rules by name (see :data:`deform_onnx.targets.rules.RULES`),
+            checked on every emitted graph.
+        faults: combinations the runtime mishandles: a ``ValueError`` without ``force``.
+        status: ``"measured here"`` when a build of the runtime ran this graph here,
+            else what it is read from.
+    """
+
+    name: str
+    runtime: str
+    method: str
+    opset: int
+    reason: str
+    source: str
+    options: tuple[str, ...] = ()
+    faults: tuple[Fault, ...] = ()
+    status: str = "read"
+
+
+@dataclass
+class Choice:
+    """A resolved target (or none): what to export, and the checks on the result.
+
+    ``method``/``opset`` are the values to use (explicit ones, else the
+    target's); ``dynamo`` is ``False`` when the target picked an opset below the
+    dynamo exporter's range.
+    """
+
+    target: Target | None
+    method: str
+    opset: int | None
+    dynamo: bool = True
+    force: bool = False
+    spec: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def check_graph(self, model: onnx.ModelProto) -> list[str]:
+        """Check ``model`` against the target's rules.
+
+        Returns:
+            The violations (one line each); empty when it passes or without a target.
+
+        Raises:
+            ValueError: a violation, without ``force`` (with it: a ``UserWarning`` each).
+        """
+        from .rules import violations
+
+        if self.target is None:
+            return []
+        found = violations(model, self.target.options)
+        if found and not self.force:
+            raise ValueError(
+                f"target {self.target.name!r}: {found[0]}; pass force=True (CLI: --force) to write it anyway"
+            )
+        for v in found:
+            warnings.warn(f"deform_onnx: target {self.target.name!r}: {v}", stacklevel=4)
+        return found

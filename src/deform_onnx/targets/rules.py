@@ -1,0 +1,127 @@
+"""Graph rules of the runtime targets, checked on the emitted ONNX graph.
+
+Each rule reads a finished ``onnx.ModelProto`` and returns its violations,
+one line each naming the node or value. Rules look at the main graph (the
+lowerings write no subgraphs).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import onnx
+
+_FLOATS = {
+    onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16,
+}  # fmt: skip
+#: Inputs that TensorRT treats as shape tensors, by op (index into node.input).
+SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "ConstantOfShape": (0,),
+    "Range": (0, 1, 2), "Pad": (1,), "Resize": (3,), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,),
+}  # fmt: skip
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _nodes(model: onnx.ModelProto, op_type: str) -> list[str]:
+    return [n.name or f"#{i}" for i, n in enumerate(model.graph.node) if n.op_type == op_type and n.domain in ("", "ai.onnx")]
+
+
+def no_gridsample_20(model: onnx.ModelProto) -> list[str]:
+    """GridSample-20 spells bilinear ``mode="linear"``; readers that know only ``"bilinear"`` sample nearest."""
+    if _opset(model) < 20:
+        return []
+    found = _nodes(model, "GridSample")
+    return [f"GridSample-20 node(s) {', '.join(found[:3])} (mode 'linear') at opset {_opset(model)}"] if found else []
+
+
+def no_isnan(model: onnx.ModelProto) -> list[str]:
+    found = _nodes(model, "IsNaN")
+    return [f"IsNaN node(s) {', '.join(found[:3])}"] if found else []
+
+
+def no_deformconv(model: onnx.ModelProto) -> list[str]:
+    found = _nodes(model, "DeformConv")
+    return [f"DeformConv node(s) {', '.join(found[:3])}"] if found else []
+
+
+def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort; rules then see what the file says
+        return model
+
+
+def max_rank_4(model: onnx.ModelProto) -> list[str]:
+    """Every value of at most 4 dimensions (ncnn blobs; onnx2tf's NCHW->NHWC transposition)."""
+    inferred = _inferred(model)
+    g = inferred.graph
+    big = [
+        (v.name, len(v.type.tensor_type.shape.dim))
+        for v in (*g.input, *g.value_info, *g.output)
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")
+        and len(v.type.tensor_type.shape.dim) > 4
+    ]  # fmt: skip
+    if not big:
+        return []
+    ranks = sorted({r for _, r in big})
+    return [f"{len(big)} value(s) of rank {'/'.join(map(str, ranks))} > 4 (e.g. {big[0][0]})"]
+
+
+def static_shapes(model: onnx.ModelProto) -> list[str]:
+    dynamic = [
+        v.name
+        for v in model.graph.input
+        if v.type.HasField("tensor_type")
+        and any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
+    ]
+    return [f"dynamic input shape(s): {', '.join(dynamic)}"] if dynamic else []
+
+
+def integer_shape_tensors(model: onnx.ModelProto) -> list[str]:
+    """Shape inputs (TensorRT's shape tensors) computed from integers only: no float value on their path."""
+    inferred = _inferred(model)
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.value_info, *g.output)}
+    types.update({t.name: t.data_type for t in g.initializer})
+    producer = {o: n for n in g.node for o in n.output}
+    bad: list[str] = []
+    for node in g.node:
+        for index in SHAPE_INPUTS.get(node.op_type, ()):
+            if index >= len(node.input) or not node.input[index]:
+                continue
+            stack, seen = [node.input[index]], set()
+            while stack:
+                name = stack.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                if types.get(name) in _FLOATS:
+                    bad.append(f"{node.op_type} {node.name or '?'} input {index} depends on float value {name}")
+                    stack.clear()
+                    break
+                src = producer.get(name)
+                if src is not None and src.op_type not in ("Shape", "Size"):  # int64 whatever they read
+                    stack.extend(i for i in src.input if i)
+    return bad[:1] + ([f"... and {len(bad) - 1} more"] if len(bad) > 1 else [])
+
+
+#: Rule name (as shown in ``deform-onnx targets``) -> check.
+RULES: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
+    "no GridSample-20": no_gridsample_20,
+    "no IsNaN": no_isnan,
+    "no DeformConv": no_deformconv,
+    "max tensor rank 4": max_rank_4,
+    "static shapes": static_shapes,
+    "integer-only shape tensors": integer_shape_tensors,
+}
+
+
+def violations(model: onnx.ModelProto, options: tuple[str, ...]) -> list[str]:
+    """Violations of the named rules in ``model`` (rule names: :data:`RULES`)."""
+    found: list[str] = []
+    for name in options:
+        found += [f"{name}: {v}" for v in RULES[name](model)]
+    return found

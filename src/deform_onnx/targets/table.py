@@ -1,0 +1,174 @@
+"""The runtime targets other than ``onnxruntime`` (see :mod:`.onnxruntime`), one entry each.
+
+Sources: "measured here" rows ran on a build of that runtime on this project's
+machine (tests, or the issue-12 runtime matrix on the bundled example); other
+rows are read from the runtime's documentation, source or issue tracker, named
+in ``source``.
+"""
+
+from __future__ import annotations
+
+from .base import Fault, Target
+
+_GRIDSAMPLE_20 = Fault(
+    what="grid_sample at opset >= 20 (GridSample-20)",
+    why="GridSample-20 writes mode='linear'; onnx-tensorrt reads only 'bilinear' and silently samples nearest "
+    "(onnx-tensorrt PR #1060, NVIDIA/TensorRT #4646)",
+    hits=lambda method, opset: method == "grid_sample" and opset >= 20,
+    fix="use method gather, or grid_sample at opset 16 to 19",
+)
+_WEBGPU_GRIDSAMPLE_20 = Fault(
+    what="grid_sample at opset >= 20 (GridSample-20)",
+    why="ONNX Runtime Web's WebGPU GridSample knows modes bilinear/nearest/bicubic, not GridSample-20's 'linear' "
+    "(onnxruntime-web 1.24.3, lib/wasm/jsep/webgpu/ops/grid-sample.ts)",
+    hits=lambda method, opset: method == "grid_sample" and opset >= 20,
+    fix="use grid_sample at opset 16 to 19, or gather",
+)
+
+
+def _no_kernel(runtime: str, source: str, fix: str = "use method grid_sample or gather") -> Fault:
+    return Fault(
+        what="native (DeformConv)",
+        why=f"{runtime} has no DeformConv kernel ({source})",
+        hits=lambda method, opset: method == "native",
+        fix=fix,
+    )
+
+
+TABLE: tuple[Target, ...] = (
+    Target(
+        name="openvino",
+        runtime="OpenVINO 2023.3 to 2026.4 (plain ONNX frontend, or tools that read the file without an extension)",
+        method="grid_sample",
+        opset=17,
+        reason="plain OpenVINO rejects DeformConv; grid_sample@17 and gather@11 run within 2.1e-5 on 2023.3-2026.4",
+        source="measured here (tests/test_openvino.py; issue 12 matrix)",
+        options=("no DeformConv",),
+        faults=(
+            Fault(
+                what="native (DeformConv)",
+                why="OpenVINO 2026.4 rejects DeformConv, and newer frontends map it with "
+                "bilinear_interpolation_pad=false (off by 2-6 at borders; DESIGN.md)",
+                hits=lambda method, opset: method == "native",
+                fix="use target openvino-extension (native with deform_onnx.openvino.extension()), or grid_sample",
+            ),
+        ),
+        status="measured here",
+    ),
+    Target(
+        name="openvino-extension",
+        runtime="OpenVINO >= 2025.0 with deform_onnx.openvino.extension()",
+        method="native",
+        opset=19,
+        reason="the extension maps DeformConv to DeformableConvolution-8 with bilinear_interpolation_pad "
+        "(torchvision's border rule)",
+        source="measured here (tests/test_openvino.py, cases c04 and c12)",
+        status="measured here",
+    ),
+    Target(
+        name="tensorrt",
+        runtime="TensorRT >= 10.1 (onnx-tensorrt parser)",
+        method="gather",
+        opset=17,
+        reason="GridSample results reported wrong since TensorRT 10.14 (NVIDIA/TensorRT #4813, pytorch/TensorRT "
+        "#4074): gather unless asked; native needs the ModulatedDeformConv2d plugin",
+        source="read: issues named; graph rules tested (tests/test_targets.py, tests/test_graph_safety.py)",
+        options=("no GridSample-20", "integer-only shape tensors"),
+        faults=(_GRIDSAMPLE_20,),
+    ),
+    Target(
+        name="tensorrt-rtx",
+        runtime="TensorRT-RTX (onnx-tensorrt parser, no plugins)",
+        method="gather",
+        opset=17,
+        reason="no deformable-convolution plugin; the parser's GridSample faults as for tensorrt",
+        source="read: DESIGN.md runtime facts; NVIDIA/TensorRT #4646, #4813",
+        options=("no GridSample-20", "no DeformConv", "integer-only shape tensors"),
+        faults=(_GRIDSAMPLE_20, _no_kernel("TensorRT-RTX", "no deformable plugin")),
+    ),
+    Target(
+        name="directml",
+        runtime="ONNX Runtime DirectML execution provider",
+        method="grid_sample",
+        opset=17,
+        reason="every op of grid_sample@17 has a DirectML kernel; DeformConv has none (it would run on the CPU "
+        "provider with copies per layer)",
+        source="read: ONNX Runtime docs/OperatorKernels.md (DmlExecutionProvider); op list tested "
+        "(tests/test_graph_safety.py)",
+        options=("no DeformConv",),
+        faults=(_no_kernel("DirectML", "OperatorKernels.md"),),
+    ),
+    Target(
+        name="webgpu",
+        runtime="ONNX Runtime WebGPU execution provider (onnxruntime-web, native WebGPU EP)",
+        method="grid_sample",
+        opset=17,
+        reason="GridSample kernel (4-D, bilinear) but no DeformConv; GridSample-20's 'linear' is not a mode it knows",
+        source="read: onnxruntime-web 1.24.3 docs/webgpu-operators.md and ops/grid-sample.ts",
+        options=("no DeformConv", "no GridSample-20"),
+        faults=(_WEBGPU_GRIDSAMPLE_20, _no_kernel("WebGPU", "webgpu-operators.md")),
+    ),
+    Target(
+        name="coreml",
+        runtime="ONNX Runtime CoreML execution provider",
+        method="gather",
+        opset=17,
+        reason="no DeformConv kernel; Gather/Clip/MatMul are plain tensor ops (nodes CoreML cannot take run on "
+        "ONNX Runtime's CPU provider)",
+        source="read: DESIGN.md runtime facts; not run here (no Apple machine)",
+        options=("no DeformConv",),
+        faults=(_no_kernel("ONNX Runtime's CoreML provider", "DESIGN.md"),),
+    ),
+    Target(
+        name="tflite",
+        runtime="TFLite / LiteRT through onnx2tf",
+        method="gather",
+        opset=13,
+        reason="onnx2tf fails on every form today: reshape element counts break after its NCHW->NHWC "
+        "transposition of 5-D/6-D tensors; the rules name what blocks the emitted graph",
+        source="measured here (issue 12: onnx2tf -> LiteRT)",
+        options=("no IsNaN", "max tensor rank 4", "static shapes"),
+        faults=(_no_kernel("onnx2tf", "issue 12"),),
+        status="measured here: no form converts yet",
+    ),
+    Target(
+        name="ncnn",
+        runtime="ncnn through pnnx",
+        method="gather",
+        opset=13,
+        reason="ncnn blobs hold at most 4-D; pnnx rejects IsNaN and unresolved Slice axes (static shapes)",
+        source="measured here (issue 12: pnnx -> ncnn Python bindings)",
+        options=("no IsNaN", "max tensor rank 4", "static shapes"),
+        faults=(_no_kernel("ncnn", "issue 12"),),
+        status="measured here: no form converts yet",
+    ),
+    Target(
+        name="mnn",
+        runtime="MNN 3.6 (MNNConvert + runtime)",
+        method="grid_sample",
+        opset=17,
+        reason="MNN's converter rejects IsNaN; without it grid_sample and gather run within 2.1e-5",
+        source="measured here (issue 12: MNN 3.6.1)",
+        options=("no IsNaN",),
+        faults=(_no_kernel("MNN", "issue 12"),),
+        status="measured here",
+    ),
+    Target(
+        name="tvm",
+        runtime="Apache TVM 0.27 (relax ONNX frontend, llvm)",
+        method="grid_sample",
+        opset=17,
+        reason="gather@11 and grid_sample@17 ran within 2.1e-5",
+        source="measured here (issue 12: apache-tvm 0.27)",
+        status="measured here",
+    ),
+    Target(
+        name="generic",
+        runtime="any ONNX runtime or converter",
+        method="gather",
+        opset=11,
+        reason="the widest graph: Gather, Clip, MatMul and shape ops at the oldest opset reached (IR 6)",
+        source="DESIGN.md lowering knowledge",
+        options=("no DeformConv",),
+    ),
+)
