@@ -10,23 +10,16 @@ their sums set the output size.
 
 from __future__ import annotations
 
-from .registry import ConvAttrs, SourceOp, int_attr, pair_attr, register
+from .registry import ConvAttrs, SourceOp, int_attr, pads_attr, pair_attr, register
 
 
 def _parse(attrs, where: str) -> ConvAttrs:
-    pads = list(attrs.get("pads", [0, 0, 0, 0]))
-    if len(pads) != 4:
-        raise ValueError(
-            f"{where}: pads={pads} must have 4 entries [h_begin, w_begin, h_end, w_end]; "
-            "only 2-D deformable convolution is supported"
-        )
-    if min(pads) < 0:
-        raise ValueError(f"{where}: pads={pads} must be >= 0")
+    begin, end = pads_attr(attrs, where)
     kernel = pair_attr(attrs, "kernel_shape", 1, where) if "kernel_shape" in attrs else None
     return ConvAttrs(
         stride=pair_attr(attrs, "strides", 1, where),
-        padding=(int(pads[0]), int(pads[1])),
-        padding_end=(int(pads[2]), int(pads[3])),
+        padding=begin,
+        padding_end=end,
         dilation=pair_attr(attrs, "dilations", 1, where),
         groups=int_attr(attrs, "group", 1, where),
         offset_groups=int_attr(attrs, "offset_group", 1, where),

@@ -17,7 +17,7 @@ deformable group) is the same as torchvision's.
 
 from __future__ import annotations
 
-from .registry import ConvAttrs, SourceOp, int_attr, pair_attr, register
+from .registry import ConvAttrs, SourceOp, int_attr, pads_attr, pair_attr, register
 
 
 def _parse(attrs, where: str) -> ConvAttrs:
@@ -26,13 +26,11 @@ def _parse(attrs, where: str) -> ConvAttrs:
         auto_pad = auto_pad.decode()
     if auto_pad not in ("NOTSET", ""):
         raise ValueError(f"{where}: auto_pad={auto_pad!r} is not supported; write explicit pads")
-    pads = list(attrs.get("pads", [0, 0, 0, 0]))
-    if len(pads) != 4 or min(pads) < 0:
-        raise ValueError(f"{where}: pads={pads} must be 4 entries >= 0 [h_begin, w_begin, h_end, w_end]")
+    begin, end = pads_attr(attrs, where)
     return ConvAttrs(
         stride=pair_attr(attrs, "strides", 1, where),
-        padding=(int(pads[0]), int(pads[1])),
-        padding_end=(int(pads[2]), int(pads[3])),
+        padding=begin,
+        padding_end=end,
         dilation=pair_attr(attrs, "dilations", 1, where),
         groups=int_attr(attrs, "group", 1, where),
         offset_groups=int_attr(attrs, "deformable_groups", 1, where),

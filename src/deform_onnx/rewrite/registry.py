@@ -123,3 +123,16 @@ def pair_attr(attrs: Mapping[str, object], name: str, default: int, where: str) 
         f"{where}: attribute {name}={value} has {len(value)} entries: only 2-D deformable "
         "convolution (torchvision's deform_conv2d) is supported"
     )
+
+
+def pads_attr(attrs: Mapping[str, object], where: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``pads = [h_begin, w_begin, h_end, w_end]`` (ONNX Conv order) as ``(begin, end)`` pairs."""
+    pads = list(attrs.get("pads", [0, 0, 0, 0]))  # type: ignore[call-overload]
+    if len(pads) != 4:
+        raise ValueError(
+            f"{where}: pads={pads} must have 4 entries [h_begin, w_begin, h_end, w_end]; "
+            "only 2-D deformable convolution is supported"
+        )
+    if min(pads) < 0:
+        raise ValueError(f"{where}: pads={pads} must be >= 0")
+    return (int(pads[0]), int(pads[1])), (int(pads[2]), int(pads[3]))
