@@ -183,8 +183,11 @@ def _uninstall() -> None:
     from torch.onnx._internal.torchscript_exporter import registration
 
     for name in _symbolics("auto"):
+        group = registration.registry.get_function_group(name)
         for opset in range(MIN_OPSET, MAX_OPSET + 1):
-            torch.onnx.unregister_custom_op_symbolic(name, opset)
+            # Only what is registered: torch warns for each opset otherwise (a second unregister()).
+            if group is not None and group._functions.overridden(opset):
+                torch.onnx.unregister_custom_op_symbolic(name, opset)
         # torch keeps the emptied function group, and exporting then fails with
         # "min() arg is an empty sequence"; drop it so export fails as before register().
         # (aten::grid_sampler keeps torch's own symbolic at 16+: its group stays.)
