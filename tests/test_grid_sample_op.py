@@ -258,3 +258,38 @@ def test_cli_lower_method_gather(exports, c22, tmp_path):
     out = onnx.load(str(dst))
     assert "GridSample" not in op_types(out)
     _assert_matches(_run(out, x, grid), x, grid, "cli lower")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_gather_dtypes(c22, tmp_path, dtype):
+    """float64 matches PyTorch to 1e-10 (opset 13: ONNX Runtime has no float64 Clip-11); float16 computes
+    coordinates and weights in float32 (as the deformable-convolution gather lowering does), so it is
+    compared with PyTorch's float32 result on the same float16 values (PyTorch's own float16 CPU result
+    is ~3e-2 off it on this input)."""
+    (x, grid), _ = c22
+    x, grid = x.to(dtype), grid.to(dtype)
+    path = tmp_path / "dtype.onnx"
+    deform_onnx.export(AllModes(), (x, grid), path, opset_version=13, method="gather", dynamo=False,
+                       input_names=NAMES, verify=False)
+    got = _run(onnx.load(str(path)), x, grid)
+    assert all(g.dtype == np.dtype(str(dtype).split(".")[1]) for g in got)
+    with torch.no_grad():
+        want = [t.numpy() for t in AllModes()(x.double(), grid.double())] if dtype == torch.float64 else \
+            [t.double().numpy() for t in AllModes()(x.float(), grid.float())]
+    atol = 1e-10 if dtype == torch.float64 else 4e-3
+    for (mode, pad, align), g, w in zip(CONFIGS, got, want):
+        keep = ~_boundary_mask(grid.float(), x.shape[2], x.shape[3], align)[:, None] if mode == "nearest" else True
+        np.testing.assert_allclose(np.where(keep, g.astype(np.float64), 0), np.where(keep, w, 0), rtol=0, atol=atol,
+                                   err_msg=f"{dtype} {mode}/{pad}/{align}")
+
+
+@pytest.mark.parametrize("key", [("torchscript", 11, "gather"), ("torchscript", 16, "grid_sample")], ids=["gather", "native"])
+def test_openvino_runs_both_forms(exports, c22, key):
+    """OpenVINO (CPU, f32) on the gather and the GridSample file: same PyTorch comparison."""
+    pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvino`")
+    import deform_onnx.openvino as dov
+
+    (x, grid), _ = c22
+    compiled = dov.compile(exports[key][0], device="CPU", precision="f32")
+    outs = [np.asarray(v) for v in compiled([x.numpy(), grid.numpy()]).values()]
+    _assert_matches(outs, x, grid, f"OpenVINO {key}")

@@ -1,8 +1,9 @@
 """TorchScript exporter (``torch.onnx.export(..., dynamo=False)``): a registered symbolic.
 
-``register()`` installs a symbolic for ``torchvision::deform_conv2d`` at every
-opset from 11 to the exporter's maximum; the symbolic drives the chosen
-lowering through :class:`TorchScriptBuilder`, an adapter over ``g.op``.
+``register()`` installs a symbolic for ``torchvision::deform_conv2d`` (and
+one for ``aten::grid_sampler``, :mod:`.grid_sample`) at every opset from 11 to
+the exporter's maximum; the symbolic drives the chosen lowering through
+:class:`TorchScriptBuilder`, an adapter over ``g.op``.
 """
 
 from __future__ import annotations
