@@ -318,20 +318,6 @@ def _replace(node: ir.Node, src: SourceOp, lowering: Lowering, opset: int, names
     )
 
 
-def _replace_grid_samples(model: ir.Model, samplers: list[ir.Node], opset: int, names: set[str]) -> None:
-    """Replace GridSample nodes by the gather lowering (:mod:`.grid_sample_nodes`)."""
-    if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):
-        _infer_shapes(model)
-    for index, node in enumerate(samplers):
-        prefix = node.name or f"deform_onnx_grid_sample_{index}"
-        b = TapeBuilder(opset, name_prefix=prefix)
-        grid_sample_nodes.replace(node, b)
-        for n in b.tape.nodes:
-            for i, value in enumerate(n.outputs):
-                if value.name is None:
-                    value.name = _unique(f"{n.name}_out{i}", names)
-
-
 def _unique(name: str, names: set[str]) -> str:
     candidate, k = name, 1
     while candidate in names:
@@ -460,7 +446,9 @@ def lower_model(model: ir.Model, *, method: str = "auto", opset: int | None = No
         _replace(node, src, lowering, target, names, index)
     for node in samplers:
         report.replaced.append(Replacement(node.name or "<unnamed GridSample>", "GridSample", "gather"))
-    _replace_grid_samples(model, samplers, target, names)
+    if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):
+        _infer_shapes(model)
+    grid_sample_nodes.replace_all(samplers, target, lambda base: _unique(base, names))
     used = _used_domains(model)
     for domain in sorted({d for d, _ in SOURCE_OPS if d} - used):
         if domain in model.opset_imports:

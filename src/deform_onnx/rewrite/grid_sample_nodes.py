@@ -48,6 +48,19 @@ def spec_for_node(node: ir.Node) -> GridSampleSpec:
         raise ValueError(f"node {node.name or '<unnamed>'} (GridSample): {e}") from None
 
 
+def replace_all(nodes: list[ir.Node], opset: int, unique_name) -> None:
+    """Replace each node by the gather lowering at ``opset``; ``unique_name(base)`` names the new values."""
+    from ..lowering.builder import TapeBuilder
+
+    for index, node in enumerate(nodes):
+        b = TapeBuilder(opset, name_prefix=node.name or f"deform_onnx_grid_sample_{index}")
+        replace(node, b)
+        for n in b.tape.nodes:
+            for i, value in enumerate(n.outputs):
+                if value.name is None:
+                    value.name = unique_name(f"{n.name}_out{i}")
+
+
 def replace(node: ir.Node, builder) -> None:
     """Replace ``node`` by the gather lowering, emitted with ``builder`` (a TapeBuilder); the output value is kept."""
     spec = spec_for_node(node)
