@@ -293,3 +293,26 @@ def test_openvino_runs_both_forms(exports, c22, key):
     compiled = dov.compile(exports[key][0], device="CPU", precision="f32")
     outs = [np.asarray(v) for v in compiled([x.numpy(), grid.numpy()]).values()]
     _assert_matches(outs, x, grid, f"OpenVINO {key}")
+
+
+@pytest.mark.parametrize(
+    "mode, x_shape, match",
+    [("cubic", [1, 2, 4, 5], r"node gs \(GridSample\): grid_sample mode 'bicubic' is not supported"),
+     ("linear", [1, 2, 3, 4, 5], r"node gs \(GridSample\): grid_sample: input has rank 5")],
+    ids=["cubic", "5-D"],
+)
+def test_lower_gather_refuses_what_it_cannot_lower(mode, x_shape, match):
+    """A GridSample node the gather form cannot express is a one-line error naming the node, not a wrong file."""
+    from onnx import TensorProto, helper
+
+    grid_shape = [1, 3, 3, 2] if len(x_shape) == 4 else [1, 2, 3, 3, 3]
+    graph = helper.make_graph(
+        [helper.make_node("GridSample", ["x", "grid"], ["y"], name="gs", mode=mode)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape),
+         helper.make_tensor_value_info("grid", TensorProto.FLOAT, grid_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    with pytest.raises(ValueError, match=match):
+        deform_onnx.lower(model, method="gather")
+    assert op_types(deform_onnx.lower(model, method="native")) == ["GridSample"]  # kept as is
