@@ -13,8 +13,9 @@ from __future__ import annotations
 from ..lowering.grid_sampler import GridSampleSpec, check_shapes
 from ..lowering.registry import resolve
 
-#: TorchScript op name; the dynamo exporter records ``aten.grid_sampler`` (or,
-#: after decomposition, ``aten.grid_sampler_2d``), same arguments.
+#: TorchScript op name. The dynamo exporter (torch 2.14) records and translates
+#: ``aten.grid_sampler`` (checked); ``aten.grid_sampler_2d``, what a decomposition
+#: would leave, takes the same arguments and is mapped too.
 TORCHSCRIPT_OP = "aten::grid_sampler"
 
 
