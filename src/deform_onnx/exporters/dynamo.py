@@ -73,7 +73,10 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
             chosen for the target); defaults to the build opset.
 
     Returns:
-        ``{torch.ops.torchvision.deform_conv2d.default: fn}``.
+        ``{torch.ops.torchvision.deform_conv2d.default: fn}``, plus
+        ``aten.grid_sampler`` / ``aten.grid_sampler_2d`` (``F.grid_sample``;
+        ``method`` resolves per op: for grid_sample, ``native`` and
+        ``grid_sample`` mean one ``GridSample`` node, opset >= 16).
 
     Raises:
         ValueError: unknown method, an opset below :data:`MIN_OPSET` (14; the
@@ -108,4 +111,8 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
             (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w), groups, offset_groups, use_mask,
         )
 
-    return {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}
+    from . import grid_sample
+
+    table = {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}
+    table.update(grid_sample.translations(method, opset, _current_build_opset, OnnxScriptBuilder))
+    return table

@@ -1,8 +1,9 @@
 """TorchScript exporter (``torch.onnx.export(..., dynamo=False)``): a registered symbolic.
 
-``register()`` installs a symbolic for ``torchvision::deform_conv2d`` at every
-opset from 11 to the exporter's maximum; the symbolic drives the chosen
-lowering through :class:`TorchScriptBuilder`, an adapter over ``g.op``.
+``register()`` installs a symbolic for ``torchvision::deform_conv2d`` (and
+one for ``aten::grid_sampler``, :mod:`.grid_sample`) at every opset from 11 to
+the exporter's maximum; the symbolic drives the chosen lowering through
+:class:`TorchScriptBuilder`, an adapter over ``g.op``.
 """
 
 from __future__ import annotations
@@ -164,7 +165,12 @@ _registered_method: str | None = None
 
 
 def register(method: str = "auto") -> None:
-    """Register the symbolic for every opset from 11 to :data:`MAX_OPSET`.
+    """Register the symbolics for every opset from 11 to :data:`MAX_OPSET`.
+
+    ``torchvision::deform_conv2d`` and ``aten::grid_sampler``
+    (``F.grid_sample``; torch's own symbolic, 16+ only, is overridden until
+    :func:`unregister`). ``method`` resolves per op: for grid_sample,
+    ``native`` and ``grid_sample`` mean one ``GridSample`` node (16+).
 
     Args:
         method: ``"auto"``, ``"native"``, ``"grid_sample"`` or ``"gather"``;
@@ -183,28 +189,40 @@ def register(method: str = "auto") -> None:
 
 
 def unregister() -> None:
-    """Remove the symbolic registered by :func:`register` (all opsets)."""
+    """Remove the symbolics registered by :func:`register` (all opsets); torch's own grid_sampler one is back."""
     global _registered_method
     _uninstall()
     _registered_method = None
 
 
+def _symbolics(method: str) -> dict:
+    """TorchScript op name -> symbolic, for every op of the family (deformable convolution, grid_sample)."""
+    from . import grid_sample
+
+    return {OP_NAME: make_symbolic(method), grid_sample.TORCHSCRIPT_OP: grid_sample.make_symbolic(method)}
+
+
 def _install(method: str) -> None:
-    symbolic = make_symbolic(method)
-    for opset in range(MIN_OPSET, MAX_OPSET + 1):
-        torch.onnx.register_custom_op_symbolic(OP_NAME, symbolic, opset)
+    for name, symbolic in _symbolics(method).items():
+        for opset in range(MIN_OPSET, MAX_OPSET + 1):
+            torch.onnx.register_custom_op_symbolic(name, symbolic, opset)
 
 
 def _uninstall() -> None:
-    for opset in range(MIN_OPSET, MAX_OPSET + 1):
-        torch.onnx.unregister_custom_op_symbolic(OP_NAME, opset)
-    # torch keeps the emptied function group, and exporting then fails with
-    # "min() arg is an empty sequence"; drop it so export fails as before register().
     from torch.onnx._internal.torchscript_exporter import registration
 
-    group = registration.registry.get_function_group(OP_NAME)
-    if group is not None and not group._functions:
-        registration.registry._registry.pop(OP_NAME, None)
+    for name in _symbolics("auto"):
+        group = registration.registry.get_function_group(name)
+        for opset in range(MIN_OPSET, MAX_OPSET + 1):
+            # Only what is registered: torch warns for each opset otherwise (a second unregister()).
+            if group is not None and group._functions.overridden(opset):
+                torch.onnx.unregister_custom_op_symbolic(name, opset)
+        # torch keeps the emptied function group, and exporting then fails with
+        # "min() arg is an empty sequence"; drop it so export fails as before register().
+        # (aten::grid_sampler keeps torch's own symbolic at 16+: its group stays.)
+        group = registration.registry.get_function_group(name)
+        if group is not None and not group._functions:
+            registration.registry._registry.pop(name, None)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,8 @@
 Each entry: the lowest opset its graph is valid at, and one function
 ``fn(builder, spec, x, weight, offset, mask, bias) -> output`` that every
 entry point (TorchScript symbolic, dynamo translation, file rewrite) calls.
+The other ops of the family and the op -> lowerings map: :mod:`.registry`;
+the sampling pieces they share with :mod:`.gather`: :mod:`.sampler`.
 """
 
 from __future__ import annotations

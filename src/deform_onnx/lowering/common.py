@@ -7,6 +7,7 @@ import onnx
 
 from ..semantics import DeformConvSpec
 from .builder import Builder, Dim, Value
+from .sampler import finite_coords  # noqa: F401  (re-exported: it lived here)
 
 
 def base_coords(
@@ -94,25 +95,6 @@ def checked_spatial(b: Builder, t: Value | None, Ho: Dim, Wo: Dim) -> Value | No
     # Leading 0s copy N and C. (Not two Slices of one Shape: onnxscript's optimizer
     # fuses those into a Split that it places after their users, an unsorted graph.)
     return b.op("Reshape", t, b.op("Concat", b.i64([0, 0]), hw, axis=0))
-
-
-def finite_coords(b: Builder, p: Value, size: Dim, like: Value) -> Value:
-    """Pixel coordinates clamped into ``[-2, size+1]``, NaN replaced by -2.
-
-    A sample at ``p <= -1`` or ``p >= size`` is 0 either way (torchvision), so
-    no finite result changes; but a NaN or huge coordinate would cast to an
-    out-of-range integer index (a run-time error), and an infinite one gives
-    ``inf - inf = NaN`` bilinear weights. ±inf then samples 0, as in
-    torchvision; NaN samples 0, as ONNX Runtime's DeformConv does (torchvision
-    has no answer: its CPU kernel crashes). NaN is found with ``Equal(p, p)``
-    (false only for NaN), not ``IsNaN``, which MNN's converter rejects.
-    """
-    low = b.float_const(-2.0, like)
-    if isinstance(size, int):
-        high = b.float_const(size + 1, like)
-    else:  # from the integer size: no float shape arithmetic
-        high = b.cast_like(b.scalar(b.add_dim(size, 1)), like)
-    return b.op("Where", b.op("Equal", p, p), b.op("Clip", p, low, high), low)
 
 
 def coordinate_dtype(b: Builder, x: Value, offset: Value) -> tuple[Value, Value]:

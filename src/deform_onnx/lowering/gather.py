@@ -23,7 +23,6 @@ cache. The four weighted corners are added by one ``Sum``.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
 from ..semantics import DeformConvSpec
 from .builder import Builder, Value
@@ -31,11 +30,11 @@ from .common import (
     base_coords,
     checked_spatial,
     coordinate_dtype,
-    finite_coords,
     in_coordinate_dtype,
     in_input_dtype,
     output_dims,
 )
+from .sampler import channel_rows, corners, finite_coords
 
 MIN_OPSET = 11
 
@@ -59,8 +58,7 @@ def lower_gather(
     P = b.mul_dim(Ho, Wo)
 
     # Channels-last input, one row of C/G values per (n, y, x, g).
-    xt = b.op("Transpose", x, perm=[0, 2, 3, 1])
-    rows = b.reshape(xt, [-1, Cg])  # [N*H*W*G, C/G]
+    rows = channel_rows(b, x, Cg)  # [N*H*W*G, C/G]
 
     # Index math on [K, N, G, Ho, Wo] (tap axis first; Wo last: a short trailing
     # axis makes ONNX Runtime's elementwise ops up to 100x slower).
@@ -89,8 +87,8 @@ def lower_gather(
         ly = b.op("Mul", ly, m)
 
     # Corner indices clipped into the image; a corner outside it gets weight 0.
-    ry0, ry1, vy0, vy1 = _corners(b, y0, H, coord)
-    cx0, cx1, vx0, vx1 = _corners(b, x0, W, coord)
+    ry0, ry1, vy0, vy1 = corners(b, y0, H, coord)
+    cx0, cx1, vx0, vx1 = corners(b, x0, W, coord)
     if not spec.bilinear_interpolation_pad:
         # OpenVINO's rule: the sample is 0 unless 0 <= p < size (floor(p) inside the image),
         # and the corner past the last row/column repeats it (its index is clipped).
@@ -110,7 +108,7 @@ def lower_gather(
     ry1 = b.op("Add", ry1, ng)
     # Per corner: row index and weight as [K, N, Ho, Wo, G] (G next to the gathered
     # C/G; with G = 1 the layouts coincide and the per-tap reshapes suffice).
-    corners = []
+    terms_by_corner = []
     for ry, wy in ((ry0, hy), (ry1, ly)):
         for cx, wx in ((cx0, hx), (cx1, lx)):
             idx, wgt = b.op("Add", ry, cx), in_input_dtype(b, x, b.op("Mul", wy, wx))
@@ -119,7 +117,7 @@ def lower_gather(
                 wgt = b.op("Transpose", wgt, perm=[0, 1, 3, 4, 2])
             # A trailing 1 so that each tap's weight broadcasts over the gathered C/G.
             wgt = b.reshape(wgt, [K, -1, Ho, Wo, G, 1] if G > 1 else [K, -1, 1, Ho, Wo, 1])
-            corners.append((idx, wgt))
+            terms_by_corner.append((idx, wgt))
 
     # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant).
     w = b.op("Transpose", b.reshape(weight, [groups, Cog, Cpg, K]), perm=[3, 0, 2, 1])
@@ -127,7 +125,7 @@ def lower_gather(
     for k in range(K):
         tap = b.i64(k)
         terms = []
-        for idx, wgt in corners:  # per tap: [N, Ho, Wo, G] rows and [N, Ho, Wo, G, 1] weights ([N, 1, Ho, Wo] for G = 1)
+        for idx, wgt in terms_by_corner:  # per tap: [N, Ho, Wo, G] rows and [N, Ho, Wo, G, 1] weights ([N, 1, Ho, Wo] for G = 1)
             v = b.op("Gather", rows, b.op("Gather", idx, tap, axis=0), axis=0)
             terms.append(b.op("Mul", v, b.op("Gather", wgt, tap, axis=0)))
         cols = b.op("Sum", *terms)  # [N, Ho, Wo, G, C/G]; one pass instead of three Adds
@@ -145,29 +143,3 @@ def lower_gather(
     out = b.op("Transpose", out, perm=[0, 1, 3, 2])  # [N, groups, Co/groups, Ho*Wo]
     return b.reshape(out, [-1, Co, Ho, Wo])
 
-
-def _corners(b: Builder, low: Value, size, like: Value):
-    """Indices and validity of the corners ``floor(p)`` and ``floor(p) + 1`` along one axis.
-
-    Returns ``(i0, i1, v0, v1)``: int64 indices clipped into ``[0, size-1]``
-    (clipped in floating point: Clip-11 has no integer types) and 0/1 weights
-    in the input's dtype that zero a corner outside the image (torchvision).
-    """
-    if isinstance(size, int):
-        last = b.float_const(size - 1, like)
-        end = b.float_const(size, like)
-    else:  # Clip wants 0-D bounds
-        last = b.cast_like(b.scalar(b.add_dim(size, -1)), like)
-        # Cast from the integer size: a float Add of two 0-D values would be
-        # promoted to float32 by the TorchScript exporter (a float32 literal in
-        # a float64/float16 graph).
-        end = b.cast_like(b.scalar(size), like)
-    zero = b.float_const(0.0, like)
-    high = b.op("Add", low, b.float_const(1.0, like))
-    out = []
-    for c in (low, high):
-        out.append(b.op("Cast", b.op("Clip", c, zero, last), to=onnx.TensorProto.INT64))
-    for c in (low, high):
-        inside = b.op("And", b.op("Greater", c, b.float_const(-1.0, like)), b.op("Less", c, end))
-        out.append(b.cast_like(inside, like))
-    return tuple(out)

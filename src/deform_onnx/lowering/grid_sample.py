@@ -41,6 +41,7 @@ from ..semantics import DeformConvSpec
 from .builder import Builder, Value
 from .common import base_coords, checked_spatial, coordinate_dtype, output_dims
 from .gather import lower_gather
+from .grid_sampler import GridSampleSpec, lower_native
 
 MIN_OPSET = 16
 #: Largest static H or W sampled with bilinear GridSample (output error about 2e-5
@@ -112,11 +113,11 @@ def _bilinear_rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, off
     grid = _finite_grid(b, b.op("Concat", gx, gy, axis=2), coord)  # [N*G, K, (x, y), Ho, Wo]
     grid = b.op("Transpose", grid, perm=[0, 1, 3, 4, 2])  # [N*G, K, Ho, Wo, (x, y)]
     m = None if mask is None else b.reshape(mask, [-1, 1, K, Ho, Wo])  # [N*G, 1, K, Ho, Wo]
-    mode = "linear" if b.opset >= 20 else "bilinear"
+    zeros = GridSampleSpec("bilinear", "zeros", align_corners=False)  # torchvision's sampling rule
     for i in range(kh):
         k0, k1 = i * kw, (i + 1) * kw
         g = b.reshape(b.slice(grid, k0, k1, axis=1), [-1, b.mul_dim(kw, Ho), Wo, 2])
-        cols = b.op("GridSample", xg, g, mode=mode, padding_mode="zeros", align_corners=0)
+        cols = lower_native(b, zeros, xg, g)  # one GridSample
         # cols: [N*G, C/G, kw*Ho, Wo]
         if m is not None:
             cols = b.op("Mul", cols, b.reshape(b.slice(m, k0, k1, axis=2), [-1, 1, b.mul_dim(kw, Ho), Wo]))

@@ -23,7 +23,7 @@ from .._io import atomic_path
 from ..lowering import Lowering, resolve_method
 from ..lowering.builder import TapeBuilder
 from ..semantics import DeformConvSpec
-from . import deform_conv, mmcv, openvino_node  # noqa: F401  (register the node kinds)
+from . import deform_conv, grid_sample_nodes, mmcv, openvino_node  # noqa: F401  (register the node kinds)
 from .registry import ROLES, SOURCE_OPS, SourceOp, lookup
 
 __all__ = ["lower", "lower_file", "read_model", "LowerReport", "Replacement", "ModelFileError", "find_nodes"]
@@ -374,7 +374,7 @@ def _converts(proto: onnx.ModelProto, opset: int) -> bool:
     return True
 
 
-def _convert(model: ir.Model, target: int, current: int | None) -> ir.Model:
+def _convert(model: ir.Model, target: int, current: int | None, hide_grid_samples: bool = False) -> ir.Model:
     """Convert the default domain to ``target`` with onnx's version converter.
 
     The deformable nodes are moved to a private domain for the conversion
@@ -385,6 +385,9 @@ def _convert(model: ir.Model, target: int, current: int | None) -> ir.Model:
     from onnx import version_converter
 
     hidden = [node for node, _ in find_nodes(model) if node.domain in ("", "ai.onnx")]
+    if hide_grid_samples:  # lowered to gather at ``target`` afterwards (no GridSample adapter below 16)
+        hidden += [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.op_type == "GridSample"
+                   and n.domain in ("", "ai.onnx")]
     for node in hidden:
         node.domain = _HIDDEN
     if hidden:
@@ -447,19 +450,21 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
     current = default_opset(model)
     report = LowerReport(opset_before=current, opset_after=current)
     nodes = find_nodes(model)
-    if not nodes and (opset is None or opset == current):
+    to_opset = opset if opset is not None else current
+    samplers = grid_sample_nodes.nodes_to_lower(model, method, to_opset) if to_opset is not None else []
+    if not nodes and not samplers and (opset is None or opset == current):
         return model, report
-    target = opset if opset is not None else current
-    if target is None:
+    if to_opset is None:
         raise ValueError("the model imports no default-domain opset; pass opset=N (CLI: --opset N)")
     try:
-        lowering = resolve_method(method, target)
+        lowering = resolve_method(method, to_opset)
     except ValueError as e:
         if opset is None:
             raise ValueError(f"the model is at opset {current}: {e}; pass opset=N (CLI: --opset N)") from None
         raise
-    if target != current:
-        model = _convert(model, target, current)
+    if to_opset != current:
+        model = _convert(model, to_opset, current, hide_grid_samples=bool(samplers))
+        samplers = grid_sample_nodes.nodes_to_lower(model, method, to_opset)
     report.lowering = lowering.name
     names = _all_names(model)
     found = find_nodes(model)
@@ -467,7 +472,12 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
         _infer_shapes(model)
     for index, (node, src) in enumerate(found):
         report.replaced.append(Replacement(node.name or f"<unnamed #{index}>", src.describe(), lowering.name))
-        _replace(node, src, lowering, target, names, index)
+        _replace(node, src, lowering, to_opset, names, index)
+    for node in samplers:
+        report.replaced.append(Replacement(node.name or "<unnamed GridSample>", "GridSample", "gather"))
+    if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):
+        _infer_shapes(model)
+    grid_sample_nodes.replace_all(samplers, to_opset, lambda base: _unique(base, names))
     used = _used_domains(model)
     for domain in sorted({d for d, _ in SOURCE_OPS if d} - used):
         if domain in model.opset_imports:
@@ -487,7 +497,7 @@ def lower(
     force: bool = False,
     ir_version: int | None = None,
 ) -> onnx.ModelProto:
-    """Replace deformable-convolution nodes of an ONNX model by a lowering.
+    """Replace deformable-convolution nodes (and, for ``gather``, GridSample nodes) of an ONNX model by a lowering.
 
     Known nodes: the standard ``DeformConv`` (at any opset, also the invalid
     opset-17/18 files of the dynamo exporter; asymmetric ``pads`` too),
@@ -502,7 +512,10 @@ def lower(
     input; an offset or mask of another size fails at run time. The replacement's output keeps the node's
     output name; graph inputs/outputs, other nodes, initializers, value_info,
     metadata and other opset imports are kept. mmcv domains left unused are
-    dropped from the opset imports.
+    dropped from the opset imports. Default-domain ``GridSample`` nodes
+    (``F.grid_sample``) are rewritten into standard ops on Gather when the
+    method resolves to ``gather`` for them (``gather``, or ``auto`` below
+    opset 16) and kept otherwise (:mod:`.grid_sample_nodes`).
 
     Args:
         model: a path to an ``.onnx`` file (external data is read into the

@@ -1,0 +1,79 @@
+"""Op -> lowerings: which torch ops and ONNX nodes each op covers, and how a method resolves for it.
+
+One :class:`OpEntry` per op. A ``method`` (``auto``, ``native``,
+``grid_sample``, ``gather``) is the user's single choice for a whole model;
+each op resolves it for itself with :func:`resolve`:
+
+- ``deform_conv2d`` (torchvision): ``native`` = ONNX ``DeformConv`` (19+),
+  ``grid_sample`` = standard ops on GridSample (16+), ``gather`` (11+);
+  :func:`deform_onnx.lowering.resolve_method`.
+- ``grid_sample`` (``F.grid_sample``): its native form *is* GridSample, so
+  ``native`` and ``grid_sample`` both mean one ``GridSample`` node (16+);
+  ``gather`` (11+); ``auto`` is GridSample at 16+, gather below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from . import LOWERINGS, METHODS, Lowering, resolve_method
+from . import grid_sampler
+
+GRID_SAMPLE_LOWERINGS: dict[str, Lowering] = {
+    "native": Lowering("native", grid_sampler.NATIVE_MIN_OPSET, grid_sampler.lower_native, "ONNX GridSample op"),
+    "gather": Lowering("gather", grid_sampler.GATHER_MIN_OPSET, grid_sampler.lower_gather, "standard ops on Gather"),
+}
+
+
+def _resolve_grid_sample(method: str, opset: int) -> Lowering:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if not isinstance(opset, int) or opset < grid_sampler.GATHER_MIN_OPSET:
+        raise ValueError(f"opset {opset!r} is not supported: grid_sample lowers at opset >= {grid_sampler.GATHER_MIN_OPSET}")
+    if method == "gather" or (method == "auto" and opset < grid_sampler.NATIVE_MIN_OPSET):
+        return GRID_SAMPLE_LOWERINGS["gather"]
+    if opset < grid_sampler.NATIVE_MIN_OPSET:
+        raise ValueError(
+            f"method {method!r} writes F.grid_sample as GridSample, which needs opset >= {grid_sampler.NATIVE_MIN_OPSET} "
+            f"but opset {opset} was requested; raise the opset or use method 'gather' (or 'auto')"
+        )
+    return GRID_SAMPLE_LOWERINGS["native"]
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    """One op of the family.
+
+    Attributes:
+        name: the op's name here.
+        torch_ops: the TorchScript op names its symbolic is registered for.
+        onnx_nodes: ``(domain, op_type)`` of file nodes ``lower`` rewrites into it.
+        lowerings: lowering name -> :class:`Lowering` (``fn``'s signature is the op's own).
+        resolve: ``resolve(method, opset) -> Lowering``; raises ``ValueError`` naming the fix.
+    """
+
+    name: str
+    torch_ops: tuple[str, ...]
+    onnx_nodes: tuple[tuple[str, str], ...]
+    lowerings: Mapping[str, Lowering]
+    resolve: Callable[[str, int], Lowering]
+
+
+OPS: dict[str, OpEntry] = {
+    "deform_conv2d": OpEntry(
+        "deform_conv2d", ("torchvision::deform_conv2d",), (("", "DeformConv"),), LOWERINGS, resolve_method
+    ),
+    "grid_sample": OpEntry(
+        "grid_sample", ("aten::grid_sampler",), (("", "GridSample"),), GRID_SAMPLE_LOWERINGS, _resolve_grid_sample
+    ),
+}
+
+
+def resolve(op: str, method: str, opset: int) -> Lowering:
+    """The lowering of ``op`` (a key of :data:`OPS`) for ``method`` at ``opset``.
+
+    Raises:
+        ValueError: unknown method, or a method the opset cannot hold for this op.
+    """
+    return OPS[op].resolve(method, opset)
