@@ -1,12 +1,13 @@
 """Rewrite existing ONNX files: replace deformable-convolution nodes by a lowering.
 
-:func:`lower` finds every node kind registered in :mod:`.registry` (the
-standard ``DeformConv``, mmcv's ``MMCVDeformConv2d`` and
-``MMCVModulatedDeformConv2d`` in the ``mmcv`` and ``mmdeploy`` domains),
-builds a :class:`~deform_onnx.semantics.DeformConvSpec` from its attributes and
-the weight's shape, and replaces the node by the ops of the chosen lowering
-(the same functions the exporters call), using onnx-ir. Everything else in the
-model is kept as it was.
+:func:`lower` finds every node kind registered in :mod:`.registry` (one
+module per kind: :mod:`.deform_conv`, :mod:`.mmcv`, :mod:`.openvino_node`;
+``GridSample`` nodes in :mod:`.grid_sample_nodes`), builds a
+:class:`~deform_onnx.semantics.DeformConvSpec` from its attributes and the
+weight's shape, and replaces the node by the ops of the chosen lowering (the
+same functions the exporters call), using onnx-ir (:mod:`.nodes`). Everything
+else in the model is kept as it was. File IO lives in :mod:`.model_io`, the
+opset conversion in :mod:`.opset`; this module is the driver.
 """
 
 from __future__ import annotations
@@ -15,22 +16,31 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 
 from .._io import atomic_path
-from ..lowering import Lowering, resolve_method
-from ..lowering.builder import TapeBuilder
-from ..semantics import DeformConvSpec
+from ..lowering import resolve_method
 from . import deform_conv, grid_sample_nodes, mmcv, openvino_node  # noqa: F401  (register the node kinds)
-from .registry import ROLES, SOURCE_OPS, SourceOp, lookup
+from .model_io import ModelFileError, _check_structure, _from_proto, _keep_value_info, default_opset, read_model
+from .nodes import (
+    _all_names,
+    _infer_shapes,
+    _needs_shapes,
+    _replace,
+    _shape,
+    _unique,
+    _used_domains,
+    find_nodes,
+    spec_for_node,  # noqa: F401  (public: the OpenVINO runtime and tests read node specs)
+)
+from .opset import _convert
+from .registry import SOURCE_OPS
 
-__all__ = ["lower", "lower_file", "read_model", "LowerReport", "Replacement", "ModelFileError", "find_nodes"]
-
-
-class ModelFileError(ValueError):
-    """A file that is missing or is not a readable ONNX model."""
+__all__ = [
+    "lower", "lower_file", "lower_model", "read_model", "default_opset", "find_nodes", "spec_for_node",
+    "LowerReport", "Replacement", "ModelFileError",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -63,359 +73,11 @@ class LowerReport:
         )
 
 
-# -- reading ------------------------------------------------------------
-def read_model(path: str | os.PathLike) -> ir.Model:
-    """Load an ONNX file into onnx-ir; external data stays on disk (memory-mapped).
-
-    Raises:
-        ModelFileError: the file is missing, unreadable, truncated or not an
-            ONNX model (one-line message naming the file).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ModelFileError(f"{path}: no such file")
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeWarning, ...
-        raise ModelFileError(f"{path}: not a readable ONNX model ({type(e).__name__}: {_first_line(e)})") from None
-    _check_structure(proto, path)
-    model = _from_proto(proto)
-    ir.external_data.set_base_dir(model.graph, str(path.parent))
-    return model
 
 
-#: Key in ``ir.Model.meta``: names that had value_info in the file read.
-_VALUE_INFO = "deform_onnx.value_info_names"
-
-
-def _from_proto(proto: onnx.ModelProto) -> ir.Model:
-    model = ir.serde.deserialize_model(proto)
-    model.meta[_VALUE_INFO] = frozenset(vi.name for vi in proto.graph.value_info)
-    return model
-
-
-def _keep_value_info(model: ir.Model) -> None:
-    """Serialize value_info only for the values that had it when read.
-
-    onnx-ir writes value_info for every typed initializer; clearing the
-    (redundant) type of the others keeps the file's value_info as it was.
-    """
-    names = model.meta.get(_VALUE_INFO)
-    if names is None:
-        return
-    for value in model.graph.initializers.values():
-        if value.name not in names and not value.is_graph_input():
-            value.type = None
-            value.shape = None
-
-
-def _check_structure(proto: onnx.ModelProto, where) -> None:
-    """Reject what protobuf parses without error but is no model (empty or cut files)."""
-    if proto.ir_version <= 0 or not proto.HasField("graph") or not proto.graph.output:
-        raise ModelFileError(f"{where}: not an ONNX model (no ir_version, graph or graph outputs)")
-    known = {i.name for i in proto.graph.input} | {t.name for t in proto.graph.initializer}
-    for node in proto.graph.node:
-        known.update(node.output)
-    missing = [o.name for o in proto.graph.output if o.name not in known]
-    if missing:
-        raise ModelFileError(
-            f"{where}: graph output(s) {', '.join(missing)} are produced by no node: the file looks truncated"
-        )
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else ""
-
-
-# -- finding nodes ------------------------------------------------------------
-def find_nodes(model: ir.Model) -> list[tuple[ir.Node, SourceOp]]:
-    """Every known deformable-convolution node of the main graph and its subgraphs.
-
-    Raises:
-        ValueError: such a node inside a model-local function (inline the
-            functions first, e.g. with ``onnx.inliner.inline_local_functions``).
-    """
-    found = []
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        src = lookup(node.domain, node.op_type)
-        if src is not None:
-            found.append((node, src))
-    for function in model.functions.values():
-        for node in function:
-            if lookup(node.domain, node.op_type) is not None:
-                raise ValueError(
-                    f"node {node.name or '<unnamed>'} ({node.op_type}) is inside function "
-                    f"{function.name}: inline local functions first (onnx.inliner.inline_local_functions)"
-                )
-    return found
-
-
-def default_opset(model: ir.Model) -> int | None:
-    """The model's default-domain (``ai.onnx``) opset, or ``None`` if it imports none."""
-    for key in ("", "ai.onnx"):
-        if key in model.opset_imports:
-            return int(model.opset_imports[key])
-    return None
 
 
 # -- the rewrite ---------------------------------------------------------------
-class _RewriteBuilder(TapeBuilder):
-    """:class:`TapeBuilder` that falls back to the weight's dtype for values without type info.
-
-    DeformConv (and mmcv's ops) use one element type for input, offset, mask
-    and weight, so a value missing from value_info has the weight's dtype.
-    """
-
-    def __init__(self, opset: int, name_prefix: str, dtype_hints: dict[int, np.dtype]):
-        super().__init__(opset, name_prefix=name_prefix)
-        self._hints = dtype_hints
-
-    def dtype(self, value):
-        dt = super().dtype(value)
-        return dt if dt is not None else self._hints.get(id(value))
-
-
-def _shape(value: ir.Value | None) -> tuple[int | None, ...] | None:
-    """Static shape from value_info, an initializer or a ``Constant`` producer; ``None`` if unknown."""
-    if value is None:
-        return None
-    shape = value.shape
-    if shape is None and value.const_value is not None:
-        shape = value.const_value.shape
-    producer = value.producer()
-    if shape is None and producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
-        attr = producer.attributes.get("value")
-        if attr is not None and attr.type == ir.AttributeType.TENSOR:
-            shape = attr.value.shape
-    if shape is None:
-        return None
-    return tuple(d if isinstance(d, int) else None for d in shape)
-
-
-def _np_dtype(value: ir.Value) -> np.dtype | None:
-    dt = value.dtype if value.dtype is not None else getattr(value.const_value, "dtype", None)
-    try:
-        return np.dtype(dt.numpy()) if dt is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _node_inputs(node: ir.Node, src: SourceOp, where: str) -> dict[str, ir.Value | None]:
-    inputs = list(node.inputs)
-    if len(inputs) > len(src.roles):
-        raise ValueError(f"{where}: {len(inputs)} inputs, but {src.describe()} takes at most {len(src.roles)}")
-    inputs += [None] * (len(src.roles) - len(inputs))
-    for i in range(src.required):
-        if inputs[i] is None:
-            raise ValueError(f"{where}: required input {i} ({src.roles[i]}) is missing")
-    if len(node.outputs) != 1:
-        raise ValueError(f"{where}: expected one output, got {len(node.outputs)}")
-    values = dict.fromkeys(ROLES)
-    values.update(zip(src.roles, inputs))
-    return values
-
-
-def spec_for_node(node: ir.Node, src: SourceOp) -> tuple[DeformConvSpec, dict[str, ir.Value | None]]:
-    """The :class:`DeformConvSpec` and input values (by role) of one node.
-
-    Raises:
-        ValueError: unknown attributes, a 3-D deformable convolution, a
-            weight without a static shape, or inconsistent shapes; the message
-            names the node.
-    """
-    where = f"node {node.name or '<unnamed>'} ({src.describe()})"
-    values = _node_inputs(node, src, where)
-    attrs = src.read_attrs({name: attr.value for name, attr in node.attributes.items()}, where)
-    w_shape = _shape(values["weight"])
-    shapes = {role: _shape(v) for role, v in values.items()}
-    for role in ("weight", "input", "offset", "mask"):
-        s = shapes[role]
-        if s is not None and len(s) != 4:
-            raise ValueError(
-                f"{where}: {role} has rank {len(s)}; only 2-D deformable convolution (4-D tensors, "
-                "torchvision's deform_conv2d) is supported"
-            )
-    b_shape = shapes["bias"]
-    if b_shape is not None and w_shape is not None and w_shape[0] is not None and None not in b_shape \
-            and b_shape != (w_shape[0],):
-        raise ValueError(f"{where}: bias has shape {list(b_shape)}, expected [{w_shape[0]}]")
-    unknown = (None, None, None, None)
-    try:
-        spec = DeformConvSpec.from_shapes(
-            shapes["input"] or unknown,
-            w_shape,
-            shapes["offset"] or unknown,
-            (shapes["mask"] or unknown) if values["mask"] is not None else None,
-            has_bias=values["bias"] is not None,
-            stride=attrs.stride,
-            padding=attrs.padding,
-            dilation=attrs.dilation,
-            groups=attrs.groups,
-            offset_groups=attrs.offset_groups,
-            padding_end=attrs.padding_end,
-            kernel=attrs.kernel,
-            out_channels=b_shape[0] if b_shape is not None and len(b_shape) == 1 else None,
-            bilinear_interpolation_pad=attrs.bilinear_interpolation_pad,
-        )
-    except ValueError as e:
-        hint = ""
-        if w_shape is None or None in w_shape:
-            hint = " (the weight's shape is not static: make it an initializer or add its shape to value_info)"
-        raise ValueError(f"{where}: {e}{hint}") from None
-    return spec, values
-
-
-def _needs_shapes(node: ir.Node, src: SourceOp) -> bool:
-    """Whether a node's weight has no static shape in the file (e.g. computed by other nodes)."""
-    i = src.role_index("weight")
-    value = node.inputs[i] if i is not None and i < len(node.inputs) else None
-    shape = _shape(value)
-    return value is not None and (shape is None or None in shape)
-
-
-def _infer_shapes(model: ir.Model) -> None:
-    """Fill unknown shapes from ONNX shape inference with data propagation.
-
-    A weight computed in the graph (``ConstantOfShape`` of a ``Shape``-built
-    vector, a ``Reshape`` to constant sizes) has no value_info; ONNX's shape
-    inference with ``data_prop`` follows such shape computations. Only shapes
-    missing in ``model`` are set; nothing else changes.
-    """
-    proto = ir.to_proto(model)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
-    except Exception:  # noqa: BLE001 - inference is best effort; the spec check then names the problem
-        return
-    shapes = {}
-    for vi in inferred.graph.value_info:
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            dims = vi.type.tensor_type.shape.dim
-            shapes[vi.name] = (
-                vi.type.tensor_type.elem_type,
-                [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims],
-            )
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        for value in node.outputs:
-            if value.shape is None and value.name in shapes:
-                elem, dims = shapes[value.name]
-                if value.type is None and elem:
-                    value.type = ir.TensorType(ir.DataType(elem))
-                value.shape = ir.Shape(dims)
-
-
-def _replace(node: ir.Node, src: SourceOp, lowering: Lowering, opset: int, names: set[str], index: int) -> None:
-    spec, v = spec_for_node(node, src)
-    prefix = node.name or f"deform_onnx_{index}"
-    hints = {}
-    w_dtype = _np_dtype(v["weight"])
-    if w_dtype is not None:
-        hints = {id(v[r]): w_dtype for r in ("input", "offset", "mask") if v[r] is not None}
-    b = _RewriteBuilder(opset, prefix, hints)
-    out = lowering.fn(b, spec, v["input"], v["weight"], v["offset"], v["mask"], v["bias"])
-    new_nodes = list(b.tape.nodes)
-    for n in new_nodes:
-        for i, value in enumerate(n.outputs):
-            if value is not out and value.name is None:
-                value.name = _unique(f"{n.name}_out{i}" if n.name else f"{prefix}/v", names)
-    old = node.outputs[0]
-    ir.convenience.replace_nodes_and_values(
-        node.graph, insertion_point=node, old_nodes=[node], new_nodes=new_nodes, old_values=[old], new_values=[out]
-    )
-
-
-def _unique(name: str, names: set[str]) -> str:
-    candidate, k = name, 1
-    while candidate in names:
-        candidate = f"{name}_{k}"
-        k += 1
-    names.add(candidate)
-    return candidate
-
-
-def _all_names(model: ir.Model) -> set[str]:
-    names = {v.name for v in model.graph.inputs if v.name}
-    names |= set(model.graph.initializers)
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        names.add(node.name or "")
-        names.update(o.name for o in node.outputs if o.name)
-    return names
-
-
-def _used_domains(model: ir.Model) -> set[str]:
-    used = {n.domain for n in ir.traversal.RecursiveGraphIterator(model.graph)}
-    for function in model.functions.values():
-        used.add(function.domain)
-        used.update(n.domain for n in function)
-    return used
-
-
-#: Private domain that hides default-domain deformable nodes from the version converter.
-_HIDDEN = "deform_onnx.hidden"
-
-
-def _converter_reason(exc: BaseException) -> str:
-    """The converter's C++ assertion as a short phrase, e.g. 'no adapter from version 15 for BatchNormalization'."""
-    import re
-
-    found = re.search(r"No Adapter (From|To) Version \$?(\d+) for (\w+)", str(exc))
-    if found:
-        return f"no adapter {found.group(1).lower()} version {found.group(2)} for {found.group(3)}"
-    return _first_line(exc)
-
-
-def _converts(proto: onnx.ModelProto, opset: int) -> bool:
-    from onnx import version_converter
-
-    try:
-        version_converter.convert_version(proto, opset)
-    except Exception:  # noqa: BLE001
-        return False
-    return True
-
-
-def _convert(model: ir.Model, target: int, current: int | None, hide_grid_samples: bool = False) -> ir.Model:
-    """Convert the default domain to ``target`` with onnx's version converter.
-
-    The deformable nodes are moved to a private domain for the conversion
-    (the converter has no DeformConv adapter below 19) and back afterwards;
-    they are lowered at ``target`` later, so no lowering op is ever converted
-    (the converter lacks e.g. the GridSample 20->19 and Reshape 14->13 adapters).
-    """
-    from onnx import version_converter
-
-    hidden = [node for node, _ in find_nodes(model) if node.domain in ("", "ai.onnx")]
-    if hide_grid_samples:  # lowered to gather at ``target`` afterwards (no GridSample adapter below 16)
-        hidden += [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.op_type == "GridSample"
-                   and n.domain in ("", "ai.onnx")]
-    for node in hidden:
-        node.domain = _HIDDEN
-    if hidden:
-        model.opset_imports[_HIDDEN] = 1
-    ir.external_data.load_to_model(model)  # the converter works on an in-memory proto
-    proto = ir.to_proto(model)
-    for node in hidden:  # leave the caller's model as it was
-        node.domain = ""
-    model.opset_imports.pop(_HIDDEN, None)
-    try:
-        converted_proto = version_converter.convert_version(proto, target)
-    except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError/IndexError/...
-        hint = "choose another opset"
-        if current is not None and target < current:
-            lowest = next((o for o in range(target + 1, current) if _converts(proto, o)), current)
-            hint = f"the lowest opset this model converts to is {lowest}"
-        raise ValueError(
-            f"onnx's version converter cannot convert this model from opset {current} to {target} "
-            f"({_converter_reason(e)}); {hint}"
-        ) from None
-    proto = converted_proto
-    converted = ir.serde.deserialize_model(proto)
-    converted.meta[_VALUE_INFO] = model.meta.get(_VALUE_INFO)
-    for node in ir.traversal.RecursiveGraphIterator(converted.graph):
-        if node.domain == _HIDDEN:
-            node.domain = ""
-    converted.opset_imports.pop(_HIDDEN, None)
-    return converted
 
 
 def lower_model(

@@ -1,0 +1,77 @@
+"""Opset conversion for ``lower(opset=...)``: onnx's version converter, with the nodes we lower kept out of it."""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+
+from .model_io import _VALUE_INFO, _first_line
+from .nodes import find_nodes
+
+
+#: Private domain that hides default-domain deformable nodes from the version converter.
+_HIDDEN = "deform_onnx.hidden"
+
+
+def _converter_reason(exc: BaseException) -> str:
+    """The converter's C++ assertion as a short phrase, e.g. 'no adapter from version 15 for BatchNormalization'."""
+    import re
+
+    found = re.search(r"No Adapter (From|To) Version \$?(\d+) for (\w+)", str(exc))
+    if found:
+        return f"no adapter {found.group(1).lower()} version {found.group(2)} for {found.group(3)}"
+    return _first_line(exc)
+
+
+def _converts(proto: onnx.ModelProto, opset: int) -> bool:
+    from onnx import version_converter
+
+    try:
+        version_converter.convert_version(proto, opset)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def _convert(model: ir.Model, target: int, current: int | None, hide_grid_samples: bool = False) -> ir.Model:
+    """Convert the default domain to ``target`` with onnx's version converter.
+
+    The deformable nodes are moved to a private domain for the conversion
+    (the converter has no DeformConv adapter below 19) and back afterwards;
+    they are lowered at ``target`` later, so no lowering op is ever converted
+    (the converter lacks e.g. the GridSample 20->19 and Reshape 14->13 adapters).
+    """
+    from onnx import version_converter
+
+    hidden = [node for node, _ in find_nodes(model) if node.domain in ("", "ai.onnx")]
+    if hide_grid_samples:  # lowered to gather at ``target`` afterwards (no GridSample adapter below 16)
+        hidden += [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.op_type == "GridSample"
+                   and n.domain in ("", "ai.onnx")]
+    for node in hidden:
+        node.domain = _HIDDEN
+    if hidden:
+        model.opset_imports[_HIDDEN] = 1
+    ir.external_data.load_to_model(model)  # the converter works on an in-memory proto
+    proto = ir.to_proto(model)
+    for node in hidden:  # leave the caller's model as it was
+        node.domain = ""
+    model.opset_imports.pop(_HIDDEN, None)
+    try:
+        converted_proto = version_converter.convert_version(proto, target)
+    except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError/IndexError/...
+        hint = "choose another opset"
+        if current is not None and target < current:
+            lowest = next((o for o in range(target + 1, current) if _converts(proto, o)), current)
+            hint = f"the lowest opset this model converts to is {lowest}"
+        raise ValueError(
+            f"onnx's version converter cannot convert this model from opset {current} to {target} "
+            f"({_converter_reason(e)}); {hint}"
+        ) from None
+    proto = converted_proto
+    converted = ir.serde.deserialize_model(proto)
+    converted.meta[_VALUE_INFO] = model.meta.get(_VALUE_INFO)
+    for node in ir.traversal.RecursiveGraphIterator(converted.graph):
+        if node.domain == _HIDDEN:
+            node.domain = ""
+    converted.opset_imports.pop(_HIDDEN, None)
+    return converted
