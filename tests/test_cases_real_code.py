@@ -395,3 +395,14 @@ def test_c17_default_export_of_a_4096_wide_map(tmp_path):
     assert report.max_error is not None and report.max_error <= 1e-4
     got = run_ort(check(path.read_bytes()).SerializeToString(), inputs)
     assert_close(got, reference(layer, inputs), what=f"default export ({report.exporter}, {report.method}@{report.opset})")
+
+
+@pytest.mark.parametrize("kind", ["ones", "dynamic_filter"])
+def test_c18_default_export(tmp_path, kind):
+    """``deform_onnx.export(model, args, path)`` with no other argument on the run-time-weight models."""
+    model, inputs = _c18_model_and_inputs(kind, 9, 13)
+    path = tmp_path / "m.onnx"
+    report = deform_onnx.export(model, tuple(inputs.values()), path)
+    assert report.max_error is not None and report.max_error <= 1e-4
+    feeds = dict(zip([i.name for i in onnx.load(path).graph.input], inputs.values()))
+    assert_close(run_ort(check(path.read_bytes()).SerializeToString(), feeds), reference(model, inputs), what=kind)
