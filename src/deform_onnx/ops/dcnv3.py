@@ -37,7 +37,7 @@ from torch import nn
 
 from ..lowering.dcnv3 import kernel_points
 
-__all__ = ["dcnv3_core", "DCNv3", "kernel_points"]
+__all__ = ["dcnv3_core", "dcnv4_core", "DCNv3", "kernel_points"]
 
 
 def dcnv3_core(
@@ -105,6 +105,56 @@ def dcnv3_core(
     weight = mask.reshape(N, Ho * Wo, group, P).permute(0, 2, 1, 3).reshape(N * group, 1, Ho * Wo, P)
     out = (sampled * weight).sum(-1)  # [N * G, group_channels, Ho * Wo]
     return out.reshape(N, C, Ho * Wo).transpose(1, 2).reshape(N, Ho, Wo, C)
+
+
+def dcnv4_core(
+    input: torch.Tensor,
+    offset_mask: torch.Tensor,
+    kernel_h: int,
+    kernel_w: int,
+    stride_h: int,
+    stride_w: int,
+    pad_h: int,
+    pad_w: int,
+    dilation_h: int,
+    dilation_w: int,
+    group: int,
+    group_channels: int,
+    offset_scale: float,
+    remove_center: bool = False,
+    softmax: bool = False,
+) -> torch.Tensor:
+    """DCNv4 sampling: DCNv3's, with offsets and mask in one tensor and the mask used unnormalised by default.
+
+    Source: Xiong et al., "Efficient Deformable ConvNets: Rethinking Dynamic and Sparse Operator
+    for Vision Applications" (CVPR 2024); OpenGVLab/DCNv4, ``DCNv4_op/src/cuda/dcnv4_im2col_cuda.cuh``
+    (``forward_kernel_dcn_reg``): the same positions and bilinear rule as DCNv3; per output pixel the
+    group ``g`` reads ``offset_mask[..., g*P*3 : g*P*3 + 2P]`` as the ``(dx, dy)`` pairs and the next
+    ``P`` entries as the point weights, softmax-normalised only when ``softmax`` is set.
+
+    Args:
+        input: ``[N, H, W, group * group_channels]`` (NHWC).
+        offset_mask: ``[N, Ho, Wo, D]`` with ``D >= group * P * 3`` (DCNv4's layer pads ``D`` to a
+            multiple of 8; entries past ``group * P * 3`` are ignored).
+        the rest: as :func:`dcnv3_core`.
+
+    Returns:
+        ``[N, Ho, Wo, group * group_channels]``.
+
+    Raises:
+        ValueError: ``offset_mask`` narrower than ``group * P * 3``; as :func:`dcnv3_core`.
+    """
+    P = len(kernel_points(kernel_h, kernel_w, dilation_h, dilation_w, remove_center))
+    N, Ho, Wo, D = offset_mask.shape
+    if D < group * P * 3:
+        raise ValueError(f"DCNv4: offset_mask has {D} channels, fewer than group * points * 3 = {group * P * 3}")
+    packed = offset_mask[..., : group * P * 3].reshape(N, Ho, Wo, group, 3 * P)
+    offset = packed[..., : 2 * P].reshape(N, Ho, Wo, group * P * 2)
+    mask = packed[..., 2 * P:]
+    if softmax:
+        mask = F.softmax(mask, dim=-1)
+    return dcnv3_core(input, offset, mask.reshape(N, Ho, Wo, group * P), kernel_h, kernel_w, stride_h, stride_w,
+                      pad_h, pad_w, dilation_h, dilation_w, group, group_channels, offset_scale, remove_center)
 
 
 class DCNv3(nn.Module):
