@@ -263,7 +263,7 @@ def _trt_inputs(cfg: dict, N: int, H: int, W: int, seed: int):
 @pytest.mark.parametrize("name", ["c24", "remove_center", "g4s2"])
 @pytest.mark.parametrize("method, opset", [("gather", 11), ("auto", 17)])
 def test_lower_trt_dcnv3_runs_on_plain_onnxruntime(name, method, opset):
-    """A file with mmdeploy's plugin node, lowered, runs on ONNX Runtime and matches the PyTorch core (two batch/sizes)."""
+    """A file with mmdeploy's plugin node, lowered, runs on ONNX Runtime and matches the PyTorch core (two sizes)."""
     import onnxruntime as ort
 
     cfg = _configs()[name]

@@ -186,7 +186,8 @@ class DCNv3(nn.Module):
                 "dilation = 1 (offsets must come out at the output size)"
             )
         self.points = len(kernel_points(kernel_size, kernel_size, dilation, dilation, remove_center))
-        self.channels, self.kernel_size, self.stride, self.pad, self.dilation = channels, kernel_size, stride, pad, dilation
+        self.channels, self.kernel_size, self.stride = channels, kernel_size, stride
+        self.pad, self.dilation = pad, dilation
         self.group, self.group_channels = group, channels // group
         self.offset_scale, self.remove_center = offset_scale, remove_center
         self.dw_conv = nn.Conv2d(channels, channels, dw, stride=stride, padding=(dw - 1) // 2, groups=channels)
