@@ -36,6 +36,9 @@ _EXPORTS = {
     "TARGET_NAMES": ".targets",
     "resolve_target": ".targets",
     "lowest_ir_version": ".irversion",
+    "DCNv3": ".ops.dcnv3",
+    "dcnv3_core": ".ops.dcnv3",
+    "dcnv4_core": ".ops.dcnv3",
 }
 
 __all__ = list(_EXPORTS)
@@ -48,6 +51,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from .rewrite import lower
     from .semantics import DeformConvSpec
     from .irversion import lowest_ir_version
+    from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
     from .targets import TARGET_NAMES, TARGETS, Target, resolve_target
 
 

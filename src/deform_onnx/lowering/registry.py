@@ -10,6 +10,9 @@ each op resolves it for itself with :func:`resolve`:
 - ``grid_sample`` (``F.grid_sample``): its native form *is* GridSample, so
   ``native`` and ``grid_sample`` both mean one ``GridSample`` node (16+);
   ``gather`` (11+); ``auto`` is GridSample at 16+, gather below.
+- ``dcnv3`` (InternImage; mmdeploy's ``TRTDCNv3`` node): no ONNX op of its
+  own, so each method picks the sampler ``grid_sample`` resolves it to
+  (:mod:`.dcnv3`).
 """
 
 from __future__ import annotations
@@ -77,3 +80,24 @@ def resolve(op: str, method: str, opset: int) -> Lowering:
         ValueError: unknown method, or a method the opset cannot hold for this op.
     """
     return OPS[op].resolve(method, opset)
+
+
+# -- DCNv3 (InternImage): a model-level op, sampled with the grid_sample lowerings ------------
+def _dcnv3_lowering(sampler: Lowering) -> Lowering:
+    from functools import partial
+
+    from .dcnv3 import lower_dcnv3
+
+    return Lowering(sampler.name, sampler.min_opset, partial(lower_dcnv3, sampler=sampler.fn),
+                    f"DCNv3 on {sampler.summary}")
+
+
+def _resolve_dcnv3(method: str, opset: int) -> Lowering:
+    """DCNv3 has no ONNX op: every method picks the grid_sample sampler it resolves to (GridSample or gather)."""
+    return _dcnv3_lowering(_resolve_grid_sample(method, opset))
+
+
+OPS["dcnv3"] = OpEntry(
+    "dcnv3", (), (("mmdeploy", "TRTDCNv3"),),
+    {name: _dcnv3_lowering(low) for name, low in GRID_SAMPLE_LOWERINGS.items()}, _resolve_dcnv3,
+)

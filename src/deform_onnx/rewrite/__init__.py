@@ -21,7 +21,7 @@ import onnx_ir as ir
 
 from .._io import atomic_path
 from ..lowering import resolve_method
-from . import deform_conv, grid_sample_nodes, mmcv, openvino_node  # noqa: F401  (register the node kinds)
+from . import dcnv3_nodes, deform_conv, grid_sample_nodes, mmcv, openvino_node  # noqa: F401  (register the node kinds)
 from .model_io import ModelFileError, _check_structure, _from_proto, _keep_value_info, default_opset, read_model
 from .nodes import (
     _all_names,
@@ -114,7 +114,8 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
     nodes = find_nodes(model)
     to_opset = opset if opset is not None else current
     samplers = grid_sample_nodes.nodes_to_lower(model, method, to_opset) if to_opset is not None else []
-    if not nodes and not samplers and (opset is None or opset == current):
+    dcnv3s = dcnv3_nodes.find(model)
+    if not nodes and not samplers and not dcnv3s and (opset is None or opset == current):
         return model, report
     if to_opset is None:
         raise ValueError("the model imports no default-domain opset; pass opset=N (CLI: --opset N)")
@@ -140,6 +141,12 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
     if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):
         _infer_shapes(model)
     grid_sample_nodes.replace_all(samplers, to_opset, lambda base: _unique(base, names))
+    dcnv3s = dcnv3_nodes.find(model)
+    if any(_shape(v) is None or v.dtype is None for n in dcnv3s for v in n.inputs if v is not None):
+        _infer_shapes(model)
+    dcnv3_lowering = dcnv3_nodes.replace_all(dcnv3s, method, to_opset, lambda base: _unique(base, names))
+    for node in dcnv3s:
+        report.replaced.append(Replacement(node.name or "<unnamed TRTDCNv3>", "mmdeploy::TRTDCNv3", dcnv3_lowering))
     used = _used_domains(model)
     for domain in sorted({d for d, _ in SOURCE_OPS if d} - used):
         if domain in model.opset_imports:
@@ -174,7 +181,9 @@ def lower(
     input; an offset or mask of another size fails at run time. The replacement's output keeps the node's
     output name; graph inputs/outputs, other nodes, initializers, value_info,
     metadata and other opset imports are kept. mmcv domains left unused are
-    dropped from the opset imports. Default-domain ``GridSample`` nodes
+    dropped from the opset imports. mmdeploy's ``TRTDCNv3`` (InternImage's
+    DCNv3 plugin) is replaced by standard ops on the sampler the method picks
+    for ``grid_sample`` (:mod:`.dcnv3_nodes`). Default-domain ``GridSample`` nodes
     (``F.grid_sample``) are rewritten into standard ops on Gather when the
     method resolves to ``gather`` for them (``gather``, or ``auto`` below
     opset 16) and kept otherwise (:mod:`.grid_sample_nodes`).
