@@ -197,9 +197,13 @@ def unregister() -> None:
 
 def _symbolics(method: str) -> dict:
     """TorchScript op name -> symbolic, for every op of the family (deformable convolution, grid_sample)."""
-    from . import grid_sample
+    from . import grid_sample, msda
 
-    return {OP_NAME: make_symbolic(method), grid_sample.TORCHSCRIPT_OP: grid_sample.make_symbolic(method)}
+    return {
+        OP_NAME: make_symbolic(method),
+        grid_sample.TORCHSCRIPT_OP: grid_sample.make_symbolic(method),
+        msda.TORCHSCRIPT_OP: msda.make_symbolic(method),
+    }
 
 
 def _install(method: str) -> None:
