@@ -21,7 +21,7 @@ import onnx_ir as ir
 
 from .._io import atomic_path
 from ..lowering import resolve_method
-from . import deform_conv, grid_sample_nodes, mmcv, openvino_node  # noqa: F401  (register the node kinds)
+from . import deform_conv, grid_sample_nodes, mmcv, msda_nodes, openvino_node  # noqa: F401  (register the node kinds)
 from .model_io import ModelFileError, _check_structure, _from_proto, _keep_value_info, default_opset, read_model
 from .nodes import (
     _all_names,
@@ -114,7 +114,8 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
     nodes = find_nodes(model)
     to_opset = opset if opset is not None else current
     samplers = grid_sample_nodes.nodes_to_lower(model, method, to_opset) if to_opset is not None else []
-    if not nodes and not samplers and (opset is None or opset == current):
+    attentions = msda_nodes.find(model)
+    if not nodes and not samplers and not attentions and (opset is None or opset == current):
         return model, report
     if to_opset is None:
         raise ValueError("the model imports no default-domain opset; pass opset=N (CLI: --opset N)")
@@ -140,8 +141,14 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
     if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):
         _infer_shapes(model)
     grid_sample_nodes.replace_all(samplers, to_opset, lambda base: _unique(base, names))
+    attentions = msda_nodes.find(model)  # after a conversion: the converted model's nodes
+    for index, node in enumerate(attentions):
+        report.replaced.append(Replacement(node.name or f"<unnamed MSDA #{index}>", msda_nodes.describe(node), "gather"))
+    if any(v is not None and v.dtype is None for n in attentions for v in n.inputs):
+        _infer_shapes(model)  # the lowering's constants take the value's dtype
+    msda_nodes.replace_all(attentions, method, to_opset, lambda base: _unique(base, names))
     used = _used_domains(model)
-    for domain in sorted({d for d, _ in SOURCE_OPS if d} - used):
+    for domain in sorted(({d for d, _ in SOURCE_OPS if d} | set(msda_nodes.DOMAINS)) - used):
         if domain in model.opset_imports:
             del model.opset_imports[domain]
             report.removed_domains.append(domain)
