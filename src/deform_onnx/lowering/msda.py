@@ -88,18 +88,20 @@ def lower_gather(
     attn = attention_weights
     if b.value_dtype(attn) != b.value_dtype(like):
         attn = b.cast_like(attn, like)
+    # Row factors first (y part of the index, y weight x validity x attention), then one
+    # Add and one Mul per corner: fewer full-size elementwise ops than per-corner chains.
+    rows_y = [b.op("Add", base, b.op("Mul", iy, Wi)) for iy, _ in ys]
+    weights_y = [b.op("Mul", b.op("Mul", wy, vy), attn) for (_, vy), wy in zip(ys, (hy, ly))]
+    weights_x = [b.op("Mul", wx, vx) for (_, vx), wx in zip(xs, (hx, lx))]
     out = None
-    # ATen's corner order: nw, ne, sw, se.
-    for (iy, vy, wy), (ix, vx, wx) in (
-        (ys[0] + (hy,), xs[0] + (hx,)), (ys[0] + (hy,), xs[1] + (lx,)),
-        (ys[1] + (ly,), xs[0] + (hx,)), (ys[1] + (ly,), xs[1] + (lx,)),
-    ):
-        idx = b.op("Add", base, b.op("Add", b.op("Mul", iy, Wi), ix))  # [N, Lq, M, L, P]
-        w = b.op("Mul", b.op("Mul", b.op("Mul", wy, vy), b.op("Mul", wx, vx)), attn)
-        sampled = b.op("Gather", rows, b.reshape(idx, [0, 0, 0, -1]), axis=0)  # [N, Lq, M, L*P, D]
-        w = b.reshape(in_input_dtype(b, value, w), [0, 0, 0, 1, -1])  # [N, Lq, M, 1, L*P]
-        term = b.op("MatMul", w, sampled)  # [N, Lq, M, 1, D]
-        out = term if out is None else b.op("Add", out, term)
+    for cy in (0, 1):  # ATen's corner order: nw, ne, sw, se
+        for cx in (0, 1):
+            idx = b.reshape(b.op("Add", rows_y[cy], xs[cx][0]), [0, 0, 0, -1])  # [N, Lq, M, L*P]
+            w = in_input_dtype(b, value, b.op("Mul", weights_y[cy], weights_x[cx]))
+            w = b.reshape(w, [0, 0, 0, 1, -1])  # [N, Lq, M, 1, L*P]
+            # One batched [1, L*P] x [L*P, D] product per (n, q, m): no [.., L*P, D] product tensor.
+            term = b.op("MatMul", w, b.op("Gather", rows, idx, axis=0))  # [N, Lq, M, 1, D]
+            out = term if out is None else b.op("Add", out, term)
     return b.reshape(out, [0, 0, -1])
 
 
