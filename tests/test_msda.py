@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import deform_onnx
 from deform_onnx.ops import MSDeformAttnCore, ms_deform_attn, ms_deform_attn_reference
+from test_graph_safety import TENSORRT_OPS
 from util import ATOL, load_cases, op_types
 
 NAMES = ["value", "sampling_locations", "attention_weights"]
@@ -124,6 +125,7 @@ def test_c23_fused_op_exports_one_pass_and_matches(exports, c23, key):
     ops = op_types(proto)
     assert "GridSample" not in ops and "Split" not in ops
     assert ops.count("MatMul") == 4
+    assert set(ops) <= TENSORRT_OPS, sorted(set(ops) - TENSORRT_OPS)
     for queries, seed in ((c["queries"], 23), (11, 5)):
         new = _inputs(c, queries, seed) if seed != 23 else args
         np.testing.assert_allclose(_run(proto, _feeds(new)), _want(shapes, new), rtol=0, atol=ATOL,

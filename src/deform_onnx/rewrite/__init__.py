@@ -184,7 +184,11 @@ def lower(
     dropped from the opset imports. Default-domain ``GridSample`` nodes
     (``F.grid_sample``) are rewritten into standard ops on Gather when the
     method resolves to ``gather`` for them (``gather``, or ``auto`` below
-    opset 16) and kept otherwise (:mod:`.grid_sample_nodes`).
+    opset 16) and kept otherwise (:mod:`.grid_sample_nodes`). Multi-scale
+    deformable attention plugin nodes (mmdeploy's
+    ``MMCVMultiScaleDeformableAttention``, TensorRT's
+    ``MultiscaleDeformableAttnPlugin_TRT``) are always replaced by the fused
+    MSDA lowering (:mod:`.msda_nodes`).
 
     Args:
         model: a path to an ``.onnx`` file (external data is read into the
