@@ -8,6 +8,7 @@ level) on the same tensors; every path within 1e-4 of it. One export per
 
 from __future__ import annotations
 
+import io
 import warnings
 
 import numpy as np
@@ -228,3 +229,14 @@ def test_lower_refuses_unknown_plugin_attributes(c23):
     del model.graph.node[0].input[4]
     with pytest.raises(ValueError, match="expected 5 inputs"):
         deform_onnx.lower(model)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64], ids=["float16", "float64"])
+def test_fused_op_other_dtypes(c23, dtype):
+    """float16 (coordinates in float32) and float64 files match PyTorch at the dtype's export tolerance."""
+    c, shapes, args = c23
+    args = tuple(t.to(dtype) for t in args)
+    report = deform_onnx.export(MSDeformAttnCore(shapes), args, io.BytesIO(), opset_version=17,
+                                dynamo=False, input_names=NAMES)
+    (tol,) = report.tolerances.values()
+    assert tol.dtype == str(dtype).removeprefix("torch.") and report.max_error <= tol.atol
