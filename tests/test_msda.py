@@ -240,3 +240,20 @@ def test_fused_op_other_dtypes(c23, dtype):
                                 dynamo=False, input_names=NAMES)
     (tol,) = report.tolerances.values()
     assert tol.dtype == str(dtype).removeprefix("torch.") and report.max_error <= tol.atol
+
+
+def test_grid_of_another_dtype_is_cast_to_the_input_dtype():
+    """A float64 grid next to a float32 input (the TorchScript exporter's promotion in Hugging Face's
+    Deformable DETR; PyTorch itself requires one dtype) is cast, since ORT has no mixed GridSample kernel."""
+    import onnx_ir as ir
+
+    from deform_onnx.exporters.grid_sample import emit_grid_sampler
+    from deform_onnx.lowering.builder import TapeBuilder
+
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 2, 4, 5]))
+    grid = ir.Value(name="grid", type=ir.TensorType(ir.DataType.DOUBLE), shape=ir.Shape([1, 3, 3, 2]))
+    b = TapeBuilder(17)
+    emit_grid_sampler(b, "auto", 17, x, grid, 0, 0, False)
+    cast, sample = b.tape.nodes
+    assert (cast.op_type, sample.op_type) == ("Cast", "GridSample")
+    assert cast.attributes["to"].value == ir.DataType.FLOAT and sample.inputs[1] is cast.outputs[0]
