@@ -48,3 +48,19 @@ def test_deformable_detr_exports_and_matches(detr, opset, dynamo):
     report = deform_onnx.export(model, (x,), io.BytesIO(), opset_version=opset, dynamo=dynamo, input_names=["x"])
     assert report.exporter == ("dynamo" if dynamo else "torchscript") and report.opset == opset
     assert report.max_error <= 1e-4
+
+
+def test_deformable_detr_on_openvino(detr, tmp_path):
+    """OpenVINO (CPU, f32) runs the opset-11 file (per-level gather samplers) within 1e-4 of PyTorch."""
+    pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvino`")
+    import numpy as np
+
+    import deform_onnx.openvino as dov
+
+    model, x = detr
+    path = tmp_path / "detr.onnx"
+    deform_onnx.export(model, (x,), path, opset_version=11, dynamo=False, input_names=["x"])
+    got = np.asarray(next(iter(dov.compile(str(path), device="CPU", precision="f32")([x.numpy()]).values())))
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
