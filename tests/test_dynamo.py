@@ -60,11 +60,13 @@ def _torch_export(model, inputs, opset, table, **kwargs) -> bytes:
 
 def test_table_maps_the_torchvision_op():
     table = deform_onnx.translation_table("gather", 17)
-    # deformable convolution, and F.grid_sample (aten.grid_sampler; grid_sampler_2d after decomposition)
+    # deformable convolution, F.grid_sample (aten.grid_sampler; grid_sampler_2d after decomposition),
+    # and deform_onnx.ops.ms_deform_attn
     assert list(table) == [
         torch.ops.torchvision.deform_conv2d.default,
         torch.ops.aten.grid_sampler.default,
         torch.ops.aten.grid_sampler_2d.default,
+        torch.ops.deform_onnx.ms_deform_attn.default,
     ]
     assert all(callable(fn) for fn in table.values())
 

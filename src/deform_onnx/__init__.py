@@ -63,8 +63,10 @@ def __getattr__(name: str):
     # deform_onnx.openvino without importing OpenVINO at package import time.
     if name == "openvino":
         return importlib.import_module(".openvino", __name__)
+    if name == "ops":  # deform_onnx.ops.ms_deform_attn: defining the op imports torch
+        return importlib.import_module(".ops", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, "openvino"])
+    return sorted([*globals(), *_EXPORTS, "openvino", "ops"])

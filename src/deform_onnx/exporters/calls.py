@@ -87,6 +87,8 @@ def export_dynamo(
 
     build = max(opset, _dynamo.BUILD_MIN_OPSET)
     table = _dynamo.translation_table(method, opset)
+    if dynamic_shapes is None and dynamic_axes is not None and _axes_skip_an_input(dynamic_axes, input_names, len(args)):
+        dynamic_shapes, dynamic_axes = axes_to_dynamic_shapes(dynamic_axes, input_names, len(args)), None
     with quiet(), _lowering_value_errors(_errors.ConversionError):
         program = torch.onnx.export(
             model,
@@ -106,6 +108,32 @@ def export_dynamo(
     # torch's own down-conversion writes invalid nodes (Split keeps num_outputs) or silently
     # stays at 18: convert here, where each failure names its op (see deform_onnx.conversion).
     return convert_down(program.model_proto, opset)
+
+
+def _axes_skip_an_input(dynamic_axes: dict, input_names: list[str] | None, n_args: int) -> bool:
+    """Whether an input without dynamic axes precedes one with them (torch's conversion then misplaces them)."""
+    if input_names is None:
+        return False
+    has = [bool(dynamic_axes.get(name)) for name in input_names[:n_args]]
+    return any(not has[i] and any(has[i + 1:]) for i in range(len(has)))
+
+
+def axes_to_dynamic_shapes(dynamic_axes: dict, input_names: list[str], n_args: int) -> tuple:
+    """TorchScript-style ``dynamic_axes`` as dynamo ``dynamic_shapes``, one entry per positional input.
+
+    torch 2.14's own conversion pairs the axes with inputs by position when the first
+    inputs have none (checked: ``{"loc": {1: "q"}}`` for the second of three inputs
+    marks the first input's axis 1), so a model whose first input is static fails
+    to capture. Used only then (torch's own conversion keeps the axis names; this one
+    leaves them to the exporter). Output axes are dropped: the dynamo exporter infers them.
+    """
+    shapes = []
+    for i in range(n_args):
+        axes = dynamic_axes.get(input_names[i]) if i < len(input_names) else None
+        if isinstance(axes, (list, tuple)):
+            axes = dict.fromkeys(axes)
+        shapes.append({int(a): torch.export.Dim.DYNAMIC for a in axes} if axes else None)
+    return tuple(shapes)
 
 
 @contextlib.contextmanager

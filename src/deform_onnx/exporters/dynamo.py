@@ -76,7 +76,9 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
         ``{torch.ops.torchvision.deform_conv2d.default: fn}``, plus
         ``aten.grid_sampler`` / ``aten.grid_sampler_2d`` (``F.grid_sample``;
         ``method`` resolves per op: for grid_sample, ``native`` and
-        ``grid_sample`` mean one ``GridSample`` node, opset >= 16).
+        ``grid_sample`` mean one ``GridSample`` node, opset >= 16), and
+        ``deform_onnx.ms_deform_attn`` (:mod:`deform_onnx.ops`; one fused
+        lowering whatever the method, opset >= 11).
 
     Raises:
         ValueError: unknown method, an opset below :data:`MIN_OPSET` (14; the
@@ -111,8 +113,9 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
             (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w), groups, offset_groups, use_mask,
         )
 
-    from . import grid_sample
+    from . import grid_sample, msda
 
     table = {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}
     table.update(grid_sample.translations(method, opset, _current_build_opset, OnnxScriptBuilder))
+    table.update(msda.translations(method, opset, _current_build_opset, OnnxScriptBuilder))
     return table

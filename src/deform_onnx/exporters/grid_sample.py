@@ -29,6 +29,12 @@ def emit_grid_sampler(b, method: str, target_opset: int, input, grid, interpolat
     lowering = resolve("grid_sample", method, target_opset)
     spec = GridSampleSpec.from_torch(interpolation_mode, padding_mode, align_corners)
     check_shapes(b, input, grid)
+    x_dtype, grid_dtype = b.dtype(input), b.dtype(grid)
+    if x_dtype is not None and grid_dtype is not None and x_dtype != grid_dtype:
+        # PyTorch requires one dtype, so the model computed the grid in the input's dtype; a
+        # different one here is the TorchScript exporter's type promotion (seen: a float64 grid
+        # in Hugging Face's Deformable DETR), which ONNX Runtime's GridSample has no kernel for.
+        grid = b.cast_like(grid, input)
     return lowering.fn(b, spec, input, grid)
 
 

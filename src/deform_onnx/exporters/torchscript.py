@@ -169,8 +169,10 @@ def register(method: str = "auto") -> None:
 
     ``torchvision::deform_conv2d`` and ``aten::grid_sampler``
     (``F.grid_sample``; torch's own symbolic, 16+ only, is overridden until
-    :func:`unregister`). ``method`` resolves per op: for grid_sample,
-    ``native`` and ``grid_sample`` mean one ``GridSample`` node (16+).
+    :func:`unregister`), and ``deform_onnx::ms_deform_attn``
+    (:mod:`deform_onnx.ops`). ``method`` resolves per op: for grid_sample,
+    ``native`` and ``grid_sample`` mean one ``GridSample`` node (16+); every
+    method gives ms_deform_attn its one fused lowering (11+).
 
     Args:
         method: ``"auto"``, ``"native"``, ``"grid_sample"`` or ``"gather"``;
@@ -197,9 +199,13 @@ def unregister() -> None:
 
 def _symbolics(method: str) -> dict:
     """TorchScript op name -> symbolic, for every op of the family (deformable convolution, grid_sample)."""
-    from . import grid_sample
+    from . import grid_sample, msda
 
-    return {OP_NAME: make_symbolic(method), grid_sample.TORCHSCRIPT_OP: grid_sample.make_symbolic(method)}
+    return {
+        OP_NAME: make_symbolic(method),
+        grid_sample.TORCHSCRIPT_OP: grid_sample.make_symbolic(method),
+        msda.TORCHSCRIPT_OP: msda.make_symbolic(method),
+    }
 
 
 def _install(method: str) -> None:

@@ -13,6 +13,9 @@ each op resolves it for itself with :func:`resolve`:
 - ``dcnv3`` (InternImage; mmdeploy's ``TRTDCNv3`` node): no ONNX op of its
   own, so each method picks the sampler ``grid_sample`` resolves it to
   (:mod:`.dcnv3`).
+- ``ms_deform_attn`` (:mod:`deform_onnx.ops.ms_deform_attn`, and mmdeploy's /
+  TensorRT's MSDA nodes): one lowering, the fused gather form (11+), for
+  every method (ONNX has no MSDA op; :mod:`.msda`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from . import LOWERINGS, METHODS, Lowering, resolve_method
-from . import grid_sampler
+from . import grid_sampler, msda
 
 GRID_SAMPLE_LOWERINGS: dict[str, Lowering] = {
     "native": Lowering("native", grid_sampler.NATIVE_MIN_OPSET, grid_sampler.lower_native, "ONNX GridSample op"),
@@ -42,6 +45,19 @@ def _resolve_grid_sample(method: str, opset: int) -> Lowering:
             f"but opset {opset} was requested; raise the opset or use method 'gather' (or 'auto')"
         )
     return GRID_SAMPLE_LOWERINGS["native"]
+
+
+MSDA_LOWERINGS: dict[str, Lowering] = {
+    "gather": Lowering("gather", msda.MIN_OPSET, msda.lower_gather, "standard ops on Gather, all levels at once"),
+}
+
+
+def _resolve_msda(method: str, opset: int) -> Lowering:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if not isinstance(opset, int) or opset < msda.MIN_OPSET:
+        raise ValueError(f"opset {opset!r} is not supported: ms_deform_attn lowers at opset >= {msda.MIN_OPSET}")
+    return MSDA_LOWERINGS["gather"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,12 @@ OPS: dict[str, OpEntry] = {
     ),
     "grid_sample": OpEntry(
         "grid_sample", ("aten::grid_sampler",), (("", "GridSample"),), GRID_SAMPLE_LOWERINGS, _resolve_grid_sample
+    ),
+    "ms_deform_attn": OpEntry(
+        "ms_deform_attn", ("deform_onnx::ms_deform_attn",),
+        (("mmdeploy", "MMCVMultiScaleDeformableAttention"), ("mmcv", "MMCVMultiScaleDeformableAttention"),
+         ("", "MultiscaleDeformableAttnPlugin_TRT"), ("trt", "MultiscaleDeformableAttnPlugin_TRT")),
+        MSDA_LOWERINGS, _resolve_msda,
     ),
 }
 

@@ -21,7 +21,7 @@ import onnx_ir as ir
 
 from .._io import atomic_path
 from ..lowering import resolve_method
-from . import dcnv3_nodes, deform_conv, grid_sample_nodes, mmcv, openvino_node  # noqa: F401  (register the node kinds)
+from . import dcnv3_nodes, deform_conv, grid_sample_nodes, mmcv, msda_nodes, openvino_node  # noqa: F401  (register the node kinds)
 from .model_io import ModelFileError, _check_structure, _from_proto, _keep_value_info, default_opset, read_model
 from .nodes import (
     _all_names,
@@ -115,7 +115,8 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
     to_opset = opset if opset is not None else current
     samplers = grid_sample_nodes.nodes_to_lower(model, method, to_opset) if to_opset is not None else []
     dcnv3s = dcnv3_nodes.find(model)
-    if not nodes and not samplers and not dcnv3s and (opset is None or opset == current):
+    attentions = msda_nodes.find(model)
+    if not nodes and not samplers and not dcnv3s and not attentions and (opset is None or opset == current):
         return model, report
     if to_opset is None:
         raise ValueError("the model imports no default-domain opset; pass opset=N (CLI: --opset N)")
@@ -147,8 +148,14 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
     dcnv3_lowering = dcnv3_nodes.replace_all(dcnv3s, method, to_opset, lambda base: _unique(base, names))
     for node in dcnv3s:
         report.replaced.append(Replacement(node.name or "<unnamed TRTDCNv3>", "mmdeploy::TRTDCNv3", dcnv3_lowering))
+    attentions = msda_nodes.find(model)  # after a conversion: the converted model's nodes
+    for index, node in enumerate(attentions):
+        report.replaced.append(Replacement(node.name or f"<unnamed MSDA #{index}>", msda_nodes.describe(node), "gather"))
+    if any(v is not None and v.dtype is None for n in attentions for v in n.inputs):
+        _infer_shapes(model)  # the lowering's constants take the value's dtype
+    msda_nodes.replace_all(attentions, method, to_opset, lambda base: _unique(base, names))
     used = _used_domains(model)
-    for domain in sorted({d for d, _ in SOURCE_OPS if d} - used):
+    for domain in sorted(({d for d, _ in SOURCE_OPS if d} | set(msda_nodes.DOMAINS)) - used):
         if domain in model.opset_imports:
             del model.opset_imports[domain]
             report.removed_domains.append(domain)
@@ -186,7 +193,11 @@ def lower(
     for ``grid_sample`` (:mod:`.dcnv3_nodes`). Default-domain ``GridSample`` nodes
     (``F.grid_sample``) are rewritten into standard ops on Gather when the
     method resolves to ``gather`` for them (``gather``, or ``auto`` below
-    opset 16) and kept otherwise (:mod:`.grid_sample_nodes`).
+    opset 16) and kept otherwise (:mod:`.grid_sample_nodes`). Multi-scale
+    deformable attention plugin nodes (mmdeploy's
+    ``MMCVMultiScaleDeformableAttention``, TensorRT's
+    ``MultiscaleDeformableAttnPlugin_TRT``) are always replaced by the fused
+    MSDA lowering (:mod:`.msda_nodes`).
 
     Args:
         model: a path to an ``.onnx`` file (external data is read into the

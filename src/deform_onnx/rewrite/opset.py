@@ -43,7 +43,11 @@ def _convert(model: ir.Model, target: int, current: int | None, hide_grid_sample
     """
     from onnx import version_converter
 
+    from . import msda_nodes
+
     hidden = [node for node, _ in find_nodes(model) if node.domain in ("", "ai.onnx")]
+    # TensorRT's MSDA plugin node may sit in the default domain; lowered at ``target`` afterwards.
+    hidden += [n for n in msda_nodes.find(model) if n.domain in ("", "ai.onnx")]
     if hide_grid_samples:  # lowered to gather at ``target`` afterwards (no GridSample adapter below 16)
         hidden += [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.op_type == "GridSample"
                    and n.domain in ("", "ai.onnx")]

@@ -1,0 +1,66 @@
+"""Hugging Face transformers' Deformable DETR (small config, random weights, no download) through ``deform_onnx.export``.
+
+Its ``MultiScaleDeformableAttention`` is the pure-PyTorch core (one
+``grid_sample`` per level). Needs ``transformers`` (not a dependency of this
+project; checked with transformers 5.24 installed beside the test venv).
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import deform_onnx
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
+transformers = pytest.importorskip("transformers", reason="needs `pip install transformers`")
+
+
+class LastHidden(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values):
+        return self.model(pixel_values=pixel_values).last_hidden_state
+
+
+@pytest.fixture(scope="module")
+def detr():
+    backbone = transformers.ResNetConfig(depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 64], embedding_size=16,
+                                         out_features=["stage2", "stage3", "stage4"])
+    config = transformers.DeformableDetrConfig(
+        use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone, d_model=64,
+        encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=20,
+        encoder_attention_heads=4, decoder_attention_heads=4,
+        attn_implementation="eager",  # scaled_dot_product_attention has no symbolic below opset 14
+    )
+    torch.manual_seed(0)
+    return LastHidden(transformers.DeformableDetrModel(config).eval()), torch.randn(1, 3, 128, 128)
+
+
+@pytest.mark.parametrize("opset, dynamo", [(11, False), (17, False), (17, True)], ids=["ts-11", "ts-17", "dynamo-17"])
+def test_deformable_detr_exports_and_matches(detr, opset, dynamo):
+    """export verifies against PyTorch on ONNX Runtime (float32: 1e-4) or raises."""
+    model, x = detr
+    report = deform_onnx.export(model, (x,), io.BytesIO(), opset_version=opset, dynamo=dynamo, input_names=["x"])
+    assert report.exporter == ("dynamo" if dynamo else "torchscript") and report.opset == opset
+    assert report.max_error <= 1e-4
+
+
+def test_deformable_detr_on_openvino(detr, tmp_path):
+    """OpenVINO (CPU, f32) runs the opset-11 file (per-level gather samplers) within 1e-4 of PyTorch."""
+    pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvino`")
+    import numpy as np
+
+    import deform_onnx.openvino as dov
+
+    model, x = detr
+    path = tmp_path / "detr.onnx"
+    deform_onnx.export(model, (x,), path, opset_version=11, dynamo=False, input_names=["x"])
+    got = np.asarray(next(iter(dov.compile(str(path), device="CPU", precision="f32")([x.numpy()]).values())))
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
