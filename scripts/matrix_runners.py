@@ -12,7 +12,7 @@ runs after one warm-up).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _HEAD = """
 import json, statistics, sys, time
@@ -27,7 +27,8 @@ def done(version, out=None, times=None, error=None):
     sys.exit(0)
 def first_line(exc):
     text = str(exc).strip() or type(exc).__name__
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    # OpenVINO and others put the location first ("Exception from ...", "Check '...' failed at ..."): skip it
+    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith(("Exception from", "Check '"))]
     return lines[0][:300] if lines else type(exc).__name__
 def timed(fn):
     out = fn()
@@ -55,17 +56,19 @@ try:
     from openvino import Core
 except ImportError:
     from openvino.runtime import Core
-version = openvino.__version__ if hasattr(openvino, "__version__") else openvino.runtime.get_version()
+version = (openvino.__version__ if hasattr(openvino, "__version__") else openvino.runtime.get_version()).split("-")[0]
 try:
     core = Core()
     if meta["extension"]:
         sys.path.insert(0, meta["src"])
         from deform_onnx.openvino import extension
         core.add_extension(extension())
-    compiled = core.compile_model(core.read_model(meta["model"]), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    model = core.read_model(meta["model"])
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     request = compiled.create_infer_request()
-    names = [p.get_any_name() for p in compiled.inputs]
-    out, times = timed(lambda: request.infer({n: feeds[n] for n in names})[compiled.output(0)].copy())
+    # positional feeds: a port's get_any_name() may be another name of the same tensor (2023.3)
+    args = [feeds[next(n for n in p.get_names() if n in feeds)] for p in model.inputs]
+    out, times = timed(lambda: request.infer(args)[compiled.outputs[0]].copy())
 except Exception as exc:
     done(version, error=first_line(exc))
 done(version, out, times)
@@ -179,11 +182,17 @@ class Build:
     extension: bool = False  #: OpenVINO: add deform_onnx.openvino.extension()
     rewriter: tuple[str, str] | None = None  #: (venv name, code) applied before running in ``runs_in``
     runs_in: str | None = None  #: for a rewriter: the build whose venv runs the rewritten file
-    notes: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The name ``--only`` selects it by (venv name, or the rewriter's, with ``+ext`` for the extension)."""
+        return self.rewriter[0] if self.rewriter else self.name + ("+ext" if self.extension else "")
 
 
 _ORT_TARGETS = ("onnxruntime<1.25", "generic", "onnxruntime")
 _OV_TARGETS = ("openvino", "generic", "openvino-extension")
+# onnx and onnx-ir: what deform_onnx.openvino.extension() imports (the extension rows share the venv)
+_OV_2025, _OV_NEWEST = ("openvino==2025.4.0", "onnx", "onnx-ir"), ("openvino", "onnx", "onnx-ir")
 BUILDS: tuple[Build, ...] = (
     Build("ort-1.16.3", "ONNX Runtime", ("onnxruntime==1.16.3", "numpy<2"), ORT, _ORT_TARGETS),
     Build("ort-1.18.1", "ONNX Runtime", ("onnxruntime==1.18.1", "numpy<2"), ORT, _ORT_TARGETS),
@@ -193,11 +202,11 @@ BUILDS: tuple[Build, ...] = (
     Build("ort-newest", "ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS),
     Build("ov-2023.3.0", "OpenVINO (plain)", ("openvino==2023.3.0", "numpy<2"), OPENVINO, _OV_TARGETS),
     Build("ov-2024.6.0", "OpenVINO (plain)", ("openvino==2024.6.0",), OPENVINO, _OV_TARGETS),
-    Build("ov-2025.4.0", "OpenVINO (plain)", ("openvino==2025.4.0", "onnx"), OPENVINO, _OV_TARGETS),
-    Build("ov-2025.4.0", "OpenVINO + deform_onnx extension", ("openvino==2025.4.0", "onnx"), OPENVINO,
+    Build("ov-2025.4.0", "OpenVINO (plain)", _OV_2025, OPENVINO, _OV_TARGETS),
+    Build("ov-2025.4.0", "OpenVINO + deform_onnx extension", _OV_2025, OPENVINO,
           ("openvino-extension",), extension=True),
-    Build("ov-newest", "OpenVINO (plain)", ("openvino", "onnx"), OPENVINO, _OV_TARGETS),
-    Build("ov-newest", "OpenVINO + deform_onnx extension", ("openvino", "onnx"), OPENVINO,
+    Build("ov-newest", "OpenVINO (plain)", _OV_NEWEST, OPENVINO, _OV_TARGETS),
+    Build("ov-newest", "OpenVINO + deform_onnx extension", _OV_NEWEST, OPENVINO,
           ("openvino-extension",), extension=True),
     Build("ort-newest", "onnxsim, then ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS,
           rewriter=("onnxsim", ONNXSIM)),

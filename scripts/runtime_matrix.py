@@ -221,12 +221,12 @@ def write_readme(block: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Command line: see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", help="venv names of the builds to run (default: all)")
+    parser.add_argument("--only", nargs="*", help="keys of the builds to run (venv name; onnxsim, onnxslim; NAME+ext; default: all)")
     parser.add_argument("--no-readme", action="store_true", help="print the table instead of writing README.md")
     parser.add_argument("--timeout", type=float, default=400, help="seconds per venv creation step and per run")
     parser.add_argument("--work", type=Path, help="folder for the exported files (default: a temporary one)")
     args = parser.parse_args(argv)
-    builds = [b for b in BUILDS if not args.only or b.name in args.only]
+    builds = [b for b in BUILDS if not args.only or b.key in args.only]
     targets = list(dict.fromkeys(t for b in builds for t in b.targets))
     work = args.work or Path(tempfile.mkdtemp(prefix="runtime-matrix-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     names = list(dict.fromkeys(n for n, _ in files))
     rows = []
     for build in builds:
-        print(f"{build.runtime} ({build.name})", flush=True)
+        print(f"{build.runtime} ({build.key})", flush=True)
         rows.extend(measure(build, files, names, work, args.timeout))
     command = "PYTHONPATH=src python scripts/runtime_matrix.py" + (f" --only {' '.join(args.only)}" if args.only else "")
     block = table(rows, command, names)
