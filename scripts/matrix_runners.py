@@ -138,8 +138,18 @@ if not (os.path.isfile(param) and os.path.isfile(weights)):
 try:
     net = ncnn.Net()
     net.opt.use_vulkan_compute = False
-    if net.load_param(param) != 0 or net.load_model(weights) != 0:
-        raise RuntimeError("ncnn could not load the pnnx output")
+    # ncnn says why a layer cannot load on the C stderr only: capture fd 2 around the load
+    log_path = os.path.join(work, "load.log")
+    saved, log_fd = os.dup(2), os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log_fd, 2)
+    try:
+        loaded = net.load_param(param) == 0 and net.load_model(weights) == 0
+    finally:
+        os.dup2(saved, 2)
+        os.close(log_fd)
+    if not loaded:
+        why = [l.strip() for l in open(log_path).read().splitlines() if l.strip()]
+        raise RuntimeError("ncnn could not load the pnnx output: " + (why[0] if why else "no message"))
     def run():
         ex = net.create_extractor()
         for i, n in enumerate(meta["inputs"]):
@@ -152,6 +162,41 @@ try:
 except Exception as exc:
     done(ncnn.__version__, error=first_line(exc))
 done(ncnn.__version__, out, times)
+"""
+
+# onnx2tf writes NHWC models: 4-D inputs are fed transposed and the 4-D output is transposed back.
+# It exits 0 on some failures too: success is a *_float32.tflite file.
+TFLITE = _HEAD + """
+import glob, os, subprocess
+from importlib.metadata import version as dist_version
+from ai_edge_litert.interpreter import Interpreter
+version = "onnx2tf " + dist_version("onnx2tf") + " + LiteRT " + dist_version("ai-edge-litert")
+work = meta["out"] + ".tf"
+conv = subprocess.run([os.path.join(meta["tool"], "onnx2tf"), "-i", meta["model"], "-o", work, "-n"],
+                      capture_output=True, text=True, timeout=900, cwd=os.path.dirname(meta["out"]))
+found = glob.glob(os.path.join(work, "*_float32.tflite"))
+if not found:
+    log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]
+    bad = [l for l in log if any(w in l for w in ("ERROR", "Error", "error:"))]
+    done(version, error="onnx2tf wrote no .tflite: " + ((bad or log or ["no output"])[-1][:250]))
+try:
+    it = Interpreter(model_path=found[0])
+    it.allocate_tensors()
+    details = it.get_input_details()
+    def feed(d):
+        n = next((n for n in meta["inputs"] if d["name"].startswith(n) or n in d["name"]), meta["inputs"][details.index(d)])
+        a = feeds[n]
+        return a.transpose(0, 2, 3, 1).copy() if a.ndim == 4 and list(d["shape"]) != list(a.shape) else a
+    def run():
+        for d in details:
+            it.set_tensor(d["index"], feed(d))
+        it.invoke()
+        y = it.get_tensor(it.get_output_details()[0]["index"])
+        return y.transpose(0, 3, 1, 2).copy() if y.ndim == 4 else y
+    out, times = timed(run)
+except Exception as exc:
+    done(version, error=first_line(exc))
+done(version, out, times)
 """
 
 #: Rewriters: ``python -c CODE IN OUT`` writes the rewritten model; last line of stdout is the tool's version.
@@ -214,12 +259,16 @@ BUILDS: tuple[Build, ...] = (
           rewriter=("onnxslim", ONNXSLIM)),
     Build("mnn", "MNN (MNNConvert + runtime)", ("MNN",), MNN, ("mnn", "generic")),
     Build("tvm", "Apache TVM (relax ONNX frontend, llvm)", ("apache-tvm", "onnx"), TVM, ("tvm", "generic")),
-    Build("pnnx", "ncnn (through pnnx)", ("pnnx", "ncnn"), NCNN, ("ncnn", "generic")),
+    Build("pnnx", "ncnn (through pnnx)", ("pnnx", "ncnn"), NCNN, ("ncnn", "ncnn:gather", "ncnn:grid_sample")),
 )
+#: onnx2tf needs TensorFlow and its helpers installed beside it (its own dependencies name none of them).
+_ONNX2TF = ("onnx2tf", "tensorflow", "tf-keras", "ai-edge-litert", "onnx", "onnx-graphsurgeon", "sng4onnx", "psutil",
+            "onnxruntime")  # fmt: skip
+BUILDS += (Build("onnx2tf", "TFLite / LiteRT (through onnx2tf)", _ONNX2TF, TFLITE,
+                 ("tflite", "tflite:gather", "tflite:grid_sample")),)  # fmt: skip
 #: Requirements of the rewriters' venvs.
 REWRITERS = {"onnxsim": ("onnxsim", "onnxruntime"), "onnxslim": ("onnxslim",)}
 #: Families named by issue 12 that this script does not run yet (a "not run" row each, with why).
 NOT_RUN = {
-    "TFLite / LiteRT (through onnx2tf)": "not run by this script yet (onnx2tf pulls TensorFlow, ~600 MB)",
     "onnx2torch": "not run by this script yet",
 }

@@ -61,7 +61,11 @@ def models() -> list[tuple[str, torch.nn.Module, dict[str, torch.Tensor]]]:
 
 
 def export_all(work: Path, targets: list[str]) -> dict:
-    """Export every model once per target; ``{(model, target): {"path"|"error", "method", "opset"}}``."""
+    """Export every model once per target; ``{(model, target): {"path"|"error", "method", "opset"}}``.
+
+    A target written ``"TARGET:METHOD"`` is exported with ``method=METHOD, force=True``: a second graph form
+    for a runtime whose target refuses every form, so that the table says what that runtime does with it.
+    """
     files = {}
     for name, module, inputs in models():
         with torch.no_grad():
@@ -69,11 +73,13 @@ def export_all(work: Path, targets: list[str]) -> dict:
         np.save(work / f"{name}.want.npy", want)
         np.savez(work / f"{name}.feeds.npz", **{k: v.numpy() for k, v in inputs.items()})
         for target in targets:
-            path = work / f"{name}__{target.replace('<', 'lt')}.onnx"
+            path = work / f"{name}__{target.replace('<', 'lt').replace(':', '-')}.onnx"
+            # "TARGET:METHOD": the target's other graph form, written with force=True (its rules would refuse it)
+            chosen, _, method = target.partition(":")
             try:
                 buf = io.BytesIO()
-                report = deform_onnx.export(module, tuple(inputs.values()), buf, target=target,
-                                            input_names=list(inputs), output_names=["y"])  # fmt: skip
+                report = deform_onnx.export(module, tuple(inputs.values()), buf, target=chosen, method=method or None,
+                                            force=bool(method), input_names=list(inputs), output_names=["y"])  # fmt: skip
                 path.write_bytes(buf.getvalue())
                 files[name, target] = {"path": path, "method": report.method, "opset": report.opset}
             except Exception as exc:  # noqa: BLE001 - recorded in the table

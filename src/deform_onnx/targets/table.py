@@ -136,8 +136,9 @@ TABLE: tuple[Target, ...] = (
         runtime="ncnn through pnnx",
         method="gather",
         opset=13,
-        reason="ncnn blobs hold at most 4-D; pnnx rejects IsNaN and unresolved Slice axes (static shapes)",
-        source="measured here (issue 12: pnnx -> ncnn Python bindings)",
+        reason="ncnn blobs hold at most 4-D (gather form: 'layer Tensor.reshape not exists'); the grid_sample "
+        "form's NaN guard Equal(g, g) becomes pnnx's torch.eq, which ncnn has no layer for",
+        source="measured here (scripts/runtime_matrix.py: pnnx -> ncnn Python bindings, both forms forced)",
         options=("no IsNaN", "max tensor rank 4", "static shapes"),
         faults=(_no_kernel("ncnn", "issue 12"),),
         status="measured here: no form converts yet",
@@ -147,8 +148,9 @@ TABLE: tuple[Target, ...] = (
         runtime="MNN 3.6 (MNNConvert + runtime)",
         method="grid_sample",
         opset=17,
-        reason="MNN's converter rejects IsNaN; without it grid_sample and gather run within 2.1e-5",
-        source="measured here (issue 12: MNN 3.6.1)",
+        reason="grid_sample@17 and gather@11 (NaN guard Equal(g, g), no IsNaN) run within 2.1e-5 on the bundled "
+        "example and cases c04, c12, c25",
+        source="measured here (scripts/runtime_matrix.py: MNN 3.6.1, MNNConvert + runtime)",
         options=("no IsNaN",),
         faults=(_no_kernel("MNN", "issue 12"),),
         status="measured here",
