@@ -172,8 +172,15 @@ from importlib.metadata import version as dist_version
 from ai_edge_litert.interpreter import Interpreter
 version = "onnx2tf " + dist_version("onnx2tf") + " + LiteRT " + dist_version("ai-edge-litert")
 work = meta["out"] + ".tf"
+# for an image-like input (3 channels) onnx2tf downloads sample images (20x128x128x3, NHWC) unless that
+# file is in its working folder: write it from this model's own input (no network here)
+os.makedirs(work, exist_ok=True)
+for n in meta["inputs"]:
+    if feeds[n].ndim == 4 and feeds[n].shape[1] == 3:
+        sample = np.resize(feeds[n].transpose(0, 2, 3, 1), (20, 128, 128, 3)).astype(np.float32)
+        np.save(os.path.join(work, "calibration_image_sample_data_20x128x128x3_float32.npy"), sample)
 conv = subprocess.run([os.path.join(meta["tool"], "onnx2tf"), "-i", meta["model"], "-o", work, "-n"],
-                      capture_output=True, text=True, timeout=900, cwd=os.path.dirname(meta["out"]))
+                      capture_output=True, text=True, timeout=900, cwd=work)
 found = glob.glob(os.path.join(work, "*_float32.tflite"))
 if not found:
     log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]

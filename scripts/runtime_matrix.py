@@ -175,7 +175,9 @@ def _row(build: Build, target: str, files: dict, names: list[str], results=None,
         worst = max(errors) if errors else None
         if failed:
             ran = f"{failed[0][1]} ({', '.join(n for n, _ in failed)})"
-            ran = f"partly (the others ran): {ran}" if errors else ran
+            if errors:
+                wrong = f"wrong, max error {worst:.2g}" if worst > ATOL else "within tolerance"
+                ran = f"partly: {ran}; the others ran ({wrong})"
         elif worst is not None and worst > ATOL:
             ran = f"ran, wrong: max error {worst:.2g} > {ATOL:g}"
         else:

@@ -124,9 +124,10 @@ TABLE: tuple[Target, ...] = (
         runtime="TFLite / LiteRT through onnx2tf",
         method="gather",
         opset=13,
-        reason="onnx2tf fails on every form today: reshape element counts break after its NCHW->NHWC "
-        "transposition of 5-D/6-D tensors; the rules name what blocks the emitted graph",
-        source="measured here (issue 12: onnx2tf -> LiteRT)",
+        reason="onnx2tf fails on every form today: gather's 5-D/6-D reshapes break after its NCHW->NHWC "
+        "transposition; grid_sample converts for single layers but is wrong (max error ~4), and fails for the "
+        "bundled example; the rules name what blocks the emitted graph",
+        source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1, both forms forced)",
         options=("no IsNaN", "max tensor rank 4", "static shapes"),
         faults=(_no_kernel("onnx2tf", "issue 12"),),
         status="measured here: no form converts yet",
