@@ -3,7 +3,7 @@
 A runner is Python source run as ``python -c CODE META`` by the build's venv
 interpreter, where ``META`` is a JSON file: ``model`` (path), ``feeds`` (npz,
 inputs by name, in graph order), ``out`` (npy to write), ``inputs`` and
-``output`` (names), ``repeats``, ``src`` (this checkout's ``src``, for the
+``output`` (names), ``output_shape`` (PyTorch's), ``repeats``, ``src`` (this checkout's ``src``, for the
 OpenVINO extension), ``tool`` (the venv's ``bin``, for converter programs) and
 ``extension``. Its last line of stdout is JSON: ``version``, ``error`` (the
 first line of what failed, or null) and ``ms`` (median of ``repeats`` timed
@@ -28,7 +28,8 @@ def done(version, out=None, times=None, error=None):
 def first_line(exc):
     text = str(exc).strip() or type(exc).__name__
     # OpenVINO and others put the location first ("Exception from ...", "Check '...' failed at ..."): skip it
-    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith(("Exception from", "Check '"))]
+    skip = ("Exception from", "Check '")
+    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith(skip)]
     return lines[0][:300] if lines else type(exc).__name__
 def timed(fn):
     out = fn()
@@ -164,7 +165,7 @@ except Exception as exc:
 done(ncnn.__version__, out, times)
 """
 
-# onnx2tf writes NHWC models: 4-D inputs are fed transposed and the 4-D output is transposed back.
+# onnx2tf writes NHWC models: 4-D inputs are fed transposed, and an NHWC output is transposed back.
 # It exits 0 on some failures too: success is a *_float32.tflite file.
 TFLITE = _HEAD + """
 import glob, os, subprocess
@@ -191,7 +192,9 @@ try:
     it.allocate_tensors()
     details = it.get_input_details()
     def feed(d):
-        n = next((n for n in meta["inputs"] if d["name"].startswith(n) or n in d["name"]), meta["inputs"][details.index(d)])
+        bare = d["name"].removeprefix("serving_default_").split(":")[0]
+        by_name = [n for n in meta["inputs"] if n == bare]
+        n = by_name[0] if by_name else meta["inputs"][details.index(d)]
         a = feeds[n]
         return a.transpose(0, 2, 3, 1).copy() if a.ndim == 4 and list(d["shape"]) != list(a.shape) else a
     def run():
@@ -199,7 +202,9 @@ try:
             it.set_tensor(d["index"], feed(d))
         it.invoke()
         y = it.get_tensor(it.get_output_details()[0]["index"])
-        return y.transpose(0, 3, 1, 2).copy() if y.ndim == 4 else y
+        # onnx2tf keeps some outputs NCHW (a final transpose folds away): transpose only an NHWC one
+        nhwc = y.ndim == 4 and list(y.shape) != meta["output_shape"]
+        return y.transpose(0, 3, 1, 2).copy() if nhwc else y
     out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))

@@ -78,8 +78,9 @@ def export_all(work: Path, targets: list[str]) -> dict:
             chosen, _, method = target.partition(":")
             try:
                 buf = io.BytesIO()
-                report = deform_onnx.export(module, tuple(inputs.values()), buf, target=chosen, method=method or None,
-                                            force=bool(method), input_names=list(inputs), output_names=["y"])  # fmt: skip
+                report = deform_onnx.export(module, tuple(inputs.values()), buf, target=chosen,
+                                            method=method or None, force=bool(method),
+                                            input_names=list(inputs), output_names=["y"])  # fmt: skip
                 path.write_bytes(buf.getvalue())
                 files[name, target] = {"path": path, "method": report.method, "opset": report.opset}
             except Exception as exc:  # noqa: BLE001 - recorded in the table
@@ -98,8 +99,8 @@ def run_one(python: Path, build: Build, model: Path, name: str, inputs: list[str
     out = work / f"{model.stem}.{build.name}.{'ext' if build.extension else 'plain'}.out.npy"
     out.unlink(missing_ok=True)
     meta = {"model": str(model), "feeds": str(work / f"{name}.feeds.npz"), "out": str(out), "inputs": inputs,
-            "output": "y", "repeats": REPEATS, "src": str(ROOT / "src"), "tool": str(python.parent),
-            "extension": build.extension}  # fmt: skip
+            "output": "y", "output_shape": list(np.load(work / f"{name}.want.npy").shape), "repeats": REPEATS,
+            "src": str(ROOT / "src"), "tool": str(python.parent), "extension": build.extension}  # fmt: skip
     meta_path = out.with_suffix(".json")
     meta_path.write_text(json.dumps(meta))
     try:
@@ -114,7 +115,7 @@ def run_one(python: Path, build: Build, model: Path, name: str, inputs: list[str
                 "ms": None}  # fmt: skip
     if status["error"] is None:
         got, want = np.load(out), np.load(work / f"{name}.want.npy")
-        status["max_error"] = float(np.abs(got.reshape(want.shape) - want).max()) if got.size == want.size else None
+        status["max_error"] = float(np.abs(got - want).max()) if got.shape == want.shape else None
         if status["max_error"] is None:
             status["error"] = f"output shape {list(got.shape)}, PyTorch's {list(want.shape)}"
     return status
@@ -131,7 +132,8 @@ def rewrite(build: Build, model: Path, timeout: float) -> tuple[Path | None, str
     except subprocess.TimeoutExpired:
         return None, f"{venv} timed out after {timeout:g} s"
     if done.returncode != 0 or not target.is_file():
-        return None, f"{venv} failed: {_first_line(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'no output')}"
+        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
+        return None, f"{venv} failed: {_first_line(last)}"
     return target, done.stdout.strip().splitlines()[-1]
 
 
@@ -229,7 +231,8 @@ def write_readme(block: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Command line: see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", help="keys of the builds to run (venv name; onnxsim, onnxslim; NAME+ext; default: all)")
+    parser.add_argument("--only", nargs="*",
+                        help="keys of the builds to run (venv name; onnxsim, onnxslim; NAME+ext; default: all)")
     parser.add_argument("--no-readme", action="store_true", help="print the table instead of writing README.md")
     parser.add_argument("--timeout", type=float, default=400, help="seconds per venv creation step and per run")
     parser.add_argument("--work", type=Path, help="folder for the exported files (default: a temporary one)")
@@ -245,7 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     for build in builds:
         print(f"{build.runtime} ({build.key})", flush=True)
         rows.extend(measure(build, files, names, work, args.timeout))
-    command = "PYTHONPATH=src python scripts/runtime_matrix.py" + (f" --only {' '.join(args.only)}" if args.only else "")
+    command = "PYTHONPATH=src python scripts/runtime_matrix.py"
+    command += f" --only {' '.join(args.only)}" if args.only else ""
     block = table(rows, command, names)
     (work / "table.md").write_text(block)
     print(block)

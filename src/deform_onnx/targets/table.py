@@ -124,9 +124,9 @@ TABLE: tuple[Target, ...] = (
         runtime="TFLite / LiteRT through onnx2tf",
         method="gather",
         opset=13,
-        reason="onnx2tf fails on every form today: gather's 5-D/6-D reshapes break after its NCHW->NHWC "
-        "transposition; grid_sample converts for single layers but is wrong (max error ~4), and fails for the "
-        "bundled example; the rules name what blocks the emitted graph",
+        reason="no form converts the bundled example: gather's 5-D/6-D reshapes break after onnx2tf's NCHW->NHWC "
+        "transposition; grid_sample (5-D values) converts and matches for single layers (cases c04, c12, c25) "
+        "but not for the example ('Output tensors of a Functional model must be the output of a TensorFlow Layer')",
         source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1, both forms forced)",
         options=("no IsNaN", "max tensor rank 4", "static shapes"),
         faults=(_no_kernel("onnx2tf", "issue 12"),),
