@@ -30,6 +30,10 @@ def first_line(exc):
     # OpenVINO and others put the location first ("Exception from ...", "Check '...' failed at ..."): skip it
     skip = ("Exception from", "Check '")
     lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith(skip)]
+    if len(lines) > 1 and lines[0].endswith(":"):  # a heading ("FrontEnd API failed with GeneralFailure:")
+        lines[0] = f"{lines[0]} {lines[1]}"
+    # OpenVINO >= 2026 names the unconverted ops in a summary line further down
+    lines = [l for l in lines if l.startswith("-- No conversion rule")][:1] or lines
     return lines[0][:300] if lines else type(exc).__name__
 def timed(fn):
     out = fn()
