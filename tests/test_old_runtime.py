@@ -3,10 +3,11 @@
 ONNX Runtime 1.16.3 knows IR versions up to 9 (case c25): the opset-17
 grid_sample file and the opset-11 gather file that ``deform_onnx.export``
 writes must load and match torchvision there. The runtime lives in a cached
-virtual environment (``$DEFORM_ONNX_VENVS`` or ``~/.cache/deform-onnx/venvs``)
-so that it never mixes with the project's own packages; the test creates it
-on first use (``python -m venv`` + ``pip install onnxruntime==1.16.3
-'numpy<2'``, bounded by :data:`CREATE_TIMEOUT`) and reuses it afterwards.
+virtual environment (:func:`deform_onnx.runtimes.venvs.cached_venv`, shared
+with scripts/runtime_matrix.py) so that it never mixes with the project's own
+packages; the test creates it on first use (``python -m venv`` + ``pip install
+onnxruntime==1.16.3 'numpy<2'``, bounded by :data:`CREATE_TIMEOUT`) and reuses it
+afterwards.
 
 When the venv cannot be created (no package registry), the test fails and says
 so; set ``DEFORM_ONNX_NO_OLD_RUNTIMES=1`` to skip it on such a machine.
@@ -17,9 +18,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ import onnx
 import pytest
 
 import deform_onnx
+from deform_onnx.runtimes.venvs import cached_venv
 from util import DeformLayer, assert_close, case_config, make_inputs, reference
 
 ORT_VERSION = "1.16.3"
@@ -52,38 +52,9 @@ print(json.dumps({"version": ort.__version__, "error": None}))
 """
 
 
-def venv_root() -> Path:
-    return Path(os.environ.get("DEFORM_ONNX_VENVS", Path.home() / ".cache" / "deform-onnx" / "venvs"))
-
-
 def old_runtime_python(version: str = ORT_VERSION) -> Path:
-    """The interpreter of the cached venv with ``onnxruntime==version``; created if missing.
-
-    A ``.complete`` marker is written last: a venv cut short by a timeout is rebuilt.
-
-    Raises:
-        RuntimeError: the venv could not be created (the message has pip's last line).
-    """
-    root = venv_root() / f"ort-{version}"
-    python = root / "bin" / "python"
-    if (root / ".complete").is_file() and python.exists():
-        return python
-    shutil.rmtree(root, ignore_errors=True)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    steps = [
-        [sys.executable, "-m", "venv", str(root)],
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", f"onnxruntime=={version}", "numpy<2"],
-    ]
-    for step in steps:
-        try:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=CREATE_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"creating {root} took over {CREATE_TIMEOUT} s ({' '.join(step[:4])})") from None
-        if done.returncode != 0:
-            last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
-            raise RuntimeError(f"could not create {root}: {' '.join(step[2:5])} failed: {last}")
-    (root / ".complete").write_text(version)
-    return python
+    """The interpreter of the cached venv with ``onnxruntime==version`` (created if missing; RuntimeError if not)."""
+    return cached_venv(f"ort-{version}", [f"onnxruntime=={version}", "numpy<2"], timeout=CREATE_TIMEOUT)
 
 
 @pytest.fixture(scope="module")

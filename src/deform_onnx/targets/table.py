@@ -124,9 +124,10 @@ TABLE: tuple[Target, ...] = (
         runtime="TFLite / LiteRT through onnx2tf",
         method="gather",
         opset=13,
-        reason="onnx2tf fails on every form today: reshape element counts break after its NCHW->NHWC "
-        "transposition of 5-D/6-D tensors; the rules name what blocks the emitted graph",
-        source="measured here (issue 12: onnx2tf -> LiteRT)",
+        reason="no form converts the bundled example: gather's 5-D/6-D reshapes break after onnx2tf's NCHW->NHWC "
+        "transposition; grid_sample (5-D values) converts and matches for single layers (cases c04, c12, c25) "
+        "but not for the example ('Output tensors of a Functional model must be the output of a TensorFlow Layer')",
+        source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1, both forms forced)",
         options=("no IsNaN", "max tensor rank 4", "static shapes"),
         faults=(_no_kernel("onnx2tf", "issue 12"),),
         status="measured here: no form converts yet",
@@ -136,8 +137,9 @@ TABLE: tuple[Target, ...] = (
         runtime="ncnn through pnnx",
         method="gather",
         opset=13,
-        reason="ncnn blobs hold at most 4-D; pnnx rejects IsNaN and unresolved Slice axes (static shapes)",
-        source="measured here (issue 12: pnnx -> ncnn Python bindings)",
+        reason="ncnn blobs hold at most 4-D (gather form: 'layer Tensor.reshape not exists'); the grid_sample "
+        "form's NaN guard Equal(g, g) becomes pnnx's torch.eq, which ncnn has no layer for",
+        source="measured here (scripts/runtime_matrix.py: pnnx -> ncnn Python bindings, both forms forced)",
         options=("no IsNaN", "max tensor rank 4", "static shapes"),
         faults=(_no_kernel("ncnn", "issue 12"),),
         status="measured here: no form converts yet",
@@ -147,8 +149,9 @@ TABLE: tuple[Target, ...] = (
         runtime="MNN 3.6 (MNNConvert + runtime)",
         method="grid_sample",
         opset=17,
-        reason="MNN's converter rejects IsNaN; without it grid_sample and gather run within 2.1e-5",
-        source="measured here (issue 12: MNN 3.6.1)",
+        reason="grid_sample@17 and gather@11 (NaN guard Equal(g, g), no IsNaN) run within 2.1e-5 on the bundled "
+        "example and cases c04, c12, c25",
+        source="measured here (scripts/runtime_matrix.py: MNN 3.6.1, MNNConvert + runtime)",
         options=("no IsNaN",),
         faults=(_no_kernel("MNN", "issue 12"),),
         status="measured here",

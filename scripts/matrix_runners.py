@@ -1,0 +1,290 @@
+"""The runtime builds of scripts/runtime_matrix.py and the code each runs inside its own venv.
+
+A runner is Python source run as ``python -c CODE META`` by the build's venv
+interpreter, where ``META`` is a JSON file: ``model`` (path), ``feeds`` (npz,
+inputs by name, in graph order), ``out`` (npy to write), ``inputs`` and
+``output`` (names), ``output_shape`` (PyTorch's), ``repeats``, ``src`` (this checkout's ``src``, for the
+OpenVINO extension), ``tool`` (the venv's ``bin``, for converter programs) and
+``extension``. Its last line of stdout is JSON: ``version``, ``error`` (the
+first line of what failed, or null) and ``ms`` (median of ``repeats`` timed
+runs after one warm-up).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_HEAD = """
+import json, statistics, sys, time
+import numpy as np
+meta = json.load(open(sys.argv[1]))
+feeds = dict(np.load(meta["feeds"]))
+def done(version, out=None, times=None, error=None):
+    if out is not None:
+        np.save(meta["out"], np.asarray(out))
+    ms = statistics.median(times) * 1e3 if times else None
+    print(json.dumps({"version": version, "error": error, "ms": ms}))
+    sys.exit(0)
+def first_line(exc):
+    text = str(exc).strip() or type(exc).__name__
+    # OpenVINO and others put the location first ("Exception from ...", "Check '...' failed at ..."): skip it
+    skip = ("Exception from", "Check '")
+    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith(skip)]
+    if len(lines) > 1 and lines[0].endswith(":"):  # a heading ("FrontEnd API failed with GeneralFailure:")
+        lines[0] = f"{lines[0]} {lines[1]}"
+    # OpenVINO >= 2026 names the unconverted ops in a summary line further down
+    lines = [l for l in lines if l.startswith("-- No conversion rule")][:1] or lines
+    return lines[0][:300] if lines else type(exc).__name__
+def timed(fn):
+    out = fn()
+    times = []
+    for _ in range(meta["repeats"]):
+        t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
+    return out, times
+"""
+
+ORT = _HEAD + """
+import onnxruntime as ort
+options = ort.SessionOptions()
+options.log_severity_level = 3
+try:
+    s = ort.InferenceSession(meta["model"], options, providers=["CPUExecutionProvider"])
+    out, times = timed(lambda: s.run(None, {i.name: feeds[i.name] for i in s.get_inputs()})[0])
+except Exception as exc:
+    done(ort.__version__, error=first_line(exc))
+done(ort.__version__, out, times)
+"""
+
+OPENVINO = _HEAD + """
+import openvino
+try:
+    from openvino import Core
+except ImportError:
+    from openvino.runtime import Core
+version = (openvino.__version__ if hasattr(openvino, "__version__") else openvino.runtime.get_version()).split("-")[0]
+try:
+    core = Core()
+    if meta["extension"]:
+        sys.path.insert(0, meta["src"])
+        from deform_onnx.openvino import extension
+        core.add_extension(extension())
+    model = core.read_model(meta["model"])
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    # positional feeds: a port's get_any_name() may be another name of the same tensor (2023.3)
+    args = [feeds[next(n for n in p.get_names() if n in feeds)] for p in model.inputs]
+    out, times = timed(lambda: request.infer(args)[compiled.outputs[0]].copy())
+except Exception as exc:
+    done(version, error=first_line(exc))
+done(version, out, times)
+"""
+
+# MNNConvert exits 0 even when it fails: success is a non-empty .mnn file.
+MNN = _HEAD + """
+import os, subprocess
+import MNN, MNN.expr as F, MNN.nn as nn
+version = MNN.version()
+target = meta["out"] + ".mnn"
+conv = subprocess.run([os.path.join(meta["tool"], "mnnconvert"), "-f", "ONNX", "--modelFile", meta["model"],
+                       "--MNNModel", target, "--bizCode", "MNN"], capture_output=True, text=True, timeout=600)
+if not os.path.isfile(target) or os.path.getsize(target) == 0:
+    log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]
+    bad = [l for l in log if any(w in l.lower() for w in ("not support", "error", "can't", "fail"))]
+    done(version, error="MNNConvert wrote no model: " + ((bad or log or ["no output"])[0][:250]))
+try:
+    net = nn.load_module_from_file(target, meta["inputs"], [meta["output"]])
+    def run():
+        xs = [F.const(feeds[n], list(feeds[n].shape), F.NCHW) for n in meta["inputs"]]
+        return F.convert(net.forward(xs)[0], F.NCHW).read().copy()
+    out, times = timed(run)
+except Exception as exc:
+    done(version, error=first_line(exc))
+done(version, out, times)
+"""
+
+TVM = _HEAD + """
+import onnx, tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
+try:
+    shapes = {n: list(feeds[n].shape) for n in meta["inputs"]}
+    mod = from_onnx(onnx.load(meta["model"]), shape_dict=shapes, keep_params_in_input=False)
+    mod = relax.transform.DecomposeOpsForInference()(mod)
+    mod = relax.transform.LegalizeOps()(mod)
+    ex = tvm.compile(mod, target="llvm") if hasattr(tvm, "compile") else relax.build(mod, target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    make = tvm.runtime.tensor if hasattr(tvm.runtime, "tensor") else tvm.nd.array
+    args = [make(feeds[n]) for n in meta["inputs"]]
+    def run():
+        y = vm["main"](*args)
+        return (y[0] if not hasattr(y, "numpy") else y).numpy()
+    out, times = timed(run)
+except Exception as exc:
+    done(tvm.__version__, error=first_line(exc))
+done(tvm.__version__, out, times)
+"""
+
+# pnnx exits 0 even when it fails: success is a .ncnn.param/.ncnn.bin pair.
+NCNN = _HEAD + """
+import os, shutil, subprocess
+import ncnn
+work = meta["out"] + ".pnnx"
+os.makedirs(work, exist_ok=True)
+model = os.path.join(work, "m.onnx")
+shutil.copy(meta["model"], model)
+shapes = ",".join("[" + ",".join(map(str, feeds[n].shape)) + "]" for n in meta["inputs"])
+conv = subprocess.run([os.path.join(meta["tool"], "pnnx"), model, "inputshape=" + shapes], cwd=work,
+                      capture_output=True, text=True, timeout=600)
+param, weights = os.path.join(work, "m.ncnn.param"), os.path.join(work, "m.ncnn.bin")
+if not (os.path.isfile(param) and os.path.isfile(weights)):
+    log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]
+    bad = [l for l in log if any(w in l.lower() for w in ("not support", "error", "fail", "unknown", "not load"))]
+    done(ncnn.__version__, error="pnnx wrote no ncnn model: " + ((bad or log or ["no output"])[0][:250]))
+try:
+    net = ncnn.Net()
+    net.opt.use_vulkan_compute = False
+    # ncnn says why a layer cannot load on the C stderr only: capture fd 2 around the load
+    log_path = os.path.join(work, "load.log")
+    saved, log_fd = os.dup(2), os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log_fd, 2)
+    try:
+        loaded = net.load_param(param) == 0 and net.load_model(weights) == 0
+    finally:
+        os.dup2(saved, 2)
+        os.close(log_fd)
+    if not loaded:
+        why = [l.strip() for l in open(log_path).read().splitlines() if l.strip()]
+        raise RuntimeError("ncnn could not load the pnnx output: " + (why[0] if why else "no message"))
+    def run():
+        ex = net.create_extractor()
+        for i, n in enumerate(meta["inputs"]):
+            ex.input(f"in{i}", ncnn.Mat(np.ascontiguousarray(feeds[n][0])))
+        ret, y = ex.extract("out0")
+        if ret != 0:
+            raise RuntimeError(f"ncnn extract returned {ret}")
+        return np.array(y)[None]
+    out, times = timed(run)
+except Exception as exc:
+    done(ncnn.__version__, error=first_line(exc))
+done(ncnn.__version__, out, times)
+"""
+
+# onnx2tf writes NHWC models: 4-D inputs are fed transposed, and an NHWC output is transposed back.
+# It exits 0 on some failures too: success is a *_float32.tflite file.
+TFLITE = _HEAD + """
+import glob, os, subprocess
+from importlib.metadata import version as dist_version
+from ai_edge_litert.interpreter import Interpreter
+version = "onnx2tf " + dist_version("onnx2tf") + " + LiteRT " + dist_version("ai-edge-litert")
+work = meta["out"] + ".tf"
+# for an image-like input (3 channels) onnx2tf downloads sample images (20x128x128x3, NHWC) unless that
+# file is in its working folder: write it from this model's own input (no network here)
+os.makedirs(work, exist_ok=True)
+for n in meta["inputs"]:
+    if feeds[n].ndim == 4 and feeds[n].shape[1] == 3:
+        sample = np.resize(feeds[n].transpose(0, 2, 3, 1), (20, 128, 128, 3)).astype(np.float32)
+        np.save(os.path.join(work, "calibration_image_sample_data_20x128x128x3_float32.npy"), sample)
+conv = subprocess.run([os.path.join(meta["tool"], "onnx2tf"), "-i", meta["model"], "-o", work, "-n"],
+                      capture_output=True, text=True, timeout=900, cwd=work)
+found = glob.glob(os.path.join(work, "*_float32.tflite"))
+if not found:
+    log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]
+    bad = [l for l in log if any(w in l for w in ("ERROR", "Error", "error:"))]
+    done(version, error="onnx2tf wrote no .tflite: " + ((bad or log or ["no output"])[-1][:250]))
+try:
+    it = Interpreter(model_path=found[0])
+    it.allocate_tensors()
+    details = it.get_input_details()
+    def feed(d):
+        bare = d["name"].removeprefix("serving_default_").split(":")[0]
+        by_name = [n for n in meta["inputs"] if n == bare]
+        n = by_name[0] if by_name else meta["inputs"][details.index(d)]
+        a = feeds[n]
+        return a.transpose(0, 2, 3, 1).copy() if a.ndim == 4 and list(d["shape"]) != list(a.shape) else a
+    def run():
+        for d in details:
+            it.set_tensor(d["index"], feed(d))
+        it.invoke()
+        y = it.get_tensor(it.get_output_details()[0]["index"])
+        # onnx2tf keeps some outputs NCHW (a final transpose folds away): transpose only an NHWC one
+        nhwc = y.ndim == 4 and list(y.shape) != meta["output_shape"]
+        return y.transpose(0, 3, 1, 2).copy() if nhwc else y
+    out, times = timed(run)
+except Exception as exc:
+    done(version, error=first_line(exc))
+done(version, out, times)
+"""
+
+#: Rewriters: ``python -c CODE IN OUT`` writes the rewritten model; last line of stdout is the tool's version.
+ONNXSIM = """
+import sys, onnx, onnxsim
+model, ok = onnxsim.simplify(onnx.load(sys.argv[1]))
+if not ok:
+    raise SystemExit("onnxsim: the simplified model failed its own check")
+onnx.save(model, sys.argv[2])
+print(onnxsim.__version__)
+"""
+ONNXSLIM = """
+import sys, onnx, onnxslim
+onnx.save(onnxslim.slim(sys.argv[1]), sys.argv[2])
+print(onnxslim.__version__)
+"""
+
+
+@dataclass(frozen=True)
+class Build:
+    """One runtime build: its venv, what it runs, and which targets' files it is given."""
+
+    name: str  #: venv folder under deform_onnx.runtimes.venvs.venv_root()
+    runtime: str  #: the table's runtime column
+    requirements: tuple[str, ...]
+    runner: str
+    targets: tuple[str, ...]
+    extension: bool = False  #: OpenVINO: add deform_onnx.openvino.extension()
+    rewriter: tuple[str, str] | None = None  #: (venv name, code) applied before running in ``runs_in``
+    runs_in: str | None = None  #: for a rewriter: the build whose venv runs the rewritten file
+
+    @property
+    def key(self) -> str:
+        """The name ``--only`` selects it by (venv name, or the rewriter's, with ``+ext`` for the extension)."""
+        return self.rewriter[0] if self.rewriter else self.name + ("+ext" if self.extension else "")
+
+
+_ORT_TARGETS = ("onnxruntime<1.25", "generic", "onnxruntime")
+_OV_TARGETS = ("openvino", "generic", "openvino-extension")
+# onnx and onnx-ir: what deform_onnx.openvino.extension() imports (the extension rows share the venv)
+_OV_2025, _OV_NEWEST = ("openvino==2025.4.0", "onnx", "onnx-ir"), ("openvino", "onnx", "onnx-ir")
+BUILDS: tuple[Build, ...] = (
+    Build("ort-1.16.3", "ONNX Runtime", ("onnxruntime==1.16.3", "numpy<2"), ORT, _ORT_TARGETS),
+    Build("ort-1.18.1", "ONNX Runtime", ("onnxruntime==1.18.1", "numpy<2"), ORT, _ORT_TARGETS),
+    Build("ort-1.20.1", "ONNX Runtime", ("onnxruntime==1.20.1",), ORT, _ORT_TARGETS),
+    Build("ort-1.22.1", "ONNX Runtime", ("onnxruntime==1.22.1",), ORT, _ORT_TARGETS),
+    Build("ort-1.24.4", "ONNX Runtime", ("onnxruntime==1.24.4",), ORT, _ORT_TARGETS),
+    Build("ort-newest", "ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS),
+    Build("ov-2023.3.0", "OpenVINO (plain)", ("openvino==2023.3.0", "numpy<2"), OPENVINO, _OV_TARGETS),
+    Build("ov-2024.6.0", "OpenVINO (plain)", ("openvino==2024.6.0",), OPENVINO, _OV_TARGETS),
+    Build("ov-2025.4.0", "OpenVINO (plain)", _OV_2025, OPENVINO, _OV_TARGETS),
+    Build("ov-2025.4.0", "OpenVINO + deform_onnx extension", _OV_2025, OPENVINO,
+          ("openvino-extension",), extension=True),
+    Build("ov-newest", "OpenVINO (plain)", _OV_NEWEST, OPENVINO, _OV_TARGETS),
+    Build("ov-newest", "OpenVINO + deform_onnx extension", _OV_NEWEST, OPENVINO,
+          ("openvino-extension",), extension=True),
+    Build("ort-newest", "onnxsim, then ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS,
+          rewriter=("onnxsim", ONNXSIM)),
+    Build("ort-newest", "onnxslim, then ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS,
+          rewriter=("onnxslim", ONNXSLIM)),
+    Build("mnn", "MNN (MNNConvert + runtime)", ("MNN",), MNN, ("mnn", "generic")),
+    Build("tvm", "Apache TVM (relax ONNX frontend, llvm)", ("apache-tvm", "onnx"), TVM, ("tvm", "generic")),
+    Build("pnnx", "ncnn (through pnnx)", ("pnnx", "ncnn"), NCNN, ("ncnn", "ncnn:gather", "ncnn:grid_sample")),
+)
+#: onnx2tf needs TensorFlow and its helpers installed beside it (its own dependencies name none of them).
+_ONNX2TF = ("onnx2tf", "tensorflow", "tf-keras", "ai-edge-litert", "onnx", "onnx-graphsurgeon", "sng4onnx", "psutil",
+            "onnxruntime")  # fmt: skip
+BUILDS += (Build("onnx2tf", "TFLite / LiteRT (through onnx2tf)", _ONNX2TF, TFLITE,
+                 ("tflite", "tflite:gather", "tflite:grid_sample")),)  # fmt: skip
+#: Requirements of the rewriters' venvs.
+REWRITERS = {"onnxsim": ("onnxsim", "onnxruntime"), "onnxslim": ("onnxslim",)}
+#: Families named by issue 12 that this script does not run yet (a "not run" row each, with why).
+NOT_RUN = {
+    "onnx2torch": "not run by this script yet",
+}

@@ -1,0 +1,262 @@
+"""The runtime support table, measured on real runtime builds (issue 12 section 2); not part of the test run.
+
+Exports the bundled example (``deform_onnx.example``) and a few case models
+(``/work/shared/cases`` through tests/util.py) once per target with
+``deform_onnx.export(..., target=...)``, runs every file on each runtime build
+of :data:`matrix_runners.BUILDS` in that build's own cached venv
+(:func:`deform_onnx.runtimes.venvs.cached_venv`; created on first use from the
+package registry, never mixed with the project's venv), in a subprocess,
+compares each output with PyTorch on the same inputs, and writes a markdown
+table into README.md between the ``runtime-matrix`` markers.
+
+One row per (build, target): "ran" when every model ran, else the first
+error's first line; max abs error over the models that ran; median ms of the
+bundled example (timings are indicative only when the machine is shared).
+
+Usage::
+
+    PYTHONPATH=src python scripts/runtime_matrix.py [--only NAME ...] [--no-readme] [--timeout S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "scripts")]
+
+import deform_onnx  # noqa: E402
+from deform_onnx.example import example_model, load_photo  # noqa: E402
+from deform_onnx.runtimes.venvs import cached_venv  # noqa: E402
+from matrix_runners import BUILDS, NOT_RUN, REWRITERS, Build  # noqa: E402
+
+BEGIN, END = "<!-- runtime-matrix:begin -->", "<!-- runtime-matrix:end -->"
+#: The project's float32 rule (max abs error against PyTorch).
+ATOL = 1e-4
+#: Case models run beside the example: c04 and c12 are border-sensitive, c25 is the IR-version case.
+CASES = ("c04", "c12", "c25")
+REPEATS = 5
+
+
+def models() -> list[tuple[str, torch.nn.Module, dict[str, torch.Tensor]]]:
+    """(name, module, inputs by name) of the example and each case of :data:`CASES`."""
+    from util import DeformLayer, case_config, make_inputs
+
+    out = [("example", example_model(), {"x": load_photo()})]
+    for case in CASES:
+        cfg = case_config(case)
+        out.append((case, DeformLayer(cfg).eval(), make_inputs(cfg)))
+    return out
+
+
+def export_all(work: Path, targets: list[str]) -> dict:
+    """Export every model once per target; ``{(model, target): {"path"|"error", "method", "opset"}}``.
+
+    A target written ``"TARGET:METHOD"`` is exported with ``method=METHOD, force=True``: a second graph form
+    for a runtime whose target refuses every form, so that the table says what that runtime does with it.
+    """
+    files = {}
+    for name, module, inputs in models():
+        with torch.no_grad():
+            want = module(*inputs.values()).numpy()
+        np.save(work / f"{name}.want.npy", want)
+        np.savez(work / f"{name}.feeds.npz", **{k: v.numpy() for k, v in inputs.items()})
+        for target in targets:
+            path = work / f"{name}__{target.replace('<', 'lt').replace(':', '-')}.onnx"
+            # "TARGET:METHOD": the target's other graph form, written with force=True (its rules would refuse it)
+            chosen, _, method = target.partition(":")
+            try:
+                buf = io.BytesIO()
+                report = deform_onnx.export(module, tuple(inputs.values()), buf, target=chosen,
+                                            method=method or None, force=bool(method),
+                                            input_names=list(inputs), output_names=["y"])  # fmt: skip
+                path.write_bytes(buf.getvalue())
+                files[name, target] = {"path": path, "method": report.method, "opset": report.opset}
+            except Exception as exc:  # noqa: BLE001 - recorded in the table
+                files[name, target] = {"error": f"export refused: {_first_line(exc)}"}
+            print(f"exported {name} for {target}: {files[name, target].get('error', 'ok')}", flush=True)
+    return files
+
+
+def _first_line(exc: BaseException | str) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def run_one(python: Path, build: Build, model: Path, name: str, inputs: list[str], work: Path, timeout: float) -> dict:
+    """Run ``model`` in the build's venv; the runner's JSON plus ``max_error`` against PyTorch."""
+    out = work / f"{model.stem}.{build.name}.{'ext' if build.extension else 'plain'}.out.npy"
+    out.unlink(missing_ok=True)
+    meta = {"model": str(model), "feeds": str(work / f"{name}.feeds.npz"), "out": str(out), "inputs": inputs,
+            "output": "y", "output_shape": list(np.load(work / f"{name}.want.npy").shape), "repeats": REPEATS,
+            "src": str(ROOT / "src"), "tool": str(python.parent), "extension": build.extension}  # fmt: skip
+    meta_path = out.with_suffix(".json")
+    meta_path.write_text(json.dumps(meta))
+    try:
+        done = subprocess.run([str(python), "-c", build.runner, str(meta_path)], capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"version": None, "error": f"timed out after {timeout:g} s", "ms": None}
+    try:
+        status = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):  # the runtime crashed (a segfault, an abort)
+        return {"version": None, "error": f"runner exited {done.returncode}: {_first_line(done.stderr or 'no output')}",
+                "ms": None}  # fmt: skip
+    if status["error"] is None:
+        got, want = np.load(out), np.load(work / f"{name}.want.npy")
+        status["max_error"] = float(np.abs(got - want).max()) if got.shape == want.shape else None
+        if status["max_error"] is None:
+            status["error"] = f"output shape {list(got.shape)}, PyTorch's {list(want.shape)}"
+    return status
+
+
+def rewrite(build: Build, model: Path, timeout: float) -> tuple[Path | None, str]:
+    """Apply the build's rewriter (onnxsim / onnxslim) in its own venv: (new file or None, version or error)."""
+    venv, code = build.rewriter
+    python = cached_venv(venv, REWRITERS[venv], timeout=timeout)
+    target = model.with_name(f"{model.stem}.{venv}.onnx")
+    try:
+        done = subprocess.run([str(python), "-c", code, str(model), str(target)], capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None, f"{venv} timed out after {timeout:g} s"
+    if done.returncode != 0 or not target.is_file():
+        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
+        return None, f"{venv} failed: {_first_line(last)}"
+    return target, done.stdout.strip().splitlines()[-1]
+
+
+def measure(build: Build, files: dict, names: list[str], work: Path, timeout: float) -> list[dict]:
+    """One row per target of ``build`` (see the module docstring)."""
+    rows = []
+    try:
+        python = cached_venv(build.name, build.requirements, timeout=timeout)
+    except RuntimeError as exc:
+        return [_row(build, t, files, names, error=f"not run: {_first_line(exc)}") for t in build.targets]
+    for target in build.targets:
+        results, version, tool = [], None, None
+        for name in names:
+            entry = files[name, target]
+            if "error" in entry:
+                results.append((name, {"error": entry["error"]}))
+                continue
+            model = entry["path"]
+            if build.rewriter:
+                model, tool_or_error = rewrite(build, model, timeout)
+                if model is None:
+                    results.append((name, {"error": tool_or_error}))
+                    continue
+                tool = tool_or_error
+            inputs = list(np.load(work / f"{name}.feeds.npz").keys())
+            status = run_one(python, build, model, name, inputs, work, timeout)
+            version = status.get("version") or version
+            results.append((name, status))
+            print(f"  {build.runtime} {target} {name}: {status.get('error') or status.get('max_error')}", flush=True)
+        rows.append(_row(build, target, files, names, results=results, version=version, tool=tool))
+    return rows
+
+
+def _row(build: Build, target: str, files: dict, names: list[str], results=None, version=None, tool=None,
+         error=None) -> dict:  # fmt: skip
+    entry = files.get((names[0], target), {})
+    method, opset = entry.get("method", "-"), entry.get("opset", "-")
+    if error is None:
+        failed = [(n, r["error"]) for n, r in results if r.get("error")]
+        errors = [r["max_error"] for _, r in results if r.get("max_error") is not None]
+        worst = max(errors) if errors else None
+        if failed:
+            ran = f"{failed[0][1]} ({', '.join(n for n, _ in failed)})"
+            if errors:
+                wrong = f"wrong, max error {worst:.2g}" if worst > ATOL else "within tolerance"
+                ran = f"partly: {ran}; the others ran ({wrong})"
+        elif worst is not None and worst > ATOL:
+            ran = f"ran, wrong: max error {worst:.2g} > {ATOL:g}"
+        else:
+            ran = "ran"
+        example = dict(results).get("example", {})
+        ms = example.get("ms")
+    else:
+        ran, worst, ms = error, None, None
+    shown_version = f"{tool} + {version}" if tool and version else (version or "-")
+    return {"runtime": build.runtime, "version": shown_version, "target": target, "method": method,
+            "opset": opset, "ran": ran, "max_error": worst, "ms": ms}  # fmt: skip
+
+
+def table(rows: list[dict], command: str, names: list[str]) -> str:
+    """The markdown block written between the README markers."""
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    head = [
+        f"Generated by `{command}` on {today} (one run; models: the bundled example on its photo, "
+        f"cases {', '.join(n for n in names if n != 'example')}; float32; max abs error against PyTorch over "
+        "the models that ran; median ms of the bundled example over "
+        f"{REPEATS} runs on a shared, loaded 2-core machine: timings are indicative only).",
+        "",
+        "| runtime | version | target | method | opset | ran, or the error's first line | max abs error | median ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    body = []
+    for r in rows:
+        err = "-" if r["max_error"] is None else f"{r['max_error']:.1e}"
+        ms = "-" if r["ms"] is None else f"{r['ms']:.1f}"
+        ran = str(r["ran"]).replace("|", "\\|")
+        body.append(f"| {r['runtime']} | {r['version']} | `{r['target']}` | {r['method']} | {r['opset']} | {ran} "
+                    f"| {err} | {ms} |")  # fmt: skip
+    for family, why in NOT_RUN.items():
+        body.append(f"| {family} | - | - | - | - | {why} | - | - |")
+    return "\n".join(head + body)
+
+
+def write_readme(block: str) -> None:
+    """Replace the text between the markers in README.md (the markers must be there)."""
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"README.md has no {BEGIN} ... {END} markers: add them where the table goes")
+    before, rest = text.split(BEGIN, 1)
+    after = rest.split(END, 1)[1]
+    readme.write_text(f"{before}{BEGIN}\n{block}\n{END}{after}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*",
+                        help="keys of the builds to run (venv name; onnxsim, onnxslim; NAME+ext; default: all)")
+    parser.add_argument("--no-readme", action="store_true", help="print the table instead of writing README.md")
+    parser.add_argument("--timeout", type=float, default=400, help="seconds per venv creation step and per run")
+    parser.add_argument("--work", type=Path, help="folder for the exported files (default: a temporary one)")
+    args = parser.parse_args(argv)
+    builds = [b for b in BUILDS if not args.only or b.key in args.only]
+    targets = list(dict.fromkeys(t for b in builds for t in b.targets))
+    work = args.work or Path(tempfile.mkdtemp(prefix="runtime-matrix-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    files = export_all(work, targets)
+    names = list(dict.fromkeys(n for n, _ in files))
+    rows = []
+    for build in builds:
+        print(f"{build.runtime} ({build.key})", flush=True)
+        rows.extend(measure(build, files, names, work, args.timeout))
+    command = "PYTHONPATH=src python scripts/runtime_matrix.py"
+    command += f" --only {' '.join(args.only)}" if args.only else ""
+    block = table(rows, command, names)
+    (work / "table.md").write_text(block)
+    print(block)
+    if not args.no_readme:
+        write_readme(block)
+    print(f"done in {time.time() - started:.0f} s; files in {work}")
+
+
+if __name__ == "__main__":
+    main()
