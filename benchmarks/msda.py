@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import tempfile
 import time
@@ -113,15 +112,6 @@ def markdown(rows: dict[int, dict[str, float]], levels, threads: int, runs: int)
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str, path: Path) -> None:
-    old = path.read_text()
-    if BEGIN in old:
-        new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END) + "\n?", text, old, flags=re.S)
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -140,7 +130,7 @@ def main() -> None:
     text = markdown(rows, levels, args.threads, runs)
     print(text)
     if not args.quick:
-        write_section(text, args.output)
+        bench.write_marked_section(args.output, text, BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import statistics
 import tempfile
 import time
@@ -131,15 +130,6 @@ def markdown(rows: dict[str, dict[str, float]], errors: dict[int, dict[str, floa
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str, path: Path) -> None:
-    old = path.read_text()
-    if BEGIN in old:
-        new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END) + "\n?", text, old, flags=re.S)
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -158,7 +148,7 @@ def main() -> None:
     if args.quick:
         print(text)
     else:
-        write_section(text, Path(__file__).resolve().parent.parent / "BENCHMARKS.md")
+        bench.write_marked_section(Path(__file__).resolve().parent.parent / "BENCHMARKS.md", text, BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import os
 import platform
 import statistics
@@ -898,6 +899,17 @@ def evaluate_targets(result: BenchResult) -> list[Target]:
 
 
 # -- rendering ------------------------------------------------------------------
+def write_marked_section(path: Path, text: str, begin: str, end: str) -> None:
+    """Put ``text`` (which starts with ``begin`` and ends with ``end``) into ``path`` in place of the
+    block between those markers, or append it; the rest of the file is left as it is."""
+    old = path.read_text()
+    if begin in old:
+        new = re.sub(re.escape(begin) + ".*?" + re.escape(end) + "\n?", lambda _: text, old, flags=re.S)
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    path.write_text(new)
+
+
 def _fmt_ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1e3:.2f}"
 
