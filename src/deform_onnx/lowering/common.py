@@ -7,7 +7,6 @@ import onnx
 
 from ..semantics import DeformConvSpec
 from .builder import Builder, Dim, Value
-from .sampler import finite_coords  # noqa: F401  (re-exported: it lived here)
 
 
 def base_coords(
