@@ -30,7 +30,7 @@ import torch
 
 from deform_onnx import bench
 from deform_onnx.api import export
-from deform_onnx.ops import MSDeformAttnCore, ms_deform_attn_reference
+from deform_onnx.ops import MSDeformAttnCore, MSDeformAttnReference, ms_deform_attn_reference
 
 LEVELS = [(100, 100), (50, 50), (25, 25), (13, 13)]
 QUICK_LEVELS = [(24, 24), (12, 12), (6, 6), (3, 3)]
@@ -40,15 +40,7 @@ NAMES = ["value", "sampling_locations", "attention_weights"]
 FORMS = ("plain GridSample", "plain gather", "fused", "PyTorch eager")
 
 
-class PlainMSDA(torch.nn.Module):
-    """Deformable DETR's ``ms_deform_attn_core_pytorch`` with fixed level sizes."""
-
-    def __init__(self, shapes):
-        super().__init__()
-        self.shapes = shapes
-
-    def forward(self, value, sampling_locations, attention_weights):
-        return ms_deform_attn_reference(value, self.shapes, sampling_locations, attention_weights)
+PlainMSDA = MSDeformAttnReference  # the code as Deformable DETR ships it
 
 
 def inputs(levels, queries: int, seed: int = 0):

@@ -18,7 +18,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import deform_onnx
-from deform_onnx.ops import MSDeformAttnCore, ms_deform_attn, ms_deform_attn_reference
+from deform_onnx.ops import MSDeformAttnCore, MSDeformAttnReference, ms_deform_attn, ms_deform_attn_reference
 from test_graph_safety import TENSORRT_OPS
 from util import ATOL, load_cases, op_types
 
@@ -35,15 +35,7 @@ PLAIN = (
 FUSED = [("torchscript", 11), ("torchscript", 17), ("dynamo", 16)]
 
 
-class PlainMSDA(torch.nn.Module):
-    """The code as Deformable DETR ships it: level sizes are Python ints, one grid_sample per level."""
-
-    def __init__(self, shapes):
-        super().__init__()
-        self.shapes = shapes
-
-    def forward(self, value, sampling_locations, attention_weights):
-        return ms_deform_attn_reference(value, self.shapes, sampling_locations, attention_weights)
+PlainMSDA = MSDeformAttnReference  # the code as Deformable DETR ships it
 
 
 def _inputs(c: dict, queries: int, seed: int):

@@ -108,3 +108,21 @@ class MSDeformAttnCore(torch.nn.Module):
 
     def forward(self, value: Tensor, sampling_locations: Tensor, attention_weights: Tensor) -> Tensor:
         return ms_deform_attn(value, self.spatial_shapes, self.level_start_index, sampling_locations, attention_weights)
+
+
+class MSDeformAttnReference(torch.nn.Module):
+    """:func:`ms_deform_attn_reference` with fixed level sizes: Deformable DETR's pure-PyTorch core as it
+    ships (level sizes are Python ints, one ``grid_sample`` per level), what a plain export sees.
+
+    Args:
+        spatial_shapes: ``[(H_l, W_l), ...]``.
+
+    ``forward(value, sampling_locations, attention_weights) -> [N, Lq, M*D]``.
+    """
+
+    def __init__(self, spatial_shapes):
+        super().__init__()
+        self.shapes = [(int(h), int(w)) for h, w in spatial_shapes]
+
+    def forward(self, value: Tensor, sampling_locations: Tensor, attention_weights: Tensor) -> Tensor:
+        return ms_deform_attn_reference(value, self.shapes, sampling_locations, attention_weights)
