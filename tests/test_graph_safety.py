@@ -282,8 +282,10 @@ def test_standard_lowerings_use_only_directml_ops(gid, graph):
 #: both lists above (and the README support table) before it is added here.
 _GRID_SAMPLE_OPS = {"Add", "And", "Cast", "Clip", "Concat", "Constant", "Div", "Equal", "Gather", "GridSample",
                     "MatMul", "Mul", "Range", "Reshape", "Shape", "Slice", "Sub", "Transpose", "Where"}  # fmt: skip
+# Expand: the gather sampler's zero border (blocks of zeros concatenated to the input).
 _GATHER_OPS = {"Add", "And", "Cast", "Clip", "Concat", "Constant", "Div", "Equal", "Floor", "Gather", "Greater",
-               "Less", "MatMul", "Mul", "Range", "Reshape", "Shape", "Slice", "Sub", "Sum", "Transpose", "Where"}  # fmt: skip
+               "Less", "MatMul", "Mul", "Expand", "Range", "Reshape", "Shape", "Slice", "Sub", "Sum", "Transpose",
+               "Unsqueeze", "Where"}  # fmt: skip
 DEFAULT_OPS = {
     # Dynamic sizes sample with the gather sampler inside the grid_sample lowering (precision).
     "grid_sample": _GRID_SAMPLE_OPS | _GATHER_OPS,

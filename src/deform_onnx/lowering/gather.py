@@ -1,23 +1,31 @@
 """Lowering on Gather (opset >= 11): standard ops for runtimes without GridSample.
 
-The four bilinear corners are gathered as channel rows from a channels-last
-copy of the input (one Transpose). Corner indices are clipped into the image
-and a corner outside ``[0, H-1] x [0, W-1]`` gets bilinear weight 0, which is
-torchvision's rule (so a sample with ``py <= -1`` or ``py >= H`` is 0). The
-validity factors and the mask are folded into the small per-sample weights,
-so they cost no pass over the sampled columns. (No ``Pad``: the onnx version
-converter has no Pad 18->17 adapter, and the dynamo exporter converts down.)
+The bilinear corners are gathered as channel rows from a zero-padded,
+channels-last copy of the input (:func:`~.sampler.padded_channel_rows`: one
+Transpose and one Pad). Coordinates are clamped so that both corners always
+index the table (:func:`~.sampler.padded_corner`); a corner outside the image
+reads a zero row, which is torchvision's rule (a sample with ``py <= -1`` or
+``py >= H`` is 0), so no validity factor or index clip is computed per corner.
+The mask is folded into the small per-sample weights, so it costs no pass over
+the sampled columns.
 
-Indices are flat row numbers into ``[N*H*W*G, C/G]``, so a plain ``Gather``
-(no ``batch_dims``, which needs opset 12) does the sampling.
+Indices are flat row numbers into the table, so a plain ``Gather`` (no
+``batch_dims``, which needs opset 12) does the sampling.
 
 Indices and weights are computed for all K taps at once (small tensors, tap
-axis first); the sampling and the contraction then run one tap at a time:
-four corner Gathers, their weighted sum and a MatMul with the tap's slice of
-the weight, accumulated. Measured with ONNX Runtime (BENCHMARKS.md), this
-keeps one tap's columns (``C*Ho*Wo``) alive instead of ``4*C*K*Ho*Wo``
-(about 3x less peak memory) and is faster: the elementwise passes run in
-cache. The four weighted corners are added by one ``Sum``.
+axis first); the sampling and the contraction then run one tap at a time, and
+each tap's columns are contracted with its slice of the weight by one MatMul,
+accumulated. This keeps one tap's columns alive instead of all K taps' (about
+3x less peak memory than sampling every tap first) and runs the elementwise
+passes in cache (BENCHMARKS.md). The four corners of a tap are combined in
+one of two ways, whichever ONNX Runtime ran faster for the row width (profiled,
+BENCHMARKS.md "gather sampler"):
+
+- rows of at least :data:`GATHER4_MIN_WIDTH` channels: ONE Gather of the four
+  corner rows ``[M, 4, C/G]`` and a batched MatMul with the ``[M, 1, 4]``
+  bilinear weights;
+- narrower rows (many offset groups): four Gathers, each scaled by its weight,
+  added by one ``Sum`` (a batched MatMul of tiny matrices is slower there).
 """
 
 from __future__ import annotations
@@ -34,9 +42,12 @@ from .common import (
     in_input_dtype,
     output_dims,
 )
-from .sampler import channel_rows, corners, finite_coords
+from .sampler import padded_channel_rows, padded_corner
 
 MIN_OPSET = 11
+#: Narrowest row (channels per offset group) sampled by one Gather of the four
+#: corners and a MatMul; narrower rows use four Gathers and a Sum.
+GATHER4_MIN_WIDTH = 32
 
 
 def lower_gather(
@@ -57,8 +68,7 @@ def lower_gather(
     offset, mask = checked_spatial(b, offset, Ho, Wo), checked_spatial(b, mask, Ho, Wo)
     P = b.mul_dim(Ho, Wo)
 
-    # Channels-last input, one row of C/G values per (n, y, x, g).
-    rows = channel_rows(b, x, Cg)  # [N*H*W*G, C/G]
+    rows = padded_channel_rows(b, x, Cg)  # [N*(H+3)*(W+3)*G, C/G]
 
     # Index math on [K, N, G, Ho, Wo] (tap axis first; Wo last: a short trailing
     # axis makes ONNX Runtime's elementwise ops up to 100x slower).
@@ -70,65 +80,49 @@ def lower_gather(
     dx = b.op("Gather", off, b.i64(1), axis=1)
     py = b.op("Add", dy, base_coords(b, spec, 0, Ho, coord, out_shape=[1, 1, 1, -1, 1], tap_shape=[-1, 1, 1, 1, 1]))
     px = b.op("Add", dx, base_coords(b, spec, 1, Wo, coord, out_shape=[1, 1, 1, 1, -1], tap_shape=[-1, 1, 1, 1, 1]))
-
-    py = finite_coords(b, py, H, coord)
-    px = finite_coords(b, px, W, coord)
-    y0 = b.op("Floor", py)
-    x0 = b.op("Floor", px)
-    ly = b.op("Sub", py, y0)
-    lx = b.op("Sub", px, x0)
-    one = b.float_const(1.0, coord)
-    hy = b.op("Sub", one, ly)
-    hx = b.op("Sub", one, lx)
+    border = spec.bilinear_interpolation_pad
+    iy, hy, ly = padded_corner(b, py, H, coord, border)
+    ix, hx, lx = padded_corner(b, px, W, coord, border)
     if mask is not None:
         m = b.reshape(mask, [-1, G, K, Ho, Wo])
         m = in_coordinate_dtype(b, x, b.op("Transpose", m, perm=[2, 0, 1, 3, 4]))  # [K, N, G, Ho, Wo]
-        hy = b.op("Mul", hy, m)
-        ly = b.op("Mul", ly, m)
+        hy, ly = b.op("Mul", hy, m), b.op("Mul", ly, m)
 
-    # Corner indices clipped into the image; a corner outside it gets weight 0.
-    ry0, ry1, vy0, vy1 = corners(b, y0, H, coord)
-    cx0, cx1, vx0, vx1 = corners(b, x0, W, coord)
-    if not spec.bilinear_interpolation_pad:
-        # OpenVINO's rule: the sample is 0 unless 0 <= p < size (floor(p) inside the image),
-        # and the corner past the last row/column repeats it (its index is clipped).
-        vy1, vx1 = vy0, vx0
-    hy, ly = b.op("Mul", hy, vy0), b.op("Mul", ly, vy1)
-    hx, lx = b.op("Mul", hx, vx0), b.op("Mul", lx, vx1)
-    # Flat row = ((n*H + y)*W + x)*G + g.
-    row_stride = b.mul_dim(W, G)
-    ry0 = b.op("Mul", ry0, b.as_dim(row_stride))
-    ry1 = b.op("Mul", ry1, b.as_dim(row_stride))
-    cx0 = b.op("Mul", cx0, b.i64(G))
-    cx1 = b.op("Mul", cx1, b.i64(G))
+    # Flat row of the corner (y0, x0) = ((n*(H+3) + iy)*(W+3) + ix)*G + g; the other
+    # corners are +G (next column), +row (next row) and +row+G.
+    row = b.as_dim(b.mul_dim(b.add_dim(W, 3), G))
     n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
-    n = b.op("Mul", b.reshape(n, [1, -1, 1, 1, 1]), b.as_dim(b.mul_dim(b.mul_dim(H, W), G)))
+    n = b.op("Mul", b.reshape(n, [1, -1, 1, 1, 1]), b.as_dim(b.mul_dim(b.add_dim(H, 3), row)))
     ng = b.op("Add", n, b.i64(np.arange(G, dtype=np.int64).reshape(G, 1, 1)))  # [1, N, G, 1, 1]
-    ry0 = b.op("Add", ry0, ng)
-    ry1 = b.op("Add", ry1, ng)
-    # Per corner: row index and weight as [K, N, Ho, Wo, G] (G next to the gathered
-    # C/G; with G = 1 the layouts coincide and the per-tap reshapes suffice).
-    terms_by_corner = []
-    for ry, wy in ((ry0, hy), (ry1, ly)):
-        for cx, wx in ((cx0, hx), (cx1, lx)):
-            idx, wgt = b.op("Add", ry, cx), in_input_dtype(b, x, b.op("Mul", wy, wx))
-            if G > 1:
-                idx = b.op("Transpose", idx, perm=[0, 1, 3, 4, 2])
-                wgt = b.op("Transpose", wgt, perm=[0, 1, 3, 4, 2])
-            # A trailing 1 so that each tap's weight broadcasts over the gathered C/G.
-            wgt = b.reshape(wgt, [K, -1, Ho, Wo, G, 1] if G > 1 else [K, -1, 1, Ho, Wo, 1])
-            terms_by_corner.append((idx, wgt))
+    i00 = b.op("Add", b.op("Add", b.op("Mul", iy, row), b.op("Mul", ix, b.i64(G))), ng)
+    weights = [b.op("Mul", wy, wx) for wy in (hy, ly) for wx in (hx, lx)]  # corners 00, 01, 10, 11
+    if G > 1:  # [K, N, Ho, Wo, G]: G next to the gathered C/G
+        i00 = b.op("Transpose", i00, perm=[0, 1, 3, 4, 2])
+        weights = [b.op("Transpose", w_, perm=[0, 1, 3, 4, 2]) for w_ in weights]
+    weights = [in_input_dtype(b, x, w_) for w_ in weights]
+    steps = [b.i64([0]), b.i64([G]), row, b.op("Add", row, b.i64([G]))]
+    if Cg >= GATHER4_MIN_WIDTH:
+        # Corner axis last: [K, N*Ho*Wo*G, 4] rows and [K, N*Ho*Wo*G, 1, 4] weights.
+        idx = b.reshape(b.op("Add", _unsqueeze_last(b, i00), b.op("Concat", *steps, axis=0)), [K, -1, 4])
+        wgt = b.reshape(b.op("Concat", *[_unsqueeze_last(b, w_) for w_ in weights], axis=-1), [K, -1, 1, 4])
+    else:
+        corner_idx = [i00] + [b.op("Add", i00, s_) for s_ in steps[1:]]
+        # A trailing 1 so that each weight broadcasts over the gathered C/G.
+        corner_wgt = [b.reshape(w_, [K, -1, 1]) for w_ in weights]
 
     # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant).
     w = b.op("Transpose", b.reshape(weight, [groups, Cog, Cpg, K]), perm=[3, 0, 2, 1])
     out = None
     for k in range(K):
         tap = b.i64(k)
-        terms = []
-        for idx, wgt in terms_by_corner:  # per tap: [N, Ho, Wo, G] rows and [N, Ho, Wo, G, 1] weights ([N, 1, Ho, Wo] for G = 1)
-            v = b.op("Gather", rows, b.op("Gather", idx, tap, axis=0), axis=0)
-            terms.append(b.op("Mul", v, b.op("Gather", wgt, tap, axis=0)))
-        cols = b.op("Sum", *terms)  # [N, Ho, Wo, G, C/G]; one pass instead of three Adds
+        if Cg >= GATHER4_MIN_WIDTH:
+            v = b.op("Gather", rows, b.op("Gather", idx, tap, axis=0), axis=0)  # [M, 4, C/G]
+            cols = b.op("MatMul", b.op("Gather", wgt, tap, axis=0), v)  # [M, 1, C/G]
+        else:
+            terms = [b.op("Mul", b.op("Gather", rows, b.reshape(b.op("Gather", i_, tap, axis=0), [-1]), axis=0),
+                          b.op("Gather", w_, tap, axis=0)) for i_, w_ in zip(corner_idx, corner_wgt)]
+            cols = b.op("Sum", *terms)  # [M, C/G]; one pass instead of three Adds
+        # cols: rows (n, y, x, g) of C/G channels, i.e. [N*Ho*Wo, C].
         w_k = b.op("Gather", w, tap, axis=0)
         if groups == 1:
             # 2-D, so that ONNX Runtime fuses MatMul + Add into one Gemm.
@@ -143,3 +137,9 @@ def lower_gather(
     out = b.op("Transpose", out, perm=[0, 1, 3, 2])  # [N, groups, Co/groups, Ho*Wo]
     return b.reshape(out, [-1, Co, Ho, Wo])
 
+
+def _unsqueeze_last(b: Builder, v: Value) -> Value:
+    """``v`` ``[K, N, A, B, C]`` with a trailing axis of 1 (Unsqueeze's axes became an input at opset 13)."""
+    if b.opset >= 13:
+        return b.op("Unsqueeze", v, b.i64([5]))
+    return b.op("Unsqueeze", v, axes=[5])

@@ -12,6 +12,11 @@ for both:
   ``floor(p)`` and ``floor(p) + 1`` along one axis;
 - :func:`channel_rows`: the ``[N*H*W*G, C/G]`` row table the corners index.
 
+Deformable convolution samples a zero-padded table instead
+(:func:`padded_channel_rows`, :func:`padded_corner`): a corner outside the
+image then reads a zero row, so no per-corner validity factor or index clip
+is computed (fewer passes over the per-sample tensors, measured faster).
+
 Each op keeps its own coordinate rule (torchvision's ``base + offset`` for
 deformable convolution, ATen's unnormalisation and padding modes for
 ``grid_sample``) and its own contraction.
@@ -81,3 +86,69 @@ def channel_rows(b: Builder, x: Value, width: int) -> Value:
     """
     xt = b.op("Transpose", x, perm=[0, 2, 3, 1])
     return b.reshape(xt, [-1, width])
+
+
+#: Zero rows :func:`padded_channel_rows` adds before / after the image along H and W.
+PAD_BEFORE, PAD_AFTER = 1, 2
+
+
+def padded_channel_rows(b: Builder, x: Value, width: int) -> Value:
+    """``x`` ``[N, C, H, W]`` as rows ``[N*(H+3)*(W+3)*(C/width), width]`` of a zero-padded channels-last copy.
+
+    One zero row and column before the image and two after
+    (:data:`PAD_BEFORE`, :data:`PAD_AFTER`), so that both corners of any
+    coordinate clamped by :func:`padded_corner` index the table. Row
+    ``((n*(H+3) + y + 1)*(W+3) + x + 1)*(C/width) + g`` holds channels
+    ``g*width .. (g+1)*width - 1`` of pixel ``(n, y, x)``.
+    """
+    xt = b.op("Transpose", x, perm=[0, 2, 3, 1])  # [N, H, W, C]
+    # Zero blocks concatenated, not Pad: onnx's version converter (which
+    # torch.onnx.export uses below opset 18) has no Pad 18->17 adapter.
+    N, H, W, C = b.dim(x, 0), b.dim(x, 2), b.dim(x, 3), b.dim(x, 1)
+    zero = b.float_const(0.0, x)
+    for axis, dims in ((1, [N, None, W, C]), (2, [N, b.add_dim(H, PAD_BEFORE + PAD_AFTER), None, C])):
+        before, after = (b.op("Expand", zero, b.shape_vector([n if d is None else d for d in dims]))
+                         for n in (PAD_BEFORE, PAD_AFTER))
+        xt = b.op("Concat", before, xt, after, axis=axis)
+    return b.reshape(xt, [-1, width])
+
+
+def padded_corner(b: Builder, p: Value, size: Dim, like: Value, border_rule: bool = True):
+    """Corner ``floor(p)`` along one axis for :func:`padded_channel_rows`, and the two bilinear weights.
+
+    Returns ``(i, low_w, high_w)``: int64 index of the corner ``floor(p)`` in
+    padded coordinates (``floor(p) + 1``; the other corner is ``i + 1``) and
+    the weights of the corners ``floor(p)`` and ``floor(p) + 1``, in ``like``'s dtype.
+
+    ``border_rule=True`` is torchvision's (and ATen's zero padding): ``p`` is
+    clamped into ``[-1, size]``, which changes no result (a sample at
+    ``p <= -1`` or ``p >= size`` reads only zero rows either way) and keeps
+    every index inside the table; NaN becomes -1 and samples 0, as ONNX
+    Runtime's DeformConv does (found with ``Equal(p, p)``: MNN rejects
+    ``IsNaN``). ``border_rule=False`` is OpenVINO's
+    ``bilinear_interpolation_pad=false``: the sample is 0 unless
+    ``0 <= p < size``, and a corner past the last pixel repeats it (``p`` is
+    clamped into ``[0, size-1]``).
+    """
+    if border_rule:
+        low, high = b.float_const(-1.0, like), _size_plus(b, size, 0, like)
+    else:
+        low, high = b.float_const(0.0, like), _size_plus(b, size, -1, like)
+    clamped = b.op("Where", b.op("Equal", p, p), b.op("Clip", p, low, high), low)
+    p0 = b.op("Floor", clamped)
+    high_w = b.op("Sub", clamped, p0)
+    low_w = b.op("Sub", b.float_const(1.0, like), high_w)
+    if not border_rule:
+        inside = b.op("And", b.op("Not", b.op("Less", p, b.float_const(0.0, like))),
+                      b.op("Less", p, _size_plus(b, size, 0, like)))
+        inside = b.cast_like(inside, like)
+        low_w, high_w = b.op("Mul", low_w, inside), b.op("Mul", high_w, inside)
+    i = b.op("Cast", b.op("Add", p0, b.float_const(float(PAD_BEFORE), like)), to=onnx.TensorProto.INT64)
+    return i, low_w, high_w
+
+
+def _size_plus(b: Builder, size: Dim, delta: int, like: Value) -> Value:
+    """``size + delta`` as a 0-D value of ``like``'s dtype (from the integer size when dynamic)."""
+    if isinstance(size, int):
+        return b.float_const(size + delta, like)
+    return b.cast_like(b.scalar(b.add_dim(size, delta) if delta else size), like)
