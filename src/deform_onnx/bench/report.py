@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .harness import PAUSE_S, PEAK_MEMORY_METHOD, BenchResult, Cell, Goal
+from .harness import PAUSE_S, BenchResult, Goal
+from .memory import PEAK_MEMORY_METHOD
 
 
 def write_marked_section(path: Path, text: str, begin: str, end: str) -> None:
