@@ -258,6 +258,7 @@ class BenchResult:
         return None if not ratios or any(r is None for r in ratios) else max(ratios)
 
     def memory_ratio(self, shape, key: str, to: str | None = None) -> float | None:
+        """Peak memory of ``key`` / peak memory of ``to`` (default: the reference) on one shape."""
         a = self.cell(shape, key).stats.peak_bytes
         b = self.cell(shape, to or self.reference).stats.peak_bytes
         return a / b if a is not None and b else None

@@ -82,7 +82,8 @@ def _eager(case) -> Prepared:
     return Prepared(run=run, output=lambda: run().numpy(), memory_job=None, stats=ModelStats())
 
 
-def _parse_opts(text: str, usage: str) -> tuple[list[str], dict[str, str]]:
+def _parse_opts(text: str) -> tuple[list[str], dict[str, str]]:
+    """``"a,b,k=v"`` -> ``(["a", "b"], {"k": "v"})``."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     return [p for p in parts if "=" not in p], dict(p.split("=", 1) for p in parts if "=" in p)
 
@@ -99,6 +100,7 @@ class GridSampleShape:
 
     @property
     def grid_size(self) -> int:
+        """G: the grid's height and width."""
         return self.size if self.grid is None else self.grid
 
     @property
@@ -115,7 +117,7 @@ class GridSampleShape:
             ValueError: malformed text or non-positive numbers (message shows the format).
         """
         usage = "expected N,C,H[,grid=G] for --op grid_sample, e.g. 1,64,128 or 1,64,128,grid=64"
-        dims, opts = _parse_opts(text.replace("x", ","), usage)
+        dims, opts = _parse_opts(text.replace("x", ","))
         try:
             n, c, h = (int(d) for d in dims)
             grid = int(opts.pop("grid")) if "grid" in opts else None
@@ -202,10 +204,12 @@ class MSDAShape:
 
     @property
     def pixels(self) -> int:
+        """S = sum of H_l * W_l: rows of ``value``."""
         return sum(h * w for h, w in self.levels)
 
     @property
     def num_queries(self) -> int:
+        """Lq: ``queries``, or every pixel when it is ``None``."""
         return self.pixels if self.queries is None else self.queries
 
     @property
@@ -227,7 +231,7 @@ class MSDAShape:
         """
         usage = ("expected Q[,levels=HxW/HxW/...][,heads=M][,points=P][,channels=C] for --op msda "
                  "(Q: queries or 'all'), e.g. 900 or all,levels=24x24/12x12")
-        dims, opts = _parse_opts(text, usage)
+        dims, opts = _parse_opts(text)
         try:
             (q,) = dims
             queries = None if q == "all" else int(q)
