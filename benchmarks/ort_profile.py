@@ -2,6 +2,7 @@
 
     python benchmarks/ort_profile.py 1,64,64            # N,C,H[,og=G][,stride=S][,mask=0]
     python benchmarks/ort_profile.py 1,64,64,og=8 --threads 1 --top 12
+    python benchmarks/ort_profile.py 1,64,64 --ort-opt-level basic   # what ORT's later passes change
 
 Prints, per lowering, the kernel time summed by op type and the slowest
 nodes (median over the runs after warm-up, from
@@ -27,13 +28,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=8, help="slowest nodes to list per lowering")
+    parser.add_argument("--ort-opt-level", choices=list(bench.ORT_OPT_LEVELS), default=None,
+                        help="ONNX Runtime graph optimisation level (default: ORT's, all)")
     args = parser.parse_args()
     shape = bench.BenchShape.parse(args.shape)
     with tempfile.TemporaryDirectory() as tmp:
-        case = bench._Case(shape, Path(tmp), args.threads)
+        case = bench.DeformConvCase(shape, Path(tmp), args.threads)
         for method, opset in LOWERINGS:
             path, stats = case.export(method, opset)
-            nodes = bench.ort_profile(path, case.feeds, threads=args.threads, runs=args.runs)
+            nodes = bench.ort_profile(path, case.feeds, threads=args.threads, runs=args.runs, opt_level=args.ort_opt_level)
             total = sum(n.ms for n in nodes)
             by_op: dict[str, float] = defaultdict(float)
             for n in nodes:

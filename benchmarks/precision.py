@@ -55,7 +55,7 @@ def export_dynamic(case, path: Path) -> Path:
 
 
 def time_shape(text: str, workdir: Path, threads: int, runs: int) -> dict[str, float]:
-    case = bench._Case(bench.BenchShape.parse(text), workdir, threads)
+    case = bench.DeformConvCase(bench.BenchShape.parse(text), workdir, threads)
     files = {"native": case.export("native", 19)[0], "grid_sample static": case.export("grid_sample", 17)[0]}
     with gridsample_form_everywhere():
         files["dynamic, before (GridSample)"] = export_dynamic(case, case.path("before"))

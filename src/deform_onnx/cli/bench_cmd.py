@@ -1,4 +1,4 @@
-"""``deform-onnx bench``: time deformable convolution side by side (the harness of :mod:`deform_onnx.bench`)."""
+"""``deform-onnx bench``: time an op's contenders side by side (the harness of :mod:`deform_onnx.bench`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ import typer
 from . import app
 from ._common import UserError, console, err_console, user_errors
 
+#: ``--op`` names (spelled here so that parsing imports no heavy package; a test keeps them the harness's).
+OPS = ("deform_conv", "grid_sample", "msda")
+#: ``--ort-opt-level`` names (likewise: ``deform_onnx.bench.ORT_OPT_LEVELS``).
+ORT_OPT_LEVELS = ("disabled", "basic", "extended", "layout", "all")
 #: ``--quick``: fewer shapes and rounds, for a first look (about a minute).
 QUICK_RUNS, QUICK_WARMUP = 5, 1
 #: Default: the median of 30 rounds after 3 warm-up rounds (about 5 minutes on 2 cores).
@@ -19,16 +23,29 @@ FULL_RUNS, FULL_WARMUP = 30, 3
 
 @app.command("bench")
 def bench_command(
+    op: str = typer.Option(
+        "deform_conv", "--op",
+        help="What to time: deform_conv (torchvision deform_conv2d), grid_sample (F.grid_sample bilinear zeros), "
+        "msda (multi-scale deformable attention, a Deformable-DETR encoder layer).",
+    ),
     quick: bool = typer.Option(
-        False, "--quick", help=f"Two shapes, {QUICK_WARMUP} warm-up + {QUICK_RUNS} rounds (default: the 7 shapes of BENCHMARKS.md, {FULL_RUNS} rounds)."
+        False, "--quick", help=f"The op's small shape set, {QUICK_WARMUP} warm-up + {QUICK_RUNS} rounds (default: its BENCHMARKS.md shapes, {FULL_RUNS} rounds)."
     ),
     shape: Optional[List[str]] = typer.Option(
-        None, "--shape", help="Layer to time instead of the default set, repeatable: N,C,H[,og=G][,stride=S][,mask=0]."
+        None, "--shape", help="Shape to time instead of the default set, repeatable. deform_conv: N,C,H[,og=G][,stride=S][,mask=0]; "
+        "grid_sample: N,C,H[,grid=G]; msda: Q|all[,levels=HxW/HxW/...][,heads=M][,points=P][,channels=C]."
     ),
     contender: Optional[List[str]] = typer.Option(
         None, "--contender", "-c",
-        help="Only these contenders, repeatable: torch, ort-native, ort-grid_sample, ort-gather, ort-old, "
-        "ov-extension, ov-lowered (default: all).",
+        help="Only these contenders, repeatable (default: all of the op's). deform_conv: torch, ort-native, "
+        "ort-grid_sample, ort-gather, ort-old, ort-dense, ov-extension, ov-lowered; grid_sample: torch, "
+        "ort-grid_sample, ort-gather; msda: torch, ort-plain-grid_sample, ort-plain-gather, ort-fused. "
+        "An ONNX Runtime one may carry a level: ort-gather@basic.",
+    ),
+    ort_opt_level: Optional[List[str]] = typer.Option(
+        None, "--ort-opt-level",
+        help="Also time every selected ONNX Runtime contender at this graph optimisation level, as KEY@LEVEL "
+        f"rows, repeatable: {', '.join(ORT_OPT_LEVELS)} (plain rows use ORT's default, all).",
     ),
     runs: Optional[int] = typer.Option(None, "--runs", min=1, help=f"Timed rounds (median over them). Default {FULL_RUNS}."),
     warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help=f"Untimed rounds first. Default {FULL_WARMUP}."),
@@ -40,23 +57,32 @@ def bench_command(
     ),
     workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep the exported models in this folder (default: temporary)."),
 ) -> None:
-    """Time torchvision, ONNX Runtime (native DeformConv, grid_sample, gather, the old pip exporter) and OpenVINO.
+    """Time an op side by side: PyTorch, ONNX Runtime (native or plain graphs and this project's lowerings), OpenVINO.
 
     All contenders run in one process, interleaved round-robin; the table
-    shows the median ms per call and the ratio to ONNX Runtime's native
-    DeformConv kernel. Contenders that cannot run here show n/a.
+    shows the median ms per call and the ratio to the op's reference
+    (deform_conv: ONNX Runtime's native DeformConv, and also to a dense Conv
+    of the same shape, the limit; grid_sample: ORT's GridSample; msda: the
+    plain export's GridSample graph). Contenders that cannot run here show n/a.
     """
-    from .. import bench
-
     with user_errors(ValueError):
+        if op not in OPS:
+            raise ValueError(f"unknown --op {op!r}; choose from {', '.join(OPS)}")
+        bad = [level for level in ort_opt_level or [] if level not in ORT_OPT_LEVELS]
+        if bad:
+            raise ValueError(f"unknown --ort-opt-level {', '.join(bad)}; choose from {', '.join(ORT_OPT_LEVELS)}")
+        from .. import bench
+
+        suite = bench.suite(op)
         if shape:
-            shapes = [bench.BenchShape.parse(s) for s in shape]
+            shapes = [suite.parse_shape(s) for s in shape]
         else:
-            shapes = list(bench.QUICK_SHAPES if quick else bench.FULL_SHAPES)
-        contenders = bench.select_contenders(contender)
+            shapes = list(suite.quick_shapes if quick else suite.full_shapes)
+        contenders = suite.select(contender, ort_opt_level or ())
         if output is not None and not output.parent.is_dir():
             raise UserError(f"output folder {output.parent} does not exist; create it first")
-    result = bench.run_benchmark(
+    result = bench.run_suite(
+        suite,
         shapes,
         contenders,
         runs=runs if runs is not None else (QUICK_RUNS if quick else FULL_RUNS),
@@ -66,9 +92,11 @@ def bench_command(
         workdir=workdir,
         log=lambda msg: err_console.print(f"[dim]{msg}[/]", highlight=False),
     )
-    args = ["--quick"] if quick else []
+    args = [] if op == "deform_conv" else ["--op", op]
+    args += ["--quick"] if quick else []
     args += [a for s in shape or [] for a in ("--shape", s)]
     args += [a for c in contender or [] for a in ("--contender", c)]
+    args += [a for level in ort_opt_level or [] for a in ("--ort-opt-level", level)]
     args += [] if runs is None else ["--runs", str(runs)]
     args += [] if warmup is None else ["--warmup", str(warmup)]
     args += [] if threads == 2 else ["--threads", str(threads)]
