@@ -17,15 +17,9 @@ axis first); the sampling and the contraction then run one tap at a time, and
 each tap's columns are contracted with its slice of the weight by one MatMul,
 accumulated. This keeps one tap's columns alive instead of all K taps' (about
 3x less peak memory than sampling every tap first) and runs the elementwise
-passes in cache (BENCHMARKS.md). The four corners of a tap are combined in
-one of two ways, whichever ONNX Runtime ran faster for the row width (profiled,
-BENCHMARKS.md "gather sampler"):
-
-- rows of at least :data:`GATHER4_MIN_WIDTH` channels: ONE Gather of the four
-  corner rows ``[M, 4, C/G]`` and a batched MatMul with the ``[M, 1, 4]``
-  bilinear weights;
-- narrower rows (many offset groups): four Gathers, each scaled by its weight,
-  added by one ``Sum`` (a batched MatMul of tiny matrices is slower there).
+passes in cache (BENCHMARKS.md). The four corners of a tap are combined by
+:class:`~.sampler.BilinearCorners` (one Gather of the four corners and a
+MatMul for rows of 32+ channels, four Gathers and a Sum for narrower ones).
 """
 
 from __future__ import annotations
@@ -42,12 +36,9 @@ from .common import (
     in_input_dtype,
     output_dims,
 )
-from .sampler import padded_channel_rows, padded_corner
+from .sampler import BilinearCorners, padded_channel_rows, padded_corner
 
 MIN_OPSET = 11
-#: Narrowest row (channels per offset group) sampled by one Gather of the four
-#: corners and a MatMul; narrower rows use four Gathers and a Sum.
-GATHER4_MIN_WIDTH = 32
 
 
 def lower_gather(
@@ -99,31 +90,14 @@ def lower_gather(
     if G > 1:  # [K, N, Ho, Wo, G]: G next to the gathered C/G
         i00 = b.op("Transpose", i00, perm=[0, 1, 3, 4, 2])
         weights = [b.op("Transpose", w_, perm=[0, 1, 3, 4, 2]) for w_ in weights]
-    weights = [in_input_dtype(b, x, w_) for w_ in weights]
-    i01 = b.op("Add", i00, b.i64(G))
-    i10 = b.op("Add", i00, row)
-    corner_idx = [i00, i01, i10, b.op("Add", i10, b.i64(G))]
-    if Cg >= GATHER4_MIN_WIDTH:
-        # Corner axis last: [K, N*Ho*Wo*G, 4] rows and [K, N*Ho*Wo*G, 1, 4] weights (a Concat of
-        # trailing 1s: a broadcast Add onto a trailing 4 measured slower).
-        idx = b.reshape(b.op("Concat", *[_unsqueeze_last(b, i_) for i_ in corner_idx], axis=-1), [K, -1, 4])
-        wgt = b.reshape(b.op("Concat", *[_unsqueeze_last(b, w_) for w_ in weights], axis=-1), [K, -1, 1, 4])
-    else:
-        # A trailing 1 so that each weight broadcasts over the gathered C/G.
-        corner_wgt = [b.reshape(w_, [K, -1, 1]) for w_ in weights]
+    corners = BilinearCorners(b, rows, Cg, i00, row, G, [in_input_dtype(b, x, w_) for w_ in weights])
 
     # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant).
     w = b.op("Transpose", b.reshape(weight, [groups, Cog, Cpg, K]), perm=[3, 0, 2, 1])
     out = None
     for k in range(K):
         tap = b.i64(k)
-        if Cg >= GATHER4_MIN_WIDTH:
-            v = b.op("Gather", rows, b.op("Gather", idx, tap, axis=0), axis=0)  # [M, 4, C/G]
-            cols = b.op("MatMul", b.op("Gather", wgt, tap, axis=0), v)  # [M, 1, C/G]
-        else:
-            terms = [b.op("Mul", b.op("Gather", rows, b.reshape(b.op("Gather", i_, tap, axis=0), [-1]), axis=0),
-                          b.op("Gather", w_, tap, axis=0)) for i_, w_ in zip(corner_idx, corner_wgt)]
-            cols = b.op("Sum", *terms)  # [M, C/G]; one pass instead of three Adds
+        cols = corners.sample(b, lambda v, t=tap: b.op("Gather", v, t, axis=0))  # [N*Ho*Wo*G, C/G]
         # cols: rows (n, y, x, g) of C/G channels, i.e. [N*Ho*Wo, C].
         w_k = b.op("Gather", w, tap, axis=0)
         if groups == 1:
@@ -139,9 +113,3 @@ def lower_gather(
     out = b.op("Transpose", out, perm=[0, 1, 3, 2])  # [N, groups, Co/groups, Ho*Wo]
     return b.reshape(out, [-1, Co, Ho, Wo])
 
-
-def _unsqueeze_last(b: Builder, v: Value) -> Value:
-    """``v`` ``[K, N, A, B, C]`` with a trailing axis of 1 (Unsqueeze's axes became an input at opset 13)."""
-    if b.opset >= 13:
-        return b.op("Unsqueeze", v, b.i64([5]))
-    return b.op("Unsqueeze", v, axes=[5])

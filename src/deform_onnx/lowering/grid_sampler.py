@@ -38,7 +38,7 @@ import numpy as np
 
 from .builder import Builder, Dim, Value
 from .common import coordinate_dtype, in_input_dtype
-from .sampler import channel_rows, corners, finite_coords
+from .sampler import BilinearCorners, padded_channel_rows, padded_corner, padded_nearest
 
 #: ATen's enums (``GridSamplerUtils.h``): index = the int ``aten::grid_sampler`` receives.
 TORCH_MODES = ("bilinear", "nearest", "bicubic")
@@ -106,45 +106,34 @@ def lower_native(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> Val
 
 
 def lower_gather(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> Value:
-    """Standard ops from opset 11 (Gather, Clip, Floor/Round, elementwise); returns ``[N, C, Ho, Wo]``.
+    """Standard ops from opset 11 (Gather, Clip, Floor/Round, MatMul, elementwise); returns ``[N, C, Ho, Wo]``.
 
-    Static or dynamic N, H, W, Ho, Wo. Coordinates and weights are float32 for
-    a float16 input (as the deformable-convolution gather lowering does).
+    Static or dynamic N, H, W, Ho, Wo. Samples the gather sampler's zero-padded
+    row table (:mod:`.sampler`, shared with deformable convolution): a corner
+    outside the image reads a zero row. Coordinates and weights are float32
+    for a float16 input (as the deformable-convolution gather lowering does).
     """
     N, C, H, W = (b.dim(x, i) for i in range(4))
+    Ho, Wo = b.dim(grid, 1), b.dim(grid, 2)
     coord, grid = coordinate_dtype(b, x, grid)
     gx = b.op("Gather", grid, b.i64(0), axis=3)  # [N, Ho, Wo]
     gy = b.op("Gather", grid, b.i64(1), axis=3)
     px = source_index(b, spec, gx, W, coord)
     py = source_index(b, spec, gy, H, coord)
-    rows = channel_rows(b, x, C)  # [N*H*W, C]
-    # Row of (n, y, x) = n*H*W + y*W + x; n as [N, 1, 1].
+    rows = padded_channel_rows(b, x, C)  # [N*(H+3)*(W+3), C]
+    # Row of padded pixel (n, iy, ix) = (n*(H+3) + iy)*(W+3) + ix; n as [N, 1, 1].
+    row = b.as_dim(b.add_dim(W, 3))
     n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
-    n = b.op("Mul", b.reshape(n, [-1, 1, 1]), b.as_dim(b.mul_dim(H, W)))
+    n = b.op("Mul", b.reshape(n, [-1, 1, 1]), b.as_dim(b.mul_dim(b.add_dim(H, 3), row)))
     if spec.mode == "nearest":
-        iy, _, vy, _ = corners(b, b.op("Round", py), H, coord)
-        ix, _, vx, _ = corners(b, b.op("Round", px), W, coord)
-        terms = [(iy, ix, b.op("Mul", vy, vx))]
+        iy, ix = padded_nearest(b, py, H, coord), padded_nearest(b, px, W, coord)
+        out = b.op("Gather", rows, b.op("Add", b.op("Add", b.op("Mul", iy, row), ix), n), axis=0)  # [N, Ho, Wo, C]
     else:
-        y0, x0 = b.op("Floor", py), b.op("Floor", px)
-        ly, lx = b.op("Sub", py, y0), b.op("Sub", px, x0)  # ATen's n and w
-        one = b.float_const(1.0, coord)
-        hy, hx = b.op("Sub", one, ly), b.op("Sub", one, lx)  # ATen's s and e
-        iy0, iy1, vy0, vy1 = corners(b, y0, H, coord)
-        ix0, ix1, vx0, vx1 = corners(b, x0, W, coord)
-        hy, ly = b.op("Mul", hy, vy0), b.op("Mul", ly, vy1)
-        hx, lx = b.op("Mul", hx, vx0), b.op("Mul", lx, vx1)
-        # ATen's order: nw, ne, sw, se.
-        terms = [(iy0, ix0, b.op("Mul", hy, hx)), (iy0, ix1, b.op("Mul", hy, lx)),
-                 (iy1, ix0, b.op("Mul", ly, hx)), (iy1, ix1, b.op("Mul", ly, lx))]
-    width = b.as_dim(W)
-    sampled = []
-    for iy, ix, weight in terms:
-        idx = b.op("Add", b.op("Add", b.op("Mul", iy, width), ix), n)  # [N, Ho, Wo]
-        weight = b.op("Unsqueeze", in_input_dtype(b, x, weight), b.i64([3])) if b.opset >= 13 else \
-            b.op("Unsqueeze", in_input_dtype(b, x, weight), axes=[3])
-        sampled.append(b.op("Mul", b.op("Gather", rows, idx, axis=0), weight))  # [N, Ho, Wo, C]
-    out = sampled[0] if len(sampled) == 1 else b.op("Sum", *sampled)
+        iy, hy, ly = padded_corner(b, py, H, coord)  # ATen's s and n weights
+        ix, hx, lx = padded_corner(b, px, W, coord)  # ATen's e and w weights
+        i00 = b.op("Add", b.op("Add", b.op("Mul", iy, row), ix), n)  # [N, Ho, Wo]
+        weights = [in_input_dtype(b, x, b.op("Mul", wy, wx)) for wy in (hy, ly) for wx in (hx, lx)]
+        out = b.reshape(BilinearCorners(b, rows, C, i00, row, 1, weights).sample(b), [N, Ho, Wo, C])
     return b.op("Transpose", out, perm=[0, 3, 1, 2])
 
 
@@ -152,7 +141,7 @@ def source_index(b: Builder, spec: GridSampleSpec, g: Value, size: Dim, like: Va
     """Pixel coordinate of normalised ``g`` along an axis of ``size`` pixels, after the padding mode.
 
     ATen's ``grid_sampler_compute_source_index`` (see the module docstring).
-    Zero padding returns :func:`~.sampler.finite_coords` (clamped, NaN -> -2);
+    Zero padding returns ``p`` itself (the sampler clamps it; NaN samples 0);
     border and reflection return coordinates in ``[0, size - 1]`` (NaN -> 0).
     """
     scale = _size_const(b, size, -1 if spec.align_corners else 0, 0.5, like)
@@ -160,7 +149,7 @@ def source_index(b: Builder, spec: GridSampleSpec, g: Value, size: Dim, like: Va
     if not spec.align_corners:
         p = b.op("Sub", p, b.float_const(0.5, like))
     if spec.padding_mode == "zeros":
-        return finite_coords(b, p, size, like)
+        return p
     if spec.padding_mode == "reflection":
         p = _reflect(b, p, size, spec.align_corners, like)
     last = _size_const(b, size, -1, 1.0, like)

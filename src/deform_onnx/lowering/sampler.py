@@ -1,98 +1,40 @@
 """The gather sampler: what every standard-op lowering that samples points of a map shares.
 
-Deformable convolution (:mod:`.gather`) and ``grid_sample``
-(:mod:`.grid_sampler`) both sample a map at pixel coordinates computed in
-floating point, by gathering channel rows of a channels-last copy of the map
-at integer corner indices and weighting them. The pieces here are written once
-for both:
+Deformable convolution (:mod:`.gather`) and ``grid_sample``'s gather form
+(:mod:`.grid_sampler`, and through it DCNv3) sample a map at pixel
+coordinates computed in floating point, by gathering channel rows of a
+channels-last copy of the map at integer corner indices and weighting them.
+The pieces here are written once for all of them:
 
-- :func:`finite_coords`: pixel coordinates clamped so that no index cast can
-  overflow (zero padding);
-- :func:`corners`: the clipped indices and 0/1 validity of the corners
-  ``floor(p)`` and ``floor(p) + 1`` along one axis;
-- :func:`channel_rows`: the ``[N*H*W*G, C/G]`` row table the corners index.
-
-Deformable convolution samples a zero-padded table instead
-(:func:`padded_channel_rows`, :func:`padded_corner`): a corner outside the
-image then reads a zero row, so no per-corner validity factor or index clip
-is computed (fewer passes over the per-sample tensors, measured faster).
+- :func:`padded_channel_rows`: the row table, zero-padded (one row and column
+  before the image, two after), so that a corner outside the image reads a
+  zero row: no per-corner validity factor or index clip is computed;
+- :func:`padded_corner` / :func:`padded_nearest`: a coordinate clamped into
+  the table (NaN samples 0), its corner index and bilinear weights;
+- :class:`BilinearCorners`: the four corners' rows combined with their
+  weights, in the form ONNX Runtime runs fastest for the row width.
 
 Each op keeps its own coordinate rule (torchvision's ``base + offset`` for
 deformable convolution, ATen's unnormalisation and padding modes for
-``grid_sample``) and its own contraction.
+``grid_sample``) and its own contraction. Multi-scale deformable attention
+(:mod:`.msda`) indexes levels of different sizes in one table and keeps its
+own corner code.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import onnx
 
 from .builder import Builder, Dim, Value
 
 
-def finite_coords(b: Builder, p: Value, size: Dim, like: Value) -> Value:
-    """Pixel coordinates clamped into ``[-2, size+1]``, NaN replaced by -2.
-
-    A sample at ``p <= -1`` or ``p >= size`` is 0 either way (torchvision, and
-    ATen's zero padding), so no finite result changes; but a NaN or huge
-    coordinate would cast to an out-of-range integer index (a run-time error),
-    and an infinite one gives ``inf - inf = NaN`` bilinear weights. ±inf then
-    samples 0, as in torchvision; NaN samples 0, as ONNX Runtime's DeformConv
-    does (torchvision has no answer: its CPU kernel crashes). NaN is found with
-    ``Equal(p, p)`` (false only for NaN), not ``IsNaN``, which MNN's converter rejects.
-    """
-    low = b.float_const(-2.0, like)
-    if isinstance(size, int):
-        high = b.float_const(size + 1, like)
-    else:  # from the integer size: no float shape arithmetic
-        high = b.cast_like(b.scalar(b.add_dim(size, 1)), like)
-    return b.op("Where", b.op("Equal", p, p), b.op("Clip", p, low, high), low)
-
-
-def corners(b: Builder, low: Value, size: Dim, like: Value):
-    """Indices and validity of the corners ``floor(p)`` and ``floor(p) + 1`` along one axis.
-
-    ``low`` is ``floor(p)`` (or, for nearest sampling, the rounded ``p``; then
-    use only ``i0``/``v0``). Returns ``(i0, i1, v0, v1)``: int64 indices
-    clipped into ``[0, size-1]`` (clipped in floating point: Clip-11 has no
-    integer types) and 0/1 weights in ``like``'s dtype that zero a corner
-    outside the image (torchvision's and ATen's ``within_bounds_2d``).
-    """
-    if isinstance(size, int):
-        last = b.float_const(size - 1, like)
-        end = b.float_const(size, like)
-    else:  # Clip wants 0-D bounds
-        last = b.cast_like(b.scalar(b.add_dim(size, -1)), like)
-        # Cast from the integer size: a float Add of two 0-D values would be
-        # promoted to float32 by the TorchScript exporter (a float32 literal in
-        # a float64/float16 graph).
-        end = b.cast_like(b.scalar(size), like)
-    zero = b.float_const(0.0, like)
-    high = b.op("Add", low, b.float_const(1.0, like))
-    out = []
-    for c in (low, high):
-        out.append(b.op("Cast", b.op("Clip", c, zero, last), to=onnx.TensorProto.INT64))
-    for c in (low, high):
-        inside = b.op("And", b.op("Greater", c, b.float_const(-1.0, like)), b.op("Less", c, end))
-        out.append(b.cast_like(inside, like))
-    return tuple(out)
-
-
-def channel_rows(b: Builder, x: Value, width: int) -> Value:
-    """``x`` ``[N, C, H, W]`` as rows ``[N*H*W*(C/width), width]`` of a channels-last copy (one Transpose).
-
-    Row ``((n*H + y)*W + x)*(C/width) + g`` holds channels ``g*width ..
-    (g+1)*width - 1`` of pixel ``(n, y, x)``: a plain ``Gather`` on axis 0
-    samples it (no ``batch_dims``, which needs opset 12).
-    """
-    xt = b.op("Transpose", x, perm=[0, 2, 3, 1])
-    return b.reshape(xt, [-1, width])
-
-
 #: Zero rows :func:`padded_channel_rows` adds before / after the image along H and W.
 PAD_BEFORE, PAD_AFTER = 1, 2
 
 
-def padded_channel_rows(b: Builder, x: Value, width: int) -> Value:
+def padded_channel_rows(b: Builder, x: Value, width: Dim) -> Value:
     """``x`` ``[N, C, H, W]`` as rows ``[N*(H+3)*(W+3)*(C/width), width]`` of a zero-padded channels-last copy.
 
     One zero row and column before the image and two after
@@ -130,11 +72,7 @@ def padded_corner(b: Builder, p: Value, size: Dim, like: Value, border_rule: boo
     ``0 <= p < size``, and a corner past the last pixel repeats it (``p`` is
     clamped into ``[0, size-1]``).
     """
-    if border_rule:
-        low, high = b.float_const(-1.0, like), _size_plus(b, size, 0, like)
-    else:
-        low, high = b.float_const(0.0, like), _size_plus(b, size, -1, like)
-    clamped = b.op("Where", b.op("Equal", p, p), b.op("Clip", p, low, high), low)
+    clamped = _clamped(b, p, size, like, border_rule)
     p0 = b.op("Floor", clamped)
     high_w = b.op("Sub", clamped, p0)
     low_w = b.op("Sub", b.float_const(1.0, like), high_w)
@@ -143,8 +81,87 @@ def padded_corner(b: Builder, p: Value, size: Dim, like: Value, border_rule: boo
                       b.op("Less", p, _size_plus(b, size, 0, like)))
         inside = b.cast_like(inside, like)
         low_w, high_w = b.op("Mul", low_w, inside), b.op("Mul", high_w, inside)
-    i = b.op("Cast", b.op("Add", p0, b.float_const(float(PAD_BEFORE), like)), to=onnx.TensorProto.INT64)
-    return i, low_w, high_w
+    return _padded_index(b, p0, like), low_w, high_w
+
+
+def padded_nearest(b: Builder, p: Value, size: Dim, like: Value) -> Value:
+    """Index in :func:`padded_channel_rows` coordinates of the pixel nearest ``p`` (zero row outside the image).
+
+    ``Round`` rounds half to even, as ATen's ``std::nearbyint``; ``p`` is
+    clamped as in :func:`padded_corner` (NaN samples 0).
+    """
+    return _padded_index(b, b.op("Round", _clamped(b, p, size, like, True)), like)
+
+
+def _clamped(b: Builder, p: Value, size: Dim, like: Value, border_rule: bool) -> Value:
+    if border_rule:
+        low, high = b.float_const(-1.0, like), _size_plus(b, size, 0, like)
+    else:
+        low, high = b.float_const(0.0, like), _size_plus(b, size, -1, like)
+    return b.op("Where", b.op("Equal", p, p), b.op("Clip", p, low, high), low)
+
+
+def _padded_index(b: Builder, p0: Value, like: Value) -> Value:
+    return b.op("Cast", b.op("Add", p0, b.float_const(float(PAD_BEFORE), like)), to=onnx.TensorProto.INT64)
+
+
+#: Narrowest row (channels) that :class:`BilinearCorners` samples with one Gather
+#: of the four corners and a MatMul; narrower rows use four Gathers and a Sum.
+GATHER4_MIN_WIDTH = 32
+
+
+class BilinearCorners:
+    """The four bilinear corners of a set of points in a :func:`padded_channel_rows` table.
+
+    Args:
+        rows: the ``[R, width]`` table.
+        width: channels per row (an int, or an int64 ``[1]`` value when dynamic).
+        i00: int64 row of each point's corner ``(floor(y), floor(x))``, any shape ``S``.
+        row: rows per table row of pixels (``(W+3) * groups``), an int or int64 ``[1]``.
+        step: rows per pixel (the offset groups, 1 for one group).
+        weights: the bilinear weights of corners 00, 01, 10, 11 (``S``, the table's dtype).
+
+    :meth:`sample` returns ``sum(w * rows[i])`` over the four corners as
+    ``[prod(S), width]``, in the form ONNX Runtime ran faster for the width
+    (profiled, BENCHMARKS.md "gather sampler"): rows of at least
+    :data:`GATHER4_MIN_WIDTH` channels with ONE Gather of the four corner rows
+    ``[M, 4, width]`` and a batched MatMul with the ``[M, 1, 4]`` weights;
+    narrower rows with four Gathers, each scaled by its weight, added by one
+    ``Sum`` (a batched MatMul of tiny matrices is slower there). The corners
+    are stacked once here, so a caller sampling in slices (one kernel tap at a
+    time) slices the stacked tensors with ``take``.
+    """
+
+    def __init__(self, b: Builder, rows: Value, width: Dim, i00: Value, row: Dim, step: int, weights: list[Value]):
+        i01 = b.op("Add", i00, b.i64(step))
+        i10 = b.op("Add", i00, b.as_dim(row))
+        idx = [i00, i01, i10, b.op("Add", i10, b.i64(step))]
+        self.rows, self.width = rows, width
+        # A width known only at run time gets the wide form (the common case: 32+ channels per group).
+        self.stacked = not isinstance(width, int) or width >= GATHER4_MIN_WIDTH
+        if self.stacked:
+            # Corner axis last, a Concat of trailing 1s (a broadcast Add onto a trailing 4 profiled slower).
+            self.idx = b.op("Concat", *[_unsqueeze_last(b, i) for i in idx], axis=-1)
+            self.wgt = b.op("Concat", *[_unsqueeze_last(b, w) for w in weights], axis=-1)
+        else:
+            self.idx, self.wgt = idx, list(weights)
+
+    def sample(self, b: Builder, take: Callable[[Value], Value] = lambda v: v) -> Value:
+        """``[M, width]``: the weighted corners of the points ``take`` selects (all by default)."""
+        if self.stacked:
+            v = b.op("Gather", self.rows, b.reshape(take(self.idx), [-1, 4]), axis=0)  # [M, 4, width]
+            out = b.op("MatMul", b.reshape(take(self.wgt), [-1, 1, 4]), v)  # [M, 1, width]
+            return b.reshape(out, [-1, self.width])
+        terms = [b.op("Mul", b.op("Gather", self.rows, b.reshape(take(i), [-1]), axis=0), b.reshape(take(w), [-1, 1]))
+                 for i, w in zip(self.idx, self.wgt)]
+        return b.op("Sum", *terms)  # one pass instead of three Adds
+
+
+def _unsqueeze_last(b: Builder, v: Value) -> Value:
+    """``v`` with a trailing axis of 1 (Unsqueeze's axes became an input at opset 13)."""
+    if b.opset >= 13:
+        return b.op("Unsqueeze", v, b.i64([-1]))
+    return b.op("Unsqueeze", v, axes=[-1])
 
 
 def _size_plus(b: Builder, size: Dim, delta: int, like: Value) -> Value:
