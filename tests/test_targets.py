@@ -62,13 +62,18 @@ def independent_findings(proto: onnx.ModelProto) -> set[str]:
     if "GridSample" in ops and opset >= 20:
         found.add("no GridSample-20")
     if "IsNaN" in ops:
-        found.add("no IsNaN")
+        found.update({"no IsNaN", "no NaN guard"})
+    if any(n.op_type == "Equal" and n.input[0] == n.input[1] for n in proto.graph.node):
+        found.add("no NaN guard")
     if "DeformConv" in ops:
         found.add("no DeformConv")
     inferred = onnx.shape_inference.infer_shapes(proto)
     values = [*inferred.graph.value_info, *inferred.graph.output]
-    if any(len(v.type.tensor_type.shape.dim) > 4 for v in values if v.type.tensor_type.HasField("shape")):
+    shapes = [v.type.tensor_type.shape.dim for v in values if v.type.tensor_type.HasField("shape")]
+    if any(len(dims) > 4 for dims in shapes):
         found.add("max tensor rank 4")
+    if any(len(dims) > 5 or (len(dims) == 5 and dims[0].dim_value != 1) for dims in shapes):
+        found.add("ncnn blobs")
     return found
 
 

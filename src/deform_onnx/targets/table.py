@@ -135,14 +135,16 @@ TABLE: tuple[Target, ...] = (
     Target(
         name="ncnn",
         runtime="ncnn through pnnx",
-        method="gather",
-        opset=13,
-        reason="ncnn blobs hold at most 4-D (gather form: 'layer Tensor.reshape not exists'); the grid_sample "
-        "form's NaN guard Equal(g, g) becomes pnnx's torch.eq, which ncnn has no layer for",
-        source="measured here (scripts/runtime_matrix.py: pnnx -> ncnn Python bindings, both forms forced)",
-        options=("no IsNaN", "max tensor rank 4", "static shapes"),
+        method="grid_sample",
+        opset=17,
+        reason="grid_sample without the NaN guard (pnnx's torch.eq has no ncnn layer), one GridSample per offset "
+        "group (ncnn has no batch axis), static shapes up to 512 px a side; the gather form's 6-D values fit no "
+        "ncnn blob. A NaN offset then gives runtime-defined values",
+        source="measured here (scripts/runtime_matrix.py: pnnx -> ncnn Python bindings; scripts/repro/)",
+        options=("no NaN guard", "ncnn blobs", "static shapes"),
         faults=(_no_kernel("ncnn", "issue 12"),),
-        status="measured here: no form converts yet",
+        status="measured here",
+        forms=("no NaN guard", "batch 1"),
     ),
     Target(
         name="mnn",
