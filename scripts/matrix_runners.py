@@ -221,6 +221,25 @@ except Exception as exc:
 done(version, out, times)
 """
 
+# onnx2torch rebuilds the graph as a torch.fx module (a converter per ONNX op), run here on the CPU.
+ONNX2TORCH = _HEAD + """
+from importlib.metadata import version as dist_version
+import onnx, torch
+from onnx2torch import convert
+version = "onnx2torch " + dist_version("onnx2torch") + " + torch " + torch.__version__.split("+")[0]
+try:
+    net = convert(onnx.load(meta["model"])).eval()
+    args = [torch.from_numpy(feeds[n]) for n in meta["inputs"]]
+    def run():
+        with torch.no_grad():
+            y = net(*args)
+        return (y[0] if isinstance(y, (list, tuple)) else y).numpy()
+    out, times = timed(run)
+except Exception as exc:
+    done(version, error=first_line(exc))
+done(version, out, times)
+"""
+
 #: Rewriters: ``python -c CODE IN OUT`` writes the rewritten model; last line of stdout is the tool's version.
 ONNXSIM = """
 import sys, onnx, onnxsim
@@ -281,7 +300,7 @@ BUILDS: tuple[Build, ...] = (
           rewriter=("onnxslim", ONNXSLIM)),
     Build("mnn", "MNN (MNNConvert + runtime)", ("MNN",), MNN, ("mnn", "generic")),
     Build("tvm", "Apache TVM (relax ONNX frontend, llvm)", ("apache-tvm", "onnx"), TVM, ("tvm", "generic")),
-    Build("pnnx", "ncnn (through pnnx)", ("pnnx", "ncnn"), NCNN, ("ncnn", "ncnn:gather", "ncnn:grid_sample")),
+    Build("pnnx", "ncnn (through pnnx)", ("pnnx", "ncnn"), NCNN, ("ncnn", "ncnn:gather")),
 )
 #: onnx2tf needs TensorFlow and its helpers installed beside it (its own dependencies name none of them).
 _ONNX2TF = ("onnx2tf", "tensorflow", "tf-keras", "ai-edge-litert", "onnx", "onnx-graphsurgeon", "sng4onnx", "psutil",
@@ -290,7 +309,8 @@ BUILDS += (Build("onnx2tf", "TFLite / LiteRT (through onnx2tf)", _ONNX2TF, TFLIT
                  ("tflite", "tflite:gather", "tflite:grid_sample")),)  # fmt: skip
 #: Requirements of the rewriters' venvs.
 REWRITERS = {"onnxsim": ("onnxsim", "onnxruntime"), "onnxslim": ("onnxslim",)}
+#: onnx2torch needs torchvision; torch 2.14.1 / torchvision 0.29.1 are the pair on this machine's disk.
+BUILDS += (Build("onnx2torch", "onnx2torch (torch.fx, CPU)", ("torch==2.14.1", "torchvision==0.29.1", "onnx2torch",
+                 "onnx"), ONNX2TORCH, ("onnx2torch", "generic", "onnxruntime<1.25", "onnxruntime")),)  # fmt: skip
 #: Families named by issue 12 that this script does not run yet (a "not run" row each, with why).
-NOT_RUN = {
-    "onnx2torch": "not run by this script yet",
-}
+NOT_RUN: dict[str, str] = {}

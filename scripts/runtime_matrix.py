@@ -9,6 +9,9 @@ package registry, never mixed with the project's venv), in a subprocess,
 compares each output with PyTorch on the same inputs, and writes a markdown
 table into README.md between the ``runtime-matrix`` markers.
 
+With ``--only``, only those builds run and README's table keeps the other
+rows (the heading names the rows re-run).
+
 One row per (build, target): "ran" when every model ran, else the first
 error's first line; max abs error over the models that ran; median ms of the
 bundled example (timings are indicative only when the machine is shared).
@@ -205,24 +208,60 @@ def table(rows: list[dict], command: str, names: list[str]) -> str:
         "| runtime | version | target | method | opset | ran, or the error's first line | max abs error | median ms |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    body = []
-    for r in rows:
-        err = "-" if r["max_error"] is None else f"{r['max_error']:.1e}"
-        ms = "-" if r["ms"] is None else f"{r['ms']:.1f}"
-        ran = str(r["ran"]).replace("|", "\\|")
-        body.append(f"| {r['runtime']} | {r['version']} | `{r['target']}` | {r['method']} | {r['opset']} | {ran} "
-                    f"| {err} | {ms} |")  # fmt: skip
+    body = [row_line(r) for r in rows]
     for family, why in NOT_RUN.items():
         body.append(f"| {family} | - | - | - | - | {why} | - | - |")
     return "\n".join(head + body)
 
 
+def row_line(r: dict) -> str:
+    """One markdown table row."""
+    err = "-" if r["max_error"] is None else f"{r['max_error']:.1e}"
+    ms = "-" if r["ms"] is None else f"{r['ms']:.1f}"
+    ran = str(r["ran"]).replace("|", "\\|")
+    return f"| {r['runtime']} | {r['version']} | `{r['target']}` | {r['method']} | {r['opset']} | {ran} | {err} | {ms} |"
+
+
+def _row_key(line: str) -> tuple[str, str]:
+    """(runtime, target) of a table row line."""
+    cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+    return cells[0], cells[2].strip("`")
+
+
+def merged_table(old_block: str, rows: list[dict], command: str, keys: list[str]) -> str:
+    """README's table with the rows of a partial run (``--only``) replaced or added, in :data:`BUILDS` order.
+
+    Rows of builds not run keep their old line (rows of builds or targets no longer in :data:`BUILDS` go);
+    the heading keeps its old text and says which rows were re-run.
+    """
+    old_lines = old_block.strip().splitlines()
+    head = [line for line in old_lines if not line.startswith("| ") or line.startswith(("| runtime ", "|---"))]
+    head = [line for line in head if not line.startswith("Rows of ")]
+    old_rows = {_row_key(line): line for line in old_lines if line.startswith("| ") and not line.startswith(
+        ("| runtime ", "|---"))}  # fmt: skip
+    new_rows = {(r["runtime"], r["target"]): row_line(r) for r in rows}
+    order = [(b.runtime, t) for b in BUILDS for t in b.targets]
+    body = [new_rows.get(k) or old_rows[k] for k in dict.fromkeys(order) if k in new_rows or k in old_rows]
+    body += [f"| {family} | - | - | - | - | {why} | - | - |" for family, why in NOT_RUN.items()]
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    note = f"Rows of {', '.join(keys)} re-run on {today} by `{command}` (the same models and rules)."
+    table_at = next(i for i, line in enumerate(head) if line.startswith("| runtime "))
+    return "\n".join([*head[:table_at], note, "", *head[table_at:], *body])
+
+
+def read_readme_block() -> str:
+    """The text between the markers in README.md (the markers must be there)."""
+    text = (ROOT / "README.md").read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"README.md has no {BEGIN} ... {END} markers: add them where the table goes")
+    return text.split(BEGIN, 1)[1].split(END, 1)[0]
+
+
 def write_readme(block: str) -> None:
     """Replace the text between the markers in README.md (the markers must be there)."""
     readme = ROOT / "README.md"
+    read_readme_block()
     text = readme.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"README.md has no {BEGIN} ... {END} markers: add them where the table goes")
     before, rest = text.split(BEGIN, 1)
     after = rest.split(END, 1)[1]
     readme.write_text(f"{before}{BEGIN}\n{block}\n{END}{after}")
@@ -251,6 +290,8 @@ def main(argv: list[str] | None = None) -> None:
     command = "PYTHONPATH=src python scripts/runtime_matrix.py"
     command += f" --only {' '.join(args.only)}" if args.only else ""
     block = table(rows, command, names)
+    if args.only and not args.no_readme:  # a partial run: the other rows of README's table stay
+        block = merged_table(read_readme_block(), rows, command, args.only)
     (work / "table.md").write_text(block)
     print(block)
     if not args.no_readme:

@@ -59,8 +59,10 @@ def independent_findings(proto: onnx.ModelProto) -> set[str]:
     opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     ops = set(op_types(proto))
     found = set()
-    if "GridSample" in ops and opset >= 20:
-        found.add("no GridSample-20")
+    if "GridSample" in ops:
+        found.add("no GridSample")
+        if opset >= 20:
+            found.add("no GridSample-20")
     if "IsNaN" in ops:
         found.update({"no IsNaN", "no NaN guard"})
     if any(n.op_type == "Equal" and n.input[0] == n.input[1] for n in proto.graph.node):
@@ -116,10 +118,20 @@ def test_gridsample_20_rule_finds_it_and_force_writes_it(layer_inputs):
     assert "GridSample" in op_types(forced)
 
 
-@pytest.mark.parametrize("name", ["tensorrt-rtx", "directml", "webgpu", "onnxruntime<1.25", "onnxruntime==1.18"])
+@pytest.mark.parametrize("name", ["tensorrt-rtx", "directml", "webgpu", "onnxruntime<1.25", "onnxruntime==1.18",
+                                  "onnx2torch"])  # fmt: skip
 def test_native_refused_where_there_is_no_kernel(layer_inputs, name):
     with pytest.raises(ValueError, match="mishandles native"):
         export(layer_inputs, target=name, method="native", opset_version=19)
+
+
+def test_onnx2torch_refuses_gridsample(layer_inputs):
+    """onnx2torch has no GridSample converter (measured): grid_sample is refused, and forced it breaks the rule."""
+    with pytest.raises(ValueError, match="onnx2torch.*mishandles grid_sample"):
+        export(layer_inputs, target="onnx2torch", method="grid_sample")
+    with pytest.warns(UserWarning, match="no GridSample"):
+        forced, _, _ = export(layer_inputs, target="onnx2torch", method="grid_sample", force=True)
+    assert "GridSample" in op_types(forced)
 
 
 def test_onnxruntime_pins():

@@ -51,6 +51,11 @@ def no_nan_guard(model: onnx.ModelProto) -> list[str]:
     return [f"NaN guard node(s) {', '.join(found[:3])}"] if found else []
 
 
+def no_gridsample(model: onnx.ModelProto) -> list[str]:
+    found = _nodes(model, "GridSample")
+    return [f"GridSample node(s) {', '.join(found[:3])}"] if found else []
+
+
 def no_deformconv(model: onnx.ModelProto) -> list[str]:
     found = _nodes(model, "DeformConv")
     return [f"DeformConv node(s) {', '.join(found[:3])}"] if found else []
@@ -142,6 +147,7 @@ RULES: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "no IsNaN": no_isnan,
     "no NaN guard": no_nan_guard,
     "no DeformConv": no_deformconv,
+    "no GridSample": no_gridsample,
     "max tensor rank 4": max_rank_4,
     "ncnn blobs": ncnn_blobs,
     "static shapes": static_shapes,

@@ -168,6 +168,26 @@ TABLE: tuple[Target, ...] = (
         status="measured here",
     ),
     Target(
+        name="onnx2torch",
+        runtime="onnx2torch 1.5 (ONNX -> torch.fx module)",
+        method="gather",
+        opset=17,
+        reason="onnx2torch has no converter for GridSample or DeformConv; the gather form converts and runs",
+        source="measured here (scripts/runtime_matrix.py: onnx2torch 1.5.15 on torch 2.14.1)",
+        options=("no DeformConv", "no GridSample"),
+        faults=(
+            _no_kernel("onnx2torch", "'Converter is not implemented', measured here", "use method gather"),
+            Fault(
+                what="grid_sample (GridSample)",
+                why="onnx2torch has no GridSample converter ('Converter is not implemented ... GridSample', "
+                "measured here)",
+                hits=lambda method, opset: method == "grid_sample",
+                fix="use method gather",
+            ),
+        ),
+        status="measured here",
+    ),
+    Target(
         name="generic",
         runtime="any ONNX runtime or converter",
         method="gather",
