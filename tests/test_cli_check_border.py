@@ -130,7 +130,7 @@ def test_check_border_rows_pass_for_torchvisions_rule(files):
     assert result.exit_code == 0, result.output
     rows = _rows(result.stdout, "lower(")
     assert rows["border"] <= 1e-4 and rows["normal"] <= 1e-4, rows
-    assert "border input (every sample in the 1-pixel band" in " ".join(result.stdout.split())
+    assert "border input, every sample in the 1-pixel band" in " ".join(result.stdout.split())
 
 
 def test_check_says_why_without_a_steerable_offset(tmp_path):

@@ -229,7 +229,7 @@ def check_command(
     console.print(table)
     if border is not None:  # its own rows: a border-rule mismatch shows even when the random input hides it
         shown = border_label if border_want is not None else "none"
-        border_table = Table(title=f"border input ({BAND}): reference = {shown}")
+        border_table = Table(title=f"border input, {BAND}: reference = {shown}")
         for col in ("runtime", "path", "status", "precision", "max abs err"):
             border_table.add_column(col, justify="right" if col == "max abs err" else "left")
         for r in border_results:

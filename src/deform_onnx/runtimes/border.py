@@ -19,7 +19,7 @@ import numpy as np
 __all__ = ["BAND", "border_feeds", "border_offsets"]
 
 #: What the border input is, for the table's caption.
-BAND = "every sample in the 1-pixel band around the image (where border rules differ)"
+BAND = "every sample in the 1-pixel band around the image, where border rules differ"
 
 
 def border_offsets(spec, batch: int, size: tuple[int, int], out_size: tuple[int, int], rng) -> np.ndarray:
