@@ -146,7 +146,8 @@ def measure(build: Build, files: dict, names: list[str], work: Path, timeout: fl
     try:
         python = cached_venv(build.name, build.requirements, timeout=timeout)
     except RuntimeError as exc:
-        return [_row(build, t, files, names, error=f"not run: {_first_line(exc)}") for t in build.targets]
+        return [{**_row(build, t, files, names, error=f"not run: {_first_line(exc)}"), "build": build.key}
+                for t in build.targets]
     for target in build.targets:
         results, version, tool = [], None, None
         for name in names:
@@ -167,6 +168,8 @@ def measure(build: Build, files: dict, names: list[str], work: Path, timeout: fl
             results.append((name, status))
             print(f"  {build.runtime} {target} {name}: {status.get('error') or status.get('max_error')}", flush=True)
         rows.append(_row(build, target, files, names, results=results, version=version, tool=tool))
+    for row in rows:
+        row["build"] = build.key
     return rows
 
 
@@ -222,25 +225,38 @@ def row_line(r: dict) -> str:
     return f"| {r['runtime']} | {r['version']} | `{r['target']}` | {r['method']} | {r['opset']} | {ran} | {err} | {ms} |"
 
 
-def _row_key(line: str) -> tuple[str, str]:
-    """(runtime, target) of a table row line."""
+def _owner(line: str) -> tuple[str, str] | None:
+    """``(build key, target)`` of an old table row, or ``None`` for a row no build of :data:`BUILDS` writes.
+
+    Builds sharing a runtime name are told apart by the version their venv pins (``ort-1.16.3``
+    wrote "1.16.3"); the unpinned one (``ort-newest``) takes the rest.
+    """
     cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-    return cells[0], cells[2].strip("`")
+    runtime, version, target = cells[0], cells[1], cells[2].strip("`")
+    found = [b for b in BUILDS if b.runtime == runtime and target in b.targets]
+    if len(found) > 1:
+        pin = lambda b: b.name.split("-", 1)[-1]  # noqa: E731
+        pinned = [b for b in found if any(ch.isdigit() for ch in pin(b))]
+        found = [b for b in pinned if pin(b) in version] or [b for b in found if b not in pinned]
+    return (found[0].key, target) if len(found) == 1 else None
 
 
 def merged_table(old_block: str, rows: list[dict], command: str, keys: list[str]) -> str:
     """README's table with the rows of a partial run (``--only``) replaced or added, in :data:`BUILDS` order.
 
-    Rows of builds not run keep their old line (rows of builds or targets no longer in :data:`BUILDS` go);
-    the heading keeps its old text and says which rows were re-run.
+    Rows of builds not run keep their old line (rows that no build of :data:`BUILDS` writes any more
+    go); the heading keeps its old text and says which rows were re-run.
     """
     old_lines = old_block.strip().splitlines()
-    head = [line for line in old_lines if not line.startswith("| ") or line.startswith(("| runtime ", "|---"))]
-    head = [line for line in head if not line.startswith("Rows of ")]
-    old_rows = {_row_key(line): line for line in old_lines if line.startswith("| ") and not line.startswith(
-        ("| runtime ", "|---"))}  # fmt: skip
-    new_rows = {(r["runtime"], r["target"]): row_line(r) for r in rows}
-    order = [(b.runtime, t) for b in BUILDS for t in b.targets]
+    is_row = lambda line: line.startswith("| ") and not line.startswith(("| runtime ", "|---"))  # noqa: E731
+    head = [line for line in old_lines if not is_row(line) and not line.startswith("Rows of ")]
+    old_rows = {}
+    for line in filter(is_row, old_lines):
+        owner = _owner(line)
+        if owner is not None:
+            old_rows[owner] = line
+    new_rows = {(r["build"], r["target"]): row_line(r) for r in rows}
+    order = [(b.key, t) for b in BUILDS for t in b.targets]
     body = [new_rows.get(k) or old_rows[k] for k in dict.fromkeys(order) if k in new_rows or k in old_rows]
     body += [f"| {family} | - | - | - | - | {why} | - | - |" for family, why in NOT_RUN.items()]
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
