@@ -222,7 +222,8 @@ def row_line(r: dict) -> str:
     err = "-" if r["max_error"] is None else f"{r['max_error']:.1e}"
     ms = "-" if r["ms"] is None else f"{r['ms']:.1f}"
     ran = str(r["ran"]).replace("|", "\\|")
-    return f"| {r['runtime']} | {r['version']} | `{r['target']}` | {r['method']} | {r['opset']} | {ran} | {err} | {ms} |"
+    cells = [r["runtime"], r["version"], f"`{r['target']}`", r["method"], r["opset"], ran, err, ms]
+    return "| " + " | ".join(map(str, cells)) + " |"
 
 
 def _owner(line: str) -> tuple[str, str] | None:

@@ -1,10 +1,11 @@
 """Minimal repros: onnx2tf -> LiteRT on the two graph forms (issue 12).
 
-1. gather form (``tflite_gather.onnx``): the smallest deformable layer (1 channel in and out,
-   3x3 map, 1x1 kernel, no mask), gather@13. onnx2tf fails with ``ValueError: Exception encountered
-   when calling layer "tf.reshape_..." (type TFOpLambda)``: after its NCHW->NHWC transposition the
-   gather form's reshapes of the channels-last row table and of the 5-D/6-D index and weight values
-   no longer match their element counts.
+1. gather form (``tflite_gather.onnx``): case c12's layer (1x8x9x9, 3x3, DCNv2), gather@13, the
+   smallest case model of the matrix. onnx2tf fails with ``ValueError: Exception encountered when
+   calling layer "tf.reshape_..." (type TFOpLambda)``: after its NCHW->NHWC transposition the gather
+   form's reshapes of the channels-last row table and of the 5-D/6-D index and weight values no
+   longer match their element counts. (A degenerate 1-channel 1x1-kernel layer fails differently:
+   ``tflite_gather_1x1.onnx``, "Output tensors of a Functional model ... Found: 1.0".)
 2. grid_sample form: a single deformable layer, stride 2 included, converts and matches
    (``tflite_grid_sample_layer.onnx``, the control). The bundled example's stride-2 DCNv2 block
    (the example's ``stage2``, ``DeformBlock(16, 32, stride=2)`` with its weights: offsets and mask predicted by a Conv,
@@ -32,14 +33,14 @@ import numpy as np
 import torch
 import torchvision
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2] / "tests")]
 from _run import run  # noqa: E402
 
 import deform_onnx  # noqa: E402  (after _run, which puts this checkout's src first)
 
 
 class Layer(torch.nn.Module):
-    """``DeformConv2d`` with the offset (and mask) as graph inputs."""
+    """``DeformConv2d`` with the offset as a graph input (no mask)."""
 
     def __init__(self, channels: int, kernel: int, stride: int = 1):
         super().__init__()
@@ -54,10 +55,14 @@ def cases() -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor], str]]:
     torch.manual_seed(0)
     from deform_onnx.example import DeformBlock, example_model
 
+    from util import DeformLayer, case_config, make_inputs  # tests/util.py: the cases' layers and inputs
+
+    c12, c12_inputs = DeformLayer(case_config("c12")).eval(), make_inputs(case_config("c12"))
     tiny = Layer(1, 1).eval()
     layer = Layer(8, 3, stride=2).eval()
     return {
-        "tflite_gather": (tiny, {"x": torch.randn(1, 1, 3, 3), "offset": torch.randn(1, 2, 3, 3)}, "gather"),
+        "tflite_gather": (c12, c12_inputs, "gather"),
+        "tflite_gather_1x1": (tiny, {"x": torch.randn(1, 1, 3, 3), "offset": torch.randn(1, 2, 3, 3)}, "gather"),
         "tflite_grid_sample_layer": (layer, {"x": torch.randn(1, 8, 16, 16), "offset": torch.randn(1, 18, 8, 8) * 2},
                                      "grid_sample"),
         "tflite_grid_sample_block": (example_model().stage2, {"x": torch.randn(1, 16, 16, 16)}, "grid_sample"),

@@ -113,13 +113,12 @@ def _rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, offset, mask
         yield from _bilinear_rows(b, spec, x, coord, offset, mask, H, W, Ho, Wo)
         return
     Cg, K = spec.channels_per_offset_group, spec.taps
-    parts = [
-        _bilinear_rows(
-            b, spec, b.slice(x, g * Cg, (g + 1) * Cg, axis=1), coord, b.slice(offset, 2 * g * K, 2 * (g + 1) * K, axis=1),
-            None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1), H, W, Ho, Wo,
-        )
-        for g in range(G)
-    ]
+    parts = []
+    for g in range(G):
+        x_g = b.slice(x, g * Cg, (g + 1) * Cg, axis=1)
+        offset_g = b.slice(offset, 2 * g * K, 2 * (g + 1) * K, axis=1)
+        mask_g = None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1)
+        parts.append(_bilinear_rows(b, spec, x_g, coord, offset_g, mask_g, H, W, Ho, Wo))
     for cols in zip(*parts):
         yield b.op("Concat", *cols, axis=1)
 

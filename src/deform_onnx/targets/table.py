@@ -126,8 +126,10 @@ TABLE: tuple[Target, ...] = (
         opset=13,
         reason="no form converts the bundled example: gather's 5-D/6-D reshapes break after onnx2tf's NCHW->NHWC "
         "transposition; grid_sample (5-D values) converts and matches for single layers (cases c04, c12, c25) "
-        "but not for the example ('Output tensors of a Functional model must be the output of a TensorFlow Layer')",
-        source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1, both forms forced)",
+        "but not for DCNv2 blocks with a 1x1-conv shortcut, as in the example ('Output tensors of a Functional model "
+        "must be the output of a TensorFlow Layer', or converted and off by 0.11)",
+        source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1, both forms forced; "
+        "scripts/repro/tflite_forms.py)",
         options=("no IsNaN", "max tensor rank 4", "static shapes"),
         faults=(_no_kernel("onnx2tf", "issue 12"),),
         status="measured here: no form converts yet",
@@ -140,7 +142,8 @@ TABLE: tuple[Target, ...] = (
         reason="grid_sample without the NaN guard (pnnx's torch.eq has no ncnn layer), one GridSample per offset "
         "group (ncnn has no batch axis), static shapes up to 512 px a side; the gather form's 6-D values fit no "
         "ncnn blob. A NaN offset then gives runtime-defined values",
-        source="measured here (scripts/runtime_matrix.py: pnnx -> ncnn Python bindings; scripts/repro/)",
+        source="measured here (scripts/runtime_matrix.py: pnnx 20261020 -> ncnn 1.0.20261020 Python bindings; "
+        "scripts/repro/ncnn_rank5.py)",
         options=("no NaN guard", "ncnn blobs", "static shapes"),
         faults=(_no_kernel("ncnn", "issue 12"),),
         status="measured here",
