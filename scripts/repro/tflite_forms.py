@@ -1,11 +1,13 @@
 """Minimal repros: onnx2tf -> LiteRT on the two graph forms (issue 12).
 
 1. gather form (``tflite_gather.onnx``): case c12's layer (1x8x9x9, 3x3, DCNv2), gather@13, the
-   smallest case model of the matrix. onnx2tf fails with ``ValueError: Exception encountered when
-   calling layer "tf.reshape_..." (type TFOpLambda)``: after its NCHW->NHWC transposition the gather
-   form's reshapes of the channels-last row table and of the 5-D/6-D index and weight values no
-   longer match their element counts. (A degenerate 1-channel 1x1-kernel layer fails differently:
-   ``tflite_gather_1x1.onnx``, "Output tensors of a Functional model ... Found: 1.0".)
+   smallest case model of the matrix. onnx2tf fails in its accuracy-correction step at the
+   lowering's ``conv/Add_2`` node: ``ValueError: Output tensors of a Functional model must be the
+   output of a TensorFlow `Layer` (thus holding past layer metadata). Found: 1.0`` (measured here;
+   a 1-channel 1x1-kernel layer, ``tflite_gather_1x1.onnx``, fails the same way). The matrix's
+   run of the whole example and cases c04/c12/c25 stopped earlier, at ``tf.reshape_3`` ("Exception
+   encountered when calling layer ... (type TFOpLambda)"): the gather form's 5-D/6-D reshapes after
+   onnx2tf's NCHW->NHWC transposition.
 2. grid_sample form: a single deformable layer, stride 2 included, converts and matches
    (``tflite_grid_sample_layer.onnx``, the control). The bundled example's stride-2 DCNv2 block
    (the example's ``stage2``, ``DeformBlock(16, 32, stride=2)`` with its weights: offsets and mask predicted by a Conv,
