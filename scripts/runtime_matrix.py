@@ -9,6 +9,9 @@ package registry, never mixed with the project's venv), in a subprocess,
 compares each output with PyTorch on the same inputs, and writes a markdown
 table into README.md between the ``runtime-matrix`` markers.
 
+With ``--only``, only those builds run and README's table keeps the other
+rows (the heading names the rows re-run).
+
 One row per (build, target): "ran" when every model ran, else the first
 error's first line; max abs error over the models that ran; median ms of the
 bundled example (timings are indicative only when the machine is shared).
@@ -143,7 +146,8 @@ def measure(build: Build, files: dict, names: list[str], work: Path, timeout: fl
     try:
         python = cached_venv(build.name, build.requirements, timeout=timeout)
     except RuntimeError as exc:
-        return [_row(build, t, files, names, error=f"not run: {_first_line(exc)}") for t in build.targets]
+        return [{**_row(build, t, files, names, error=f"not run: {_first_line(exc)}"), "build": build.key}
+                for t in build.targets]
     for target in build.targets:
         results, version, tool = [], None, None
         for name in names:
@@ -164,6 +168,8 @@ def measure(build: Build, files: dict, names: list[str], work: Path, timeout: fl
             results.append((name, status))
             print(f"  {build.runtime} {target} {name}: {status.get('error') or status.get('max_error')}", flush=True)
         rows.append(_row(build, target, files, names, results=results, version=version, tool=tool))
+    for row in rows:
+        row["build"] = build.key
     return rows
 
 
@@ -205,24 +211,74 @@ def table(rows: list[dict], command: str, names: list[str]) -> str:
         "| runtime | version | target | method | opset | ran, or the error's first line | max abs error | median ms |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    body = []
-    for r in rows:
-        err = "-" if r["max_error"] is None else f"{r['max_error']:.1e}"
-        ms = "-" if r["ms"] is None else f"{r['ms']:.1f}"
-        ran = str(r["ran"]).replace("|", "\\|")
-        body.append(f"| {r['runtime']} | {r['version']} | `{r['target']}` | {r['method']} | {r['opset']} | {ran} "
-                    f"| {err} | {ms} |")  # fmt: skip
+    body = [row_line(r) for r in rows]
     for family, why in NOT_RUN.items():
         body.append(f"| {family} | - | - | - | - | {why} | - | - |")
     return "\n".join(head + body)
 
 
+def row_line(r: dict) -> str:
+    """One markdown table row."""
+    err = "-" if r["max_error"] is None else f"{r['max_error']:.1e}"
+    ms = "-" if r["ms"] is None else f"{r['ms']:.1f}"
+    ran = str(r["ran"]).replace("|", "\\|")
+    cells = [r["runtime"], r["version"], f"`{r['target']}`", r["method"], r["opset"], ran, err, ms]
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def _owner(line: str) -> tuple[str, str] | None:
+    """``(build key, target)`` of an old table row, or ``None`` for a row no build of :data:`BUILDS` writes.
+
+    Builds sharing a runtime name are told apart by the version their venv pins (``ort-1.16.3``
+    wrote "1.16.3"); the unpinned one (``ort-newest``) takes the rest.
+    """
+    cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+    runtime, version, target = cells[0], cells[1], cells[2].strip("`")
+    found = [b for b in BUILDS if b.runtime == runtime and target in b.targets]
+    if len(found) > 1:
+        pin = lambda b: b.name.split("-", 1)[-1]  # noqa: E731
+        pinned = [b for b in found if any(ch.isdigit() for ch in pin(b))]
+        found = [b for b in pinned if pin(b) in version] or [b for b in found if b not in pinned]
+    return (found[0].key, target) if len(found) == 1 else None
+
+
+def merged_table(old_block: str, rows: list[dict], command: str, keys: list[str]) -> str:
+    """README's table with the rows of a partial run (``--only``) replaced or added, in :data:`BUILDS` order.
+
+    Rows of builds not run keep their old line (rows that no build of :data:`BUILDS` writes any more
+    go); the heading keeps its old text and says which rows were re-run.
+    """
+    old_lines = old_block.strip().splitlines()
+    is_row = lambda line: line.startswith("| ") and not line.startswith(("| runtime ", "|---"))  # noqa: E731
+    head = [line for line in old_lines if not is_row(line) and not line.startswith("Rows of ")]
+    old_rows = {}
+    for line in filter(is_row, old_lines):
+        owner = _owner(line)
+        if owner is not None:
+            old_rows[owner] = line
+    new_rows = {(r["build"], r["target"]): row_line(r) for r in rows}
+    order = [(b.key, t) for b in BUILDS for t in b.targets]
+    body = [new_rows.get(k) or old_rows[k] for k in dict.fromkeys(order) if k in new_rows or k in old_rows]
+    body += [f"| {family} | - | - | - | - | {why} | - | - |" for family, why in NOT_RUN.items()]
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    note = f"Rows of {', '.join(keys)} re-run on {today} by `{command}` (the same models and rules)."
+    table_at = next(i for i, line in enumerate(head) if line.startswith("| runtime "))
+    return "\n".join([*head[:table_at], note, "", *head[table_at:], *body])
+
+
+def read_readme_block() -> str:
+    """The text between the markers in README.md (the markers must be there)."""
+    text = (ROOT / "README.md").read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"README.md has no {BEGIN} ... {END} markers: add them where the table goes")
+    return text.split(BEGIN, 1)[1].split(END, 1)[0]
+
+
 def write_readme(block: str) -> None:
     """Replace the text between the markers in README.md (the markers must be there)."""
     readme = ROOT / "README.md"
+    read_readme_block()
     text = readme.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"README.md has no {BEGIN} ... {END} markers: add them where the table goes")
     before, rest = text.split(BEGIN, 1)
     after = rest.split(END, 1)[1]
     readme.write_text(f"{before}{BEGIN}\n{block}\n{END}{after}")
@@ -251,6 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     command = "PYTHONPATH=src python scripts/runtime_matrix.py"
     command += f" --only {' '.join(args.only)}" if args.only else ""
     block = table(rows, command, names)
+    if args.only and not args.no_readme:  # a partial run: the other rows of README's table stay
+        block = merged_table(read_readme_block(), rows, command, args.only)
     (work / "table.md").write_text(block)
     print(block)
     if not args.no_readme:

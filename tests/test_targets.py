@@ -20,6 +20,8 @@ from typer.testing import CliRunner
 import deform_onnx
 from deform_onnx.cli import app
 from deform_onnx.targets import TARGET_NAMES, all_targets, resolve_target, violations
+from deform_onnx.lowering.forms import EMIT_FORMS
+from deform_onnx.targets.forms import FORMS
 from deform_onnx.targets.rules import RULES
 from util import DeformLayer, assert_close, case_config, make_inputs, op_types, reference, run_ort
 
@@ -49,6 +51,7 @@ def test_table_entries_are_complete():
     for t in targets:
         assert t.reason and t.source and t.runtime, t.name
         assert set(t.options) <= set(RULES), t.name
+        assert set(t.forms) <= set(FORMS) | set(EMIT_FORMS), t.name
         assert deform_onnx.LOWERINGS[t.method].min_opset <= t.opset, t.name
         for fault in t.faults:
             assert not fault.hits(t.method, t.opset), f"{t.name} refuses its own pick"
@@ -59,16 +62,23 @@ def independent_findings(proto: onnx.ModelProto) -> set[str]:
     opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     ops = set(op_types(proto))
     found = set()
-    if "GridSample" in ops and opset >= 20:
-        found.add("no GridSample-20")
+    if "GridSample" in ops:
+        found.add("no GridSample")
+        if opset >= 20:
+            found.add("no GridSample-20")
     if "IsNaN" in ops:
-        found.add("no IsNaN")
+        found.update({"no IsNaN", "no NaN guard"})
+    if any(n.op_type == "Equal" and n.input[0] == n.input[1] for n in proto.graph.node):
+        found.add("no NaN guard")
     if "DeformConv" in ops:
         found.add("no DeformConv")
     inferred = onnx.shape_inference.infer_shapes(proto)
     values = [*inferred.graph.value_info, *inferred.graph.output]
-    if any(len(v.type.tensor_type.shape.dim) > 4 for v in values if v.type.tensor_type.HasField("shape")):
+    shapes = [v.type.tensor_type.shape.dim for v in values if v.type.tensor_type.HasField("shape")]
+    if any(len(dims) > 4 for dims in shapes):
         found.add("max tensor rank 4")
+    if any(len(dims) > 5 or (len(dims) == 5 and dims[0].dim_value != 1) for dims in shapes):
+        found.add("ncnn blobs")
     return found
 
 
@@ -111,10 +121,20 @@ def test_gridsample_20_rule_finds_it_and_force_writes_it(layer_inputs):
     assert "GridSample" in op_types(forced)
 
 
-@pytest.mark.parametrize("name", ["tensorrt-rtx", "directml", "webgpu", "onnxruntime<1.25", "onnxruntime==1.18"])
+@pytest.mark.parametrize("name", ["tensorrt-rtx", "directml", "webgpu", "onnxruntime<1.25", "onnxruntime==1.18",
+                                  "onnx2torch"])  # fmt: skip
 def test_native_refused_where_there_is_no_kernel(layer_inputs, name):
     with pytest.raises(ValueError, match="mishandles native"):
         export(layer_inputs, target=name, method="native", opset_version=19)
+
+
+def test_onnx2torch_refuses_gridsample(layer_inputs):
+    """onnx2torch has no GridSample converter (measured): grid_sample is refused, and forced it breaks the rule."""
+    with pytest.raises(ValueError, match="onnx2torch.*mishandles grid_sample"):
+        export(layer_inputs, target="onnx2torch", method="grid_sample")
+    with pytest.warns(UserWarning, match="no GridSample"):
+        forced, _, _ = export(layer_inputs, target="onnx2torch", method="grid_sample", force=True)
+    assert "GridSample" in op_types(forced)
 
 
 def test_onnxruntime_pins():

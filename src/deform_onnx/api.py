@@ -186,10 +186,11 @@ def export(
     training = {m: m.training for m in model.modules()}
     model.eval()  # export and verify in eval mode; each module's own mode is restored after
     try:
-        return _export_eval(
-            model, args, f, opset_version, lowering.name, dynamo, input_names, output_names,
-            dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=choice, ir_version=ir_version,
-        )
+        with choice.emitting():  # hook (issue 12): graph forms the target asks the lowerings for
+            return _export_eval(
+                model, args, f, opset_version, lowering.name, dynamo, input_names, output_names,
+                dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=choice, ir_version=ir_version,
+            )
     finally:
         for module, mode in training.items():
             module.training = mode
@@ -409,6 +410,8 @@ def _default_opset(proto: onnx.ModelProto) -> int | None:
 def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice) -> None:
     """Stamp the lowest IR version the opsets need (or ``ir_version``), validate, and check the
     graph against the runtime target's known faults (issue 12's hooks)."""
+    if choice is not None:
+        choice.apply_forms(proto)
     apply_ir_version(proto, ir_version)
     _validate(proto, opset, method)
     if choice is not None:

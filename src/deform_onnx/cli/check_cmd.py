@@ -172,7 +172,10 @@ def check_command(
     nodes has no lower() rows). Reference: ONNX Runtime as is when it runs,
     else ONNX Runtime's DeformConv kernel on the file re-stamped at opset 19,
     else onnx.reference with torchvision's deform_conv2d. Inputs are random
-    (offsets randn*2, masks rand) unless --inputs is given. Exit code 1 if a
+    (offsets randn*2, masks rand) unless --inputs is given; a second input
+    (rows "..., border input") moves every sample into the 1-pixel band around the image,
+    where border rules differ (OpenVINO's bilinear_interpolation_pad=false:
+    up to ~1.4), when the offsets are graph inputs. Exit code 1 if a
     path that ran exceeds --tolerance (or nothing ran), 2 on a bad file or option.
     """
     rule_notes: list[str] = []
@@ -200,37 +203,42 @@ def check_command(
         feeds = make_feeds(model, shapes, npz, seed)
 
     from ..rewrite import find_nodes
-    from ..runtimes import max_abs_error, reference, run_paths
+    from ..runtimes import reference, run_paths
+    from ..runtimes.border import BAND, border_feeds
 
+    deformable = bool(find_nodes(model))
+    with user_errors(ValueError):
+        border, border_why = border_feeds(model, feeds, seed) if deformable else (None, "")
     with _progress() as show:
         results = run_paths(
             model_path, feeds, runtimes=runtimes, method=method, precision=precision, repeat=repeat,
             timeout=timeout, progress=lambda what: show(f"{what}: running", 0, None),
         )
         want, ref_label = reference(model_path, feeds, results, timeout=timeout, progress=show)
+        if border is not None:  # the border input: correctness only, no timing
+            border_results = run_paths(
+                model_path, border, runtimes=runtimes, method=method, precision=precision, repeat=0,
+                timeout=timeout, progress=lambda what: show(f"{what} (border input): running", 0, None),
+            )
+            border_want, border_label = reference(model_path, border, border_results, timeout=timeout, progress=show)
 
     table = Table(title=f"{model_path.name}: reference = {ref_label if want is not None else 'none'}")
     for col in ("runtime", "path", "status", "precision", "max abs err", "latency ms"):
         table.add_column(col, justify="right" if col in ("max abs err", "latency ms") else "left")
-    bad = []
-    for r in results:
-        if not r.ran:
-            table.add_row(r.runtime, r.path, f"[yellow]not run[/yellow]: {r.reason}", "", "", "")
-            continue
-        if want is None:
-            err_text = "n/a"
-        elif r.outputs is want:
-            err_text = "reference"
-        else:
-            err = max_abs_error(r.outputs, want)
-            ok = err <= tolerance
-            if not ok:
-                bad.append(r)
-            shown = "mismatch" if math.isinf(err) else f"{err:.2e}"
-            err_text = f"[green]{shown}[/green]" if ok else f"[red]{shown}[/red]"
-        table.add_row(r.runtime, r.path, "[green]ran[/green]", r.precision or "", err_text, f"{r.latency_ms:.3f}")
+    bad = _add_rows(table, results, want, tolerance)
     console.print(table)
-    if not find_nodes(model):
+    if border is not None:  # its own rows: a border-rule mismatch shows even when the random input hides it
+        shown = border_label if border_want is not None else "none"
+        border_table = Table(title=f"border input, {BAND}: reference = {shown}")
+        for col in ("runtime", "path", "status", "precision", "max abs err"):
+            border_table.add_column(col, justify="right" if col == "max abs err" else "left")
+        for r in border_results:
+            r.path += ", border input"
+        bad += _add_rows(border_table, border_results, border_want, tolerance, border=True)
+        console.print(border_table)
+    elif deformable:
+        console.print(f"border input: none ({border_why})", highlight=False)
+    if not deformable:
         console.print("no deformable-convolution nodes: lower() would not change this file, so it has no lower() rows",
                       highlight=False)
     for note in rule_notes:
@@ -248,6 +256,30 @@ def check_command(
         )
         raise typer.Exit(CHECK_FAILED)
     console.print(f"all paths that ran match within {tolerance:g}", highlight=False)
+
+
+def _add_rows(table: Table, results, want, tolerance: float, border: bool = False) -> list:
+    """One table row per path (the border table has no latency column); returns the paths past ``tolerance``."""
+    from ..runtimes import max_abs_error
+
+    bad = []
+    for r in results:
+        if not r.ran:
+            table.add_row(r.runtime, r.path, f"[yellow]not run[/yellow]: {r.reason}", "", "", *([] if border else [""]))
+            continue
+        if want is None:
+            err_text = "n/a"
+        elif r.outputs is want:
+            err_text = "reference"
+        else:
+            err = max_abs_error(r.outputs, want)
+            if err > tolerance:
+                bad.append(r)
+            shown = "mismatch" if math.isinf(err) else f"{err:.2e}"
+            err_text = f"[green]{shown}[/green]" if err <= tolerance else f"[red]{shown}[/red]"
+        latency = [] if border else [f"{r.latency_ms:.3f}"]
+        table.add_row(r.runtime, r.path, "[green]ran[/green]", r.precision or "", err_text, *latency)
+    return bad
 
 
 def _check_precision(precision: str, runtimes: list[str]) -> None:

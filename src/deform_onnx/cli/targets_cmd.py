@@ -35,7 +35,7 @@ def targets_command(
         table.add_row(
             t.name,
             t.runtime,
-            f"{t.method}@{t.opset}",
+            f"{t.method}@{t.opset}" + (f" (forms: {', '.join(t.forms)})" if t.forms else ""),
             "; ".join([*t.options, *refused]) or "-",
             t.reason,
             f"{t.source} [{t.status}]",

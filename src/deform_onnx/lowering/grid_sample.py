@@ -40,6 +40,7 @@ import numpy as np
 from ..semantics import DeformConvSpec
 from .builder import Builder, Value
 from .common import base_coords, checked_spatial, coordinate_dtype, output_dims
+from .forms import wants
 from .gather import lower_gather
 from .grid_sampler import GridSampleSpec, lower_native
 
@@ -75,7 +76,7 @@ def lower_grid_sample(
     flat = groups == 1 and b.dim(x, 0) == 1  # static batch of one
 
     out = None
-    for i, cols in enumerate(_bilinear_rows(b, spec, x, coord, offset, mask, H, W, Ho, Wo)):
+    for i, cols in enumerate(_rows(b, spec, x, coord, offset, mask, H, W, Ho, Wo)):
         # cols: [N*G, C/G, kw*Ho*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
         w_i = b.slice(w, i * kw, (i + 1) * kw, axis=3)
         if flat:  # 2-D: ONNX Runtime fuses MatMul + Add into one Gemm
@@ -99,6 +100,27 @@ def use_exact_sampler(b: Builder, x: Value) -> bool:
         return False
     H, W = b.dim(x, 2), b.dim(x, 3)
     return not (isinstance(H, int) and isinstance(W, int) and max(H, W) <= BILINEAR_MAX_SIZE)
+
+
+def _rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, offset, mask, H, W, Ho, Wo):
+    """:func:`_bilinear_rows`, or with the ``"batch 1"`` form one GridSample per offset group.
+
+    Each group's columns ``[N, C/G, kw*Ho*Wo]`` are concatenated on axis 1:
+    the same memory as the folded ``[N*G, C/G, kw*Ho*Wo]``.
+    """
+    G = spec.offset_groups
+    if G == 1 or not wants("batch 1"):
+        yield from _bilinear_rows(b, spec, x, coord, offset, mask, H, W, Ho, Wo)
+        return
+    Cg, K = spec.channels_per_offset_group, spec.taps
+    parts = []
+    for g in range(G):
+        x_g = b.slice(x, g * Cg, (g + 1) * Cg, axis=1)
+        offset_g = b.slice(offset, 2 * g * K, 2 * (g + 1) * K, axis=1)
+        mask_g = None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1)
+        parts.append(_bilinear_rows(b, spec, x_g, coord, offset_g, mask_g, H, W, Ho, Wo))
+    for cols in zip(*parts):
+        yield b.op("Concat", *cols, axis=1)
 
 
 def _bilinear_rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, offset, mask, H, W, Ho, Wo):

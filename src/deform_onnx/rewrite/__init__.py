@@ -100,11 +100,15 @@ def lower_model(
 
     choice = _target_hooks.for_lower(target, method, opset, default_opset(model), force)
     ir_before = model.ir_version
-    model, report = _lower_model(model, method=choice.method, opset=choice.opset)
+    with choice.emitting():
+        model, report = _lower_model(model, method=choice.method, opset=choice.opset)
     apply_ir_version_ir(model, ir_version)
     report.ir_version_before, report.ir_version_after = ir_before, model.ir_version
     if choice.target is not None:
-        choice.check_graph(ir.to_proto(model))
+        proto = ir.to_proto(model)
+        if any(choice.apply_forms(proto).values()):
+            model = ir.serde.deserialize_model(proto)
+        choice.check_graph(proto)
     return model, report
 
 

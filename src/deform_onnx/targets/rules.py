@@ -42,6 +42,20 @@ def no_isnan(model: onnx.ModelProto) -> list[str]:
     return [f"IsNaN node(s) {', '.join(found[:3])}"] if found else []
 
 
+def no_nan_guard(model: onnx.ModelProto) -> list[str]:
+    """No NaN test: ``IsNaN``, or ``Equal(v, v)`` (pnnx's ``torch.eq``, which ncnn has no layer for)."""
+    from .forms import nan_guards
+
+    found = _nodes(model, "IsNaN")
+    found += [n.name or "Where" for n in nan_guards(model)]
+    return [f"NaN guard node(s) {', '.join(found[:3])}"] if found else []
+
+
+def no_gridsample(model: onnx.ModelProto) -> list[str]:
+    found = _nodes(model, "GridSample")
+    return [f"GridSample node(s) {', '.join(found[:3])}"] if found else []
+
+
 def no_deformconv(model: onnx.ModelProto) -> list[str]:
     found = _nodes(model, "DeformConv")
     return [f"DeformConv node(s) {', '.join(found[:3])}"] if found else []
@@ -68,6 +82,25 @@ def max_rank_4(model: onnx.ModelProto) -> list[str]:
         return []
     ranks = sorted({r for _, r in big})
     return [f"{len(big)} value(s) of rank {'/'.join(map(str, ranks))} > 4 (e.g. {big[0][0]})"]
+
+
+def ncnn_blobs(model: onnx.ModelProto) -> list[str]:
+    """Every value fits an ncnn blob: at most 4-D, or 5-D with a leading 1 (pnnx drops a batch axis of 1).
+
+    ncnn blobs have no batch axis and at most 4 dimensions (w, h, d, c).
+    """
+    g = _inferred(model).graph
+    big = []
+    for v in (*g.input, *g.value_info, *g.output):
+        if not (v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")):
+            continue
+        dims = v.type.tensor_type.shape.dim
+        if len(dims) > 5 or (len(dims) == 5 and dims[0].dim_value != 1):
+            big.append((v.name, [d.dim_value if d.HasField("dim_value") else "?" for d in dims]))
+    if not big:
+        return []
+    return [f"{len(big)} value(s) that no ncnn blob holds (more than 4-D after a leading 1; e.g. {big[0][0]} "
+            f"{big[0][1]})"]
 
 
 def static_shapes(model: onnx.ModelProto) -> list[str]:
@@ -112,8 +145,11 @@ def integer_shape_tensors(model: onnx.ModelProto) -> list[str]:
 RULES: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "no GridSample-20": no_gridsample_20,
     "no IsNaN": no_isnan,
+    "no NaN guard": no_nan_guard,
     "no DeformConv": no_deformconv,
+    "no GridSample": no_gridsample,
     "max tensor rank 4": max_rank_4,
+    "ncnn blobs": ncnn_blobs,
     "static shapes": static_shapes,
     "integer-only shape tensors": integer_shape_tensors,
 }

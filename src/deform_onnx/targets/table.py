@@ -126,8 +126,10 @@ TABLE: tuple[Target, ...] = (
         opset=13,
         reason="no form converts the bundled example: gather's 5-D/6-D reshapes break after onnx2tf's NCHW->NHWC "
         "transposition; grid_sample (5-D values) converts and matches for single layers (cases c04, c12, c25) "
-        "but not for the example ('Output tensors of a Functional model must be the output of a TensorFlow Layer')",
-        source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1, both forms forced)",
+        "but not for DCNv2 blocks with a 1x1-conv shortcut, as in the example ('Output tensors of a Functional model "
+        "must be the output of a TensorFlow Layer', or converted and off by 0.11)",
+        source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1, both forms forced; "
+        "scripts/repro/tflite_forms.py)",
         options=("no IsNaN", "max tensor rank 4", "static shapes"),
         faults=(_no_kernel("onnx2tf", "issue 12"),),
         status="measured here: no form converts yet",
@@ -135,14 +137,17 @@ TABLE: tuple[Target, ...] = (
     Target(
         name="ncnn",
         runtime="ncnn through pnnx",
-        method="gather",
-        opset=13,
-        reason="ncnn blobs hold at most 4-D (gather form: 'layer Tensor.reshape not exists'); the grid_sample "
-        "form's NaN guard Equal(g, g) becomes pnnx's torch.eq, which ncnn has no layer for",
-        source="measured here (scripts/runtime_matrix.py: pnnx -> ncnn Python bindings, both forms forced)",
-        options=("no IsNaN", "max tensor rank 4", "static shapes"),
+        method="grid_sample",
+        opset=17,
+        reason="grid_sample without the NaN guard (pnnx's torch.eq has no ncnn layer), one GridSample per offset "
+        "group (ncnn has no batch axis), static shapes up to 512 px a side; the gather form's 6-D values fit no "
+        "ncnn blob. A NaN offset then gives runtime-defined values",
+        source="measured here (scripts/runtime_matrix.py: pnnx 20261020 -> ncnn 1.0.20261020 Python bindings; "
+        "scripts/repro/ncnn_rank5.py)",
+        options=("no NaN guard", "ncnn blobs", "static shapes"),
         faults=(_no_kernel("ncnn", "issue 12"),),
-        status="measured here: no form converts yet",
+        status="measured here",
+        forms=("no NaN guard", "batch 1"),
     ),
     Target(
         name="mnn",
@@ -163,6 +168,26 @@ TABLE: tuple[Target, ...] = (
         opset=17,
         reason="gather@11 and grid_sample@17 ran within 2.1e-5",
         source="measured here (issue 12: apache-tvm 0.27)",
+        status="measured here",
+    ),
+    Target(
+        name="onnx2torch",
+        runtime="onnx2torch 1.5 (ONNX -> torch.fx module)",
+        method="gather",
+        opset=17,
+        reason="onnx2torch has no converter for GridSample or DeformConv; the gather form converts and runs",
+        source="measured here (scripts/runtime_matrix.py: onnx2torch 1.5.15 on torch 2.14.1)",
+        options=("no DeformConv", "no GridSample"),
+        faults=(
+            _no_kernel("onnx2torch", "'Converter is not implemented', measured here", "use method gather"),
+            Fault(
+                what="grid_sample (GridSample)",
+                why="onnx2torch has no GridSample converter ('Converter is not implemented ... GridSample', "
+                "measured here)",
+                hits=lambda method, opset: method == "grid_sample",
+                fix="use method gather",
+            ),
+        ),
         status="measured here",
     ),
     Target(

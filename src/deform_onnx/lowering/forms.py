@@ -1,0 +1,45 @@
+"""Graph forms a runtime target asks the lowerings for while they emit (a context, not a parameter).
+
+The exporters call the lowerings through torch's machinery (a TorchScript
+symbolic, a dynamo translation), which passes no options; a target's forms
+reach the lowerings through this context instead, set around the export by
+:func:`deform_onnx.export` and :func:`deform_onnx.lower`:
+
+- ``"batch 1"``: no value gets a leading axis other than the model's batch.
+  The grid_sample form folds offset groups into the batch axis (``[N*G, C/G,
+  H, W]``, one GridSample for all groups); ncnn has no batch axis (pnnx drops
+  a leading 1 and fails on any other: measured here, "layer load_param ...
+  tensor_split failed" on the bundled example's 2-offset-group layer), so this
+  form samples each offset group with its own GridSample instead (G nodes of
+  1/G the size: the same work).
+
+Forms that are plain rewrites of the finished graph live in
+:mod:`deform_onnx.targets.forms`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar
+from typing import Iterator
+
+__all__ = ["EMIT_FORMS", "graph_forms", "wants"]
+
+#: The forms a lowering can be asked for while emitting.
+EMIT_FORMS = ("batch 1",)
+_ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
+
+
+@contextlib.contextmanager
+def graph_forms(forms) -> Iterator[None]:
+    """Ask the lowerings for ``forms`` (names of :data:`EMIT_FORMS`; others are ignored) inside the block."""
+    token = _ACTIVE.set(frozenset(f for f in forms if f in EMIT_FORMS))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def wants(form: str) -> bool:
+    """Whether the active target asked for ``form``."""
+    return form in _ACTIVE.get()

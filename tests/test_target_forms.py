@@ -1,0 +1,123 @@
+"""Graph forms of the runtime targets: the ``ncnn`` target's graph (issue 12).
+
+pnnx -> ncnn takes the grid_sample form only without the NaN guard
+(``Equal(g, g)`` becomes ``torch.eq``, which ncnn has no layer for) and with
+no leading axis other than a batch of 1 (ncnn has no batch axis). These tests
+read the emitted file itself (op types, shapes from onnx's shape inference)
+and compare it with torchvision on the same tensors in ONNX Runtime; the
+default grid_sample graph of the same layer serves as the control that shows
+each check can fail. Running it on ncnn itself: scripts/runtime_matrix.py.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import onnx
+import pytest
+
+import deform_onnx
+from deform_onnx.targets.forms import drop_nan_guards, nan_guards
+from util import DeformLayer, assert_close, case_config, make_inputs, op_types, reference, run_ort
+
+#: Case c25's layer with 2 offset groups and 2 groups: the form that folds groups into the batch shows.
+CFG = case_config("c25").at(offset_groups=2, groups=2)
+
+
+@pytest.fixture(scope="module")
+def layer():
+    module = DeformLayer(CFG).eval()
+    inputs = make_inputs(CFG)
+    return module, inputs, reference(module, inputs)
+
+
+def _export(layer, **kw) -> onnx.ModelProto:
+    module, inputs, _ = layer
+    buf = io.BytesIO()
+    deform_onnx.export(module, tuple(inputs.values()), buf, input_names=list(inputs), output_names=["y"], **kw)
+    return onnx.load_from_string(buf.getvalue())
+
+
+@pytest.fixture(scope="module")
+def ncnn_file(layer):
+    return _export(layer, target="ncnn")
+
+
+@pytest.fixture(scope="module")
+def default_file(layer):
+    return _export(layer, method="grid_sample", opset_version=17)
+
+
+def nan_tests(proto: onnx.ModelProto) -> list[str]:
+    """IsNaN nodes and Equal nodes comparing a value with itself (read without the rules' code)."""
+    return [n.op_type for n in proto.graph.node
+            if n.op_type == "IsNaN" or (n.op_type == "Equal" and n.input[0] == n.input[1])]  # fmt: skip
+
+
+def leading_axes(proto: onnx.ModelProto) -> set[int]:
+    """The first dimension of every value of rank 5 or more."""
+    inferred = onnx.shape_inference.infer_shapes(proto)
+    values = [*inferred.graph.value_info, *inferred.graph.output]
+    dims = [v.type.tensor_type.shape.dim for v in values if v.type.tensor_type.HasField("shape")]
+    return {d[0].dim_value for d in dims if len(d) >= 5}
+
+
+def test_ncnn_graph_has_no_nan_test_and_no_leading_axis_but_batch(ncnn_file, default_file, layer):
+    _, inputs, want = layer
+    assert "GridSample" in op_types(ncnn_file)
+    assert not [op for op in op_types(ncnn_file) if op in ("Equal", "IsNaN")]
+    assert leading_axes(ncnn_file) <= {1}
+    assert_close(run_ort(ncnn_file.SerializeToString(), inputs), want, what="target ncnn")
+    # the control: the default graph holds both, so the checks above can fail
+    assert nan_tests(default_file) and leading_axes(default_file) - {1}
+
+
+def test_ncnn_graph_samples_each_offset_group_on_its_own(ncnn_file, default_file):
+    count = lambda proto: op_types(proto).count("GridSample")  # noqa: E731
+    assert count(ncnn_file) == CFG.offset_groups * count(default_file)
+
+
+def test_nan_offset_is_zero_with_the_guard_and_runtime_defined_without(layer, default_file, ncnn_file):
+    """What README says of NaN offsets: 0 with the guard; without it, whatever the runtime makes of NaN."""
+    module, inputs, _ = layer
+    nan_inputs = {k: v.clone() for k, v in inputs.items()}
+    nan_inputs["offset"][0, 0, 3, 3] = float("nan")
+    # the sample that NaN moves is dropped: compare with an offset that puts it outside the image
+    far = {k: v.clone() for k, v in inputs.items()}
+    far["offset"][0, 0, 3, 3] = 1e6
+    want = reference(module, far)
+    assert_close(run_ort(default_file.SerializeToString(), nan_inputs), want, what="guarded NaN offset")
+    got = run_ort(ncnn_file.SerializeToString(), nan_inputs)
+    assert got.shape == want.shape  # runs; its value at that pixel is ONNX Runtime's business
+
+
+def test_drop_nan_guards_removes_only_self_comparisons(default_file):
+    proto = onnx.ModelProto()
+    proto.CopyFrom(default_file)
+    guards = len(nan_guards(proto))
+    assert guards > 0
+    before = len(proto.graph.node)
+    assert drop_nan_guards(proto) == guards
+    assert not nan_tests(proto) and not nan_guards(proto)
+    assert len(proto.graph.node) == before - 2 * guards  # each Where and its Equal
+    onnx.checker.check_model(proto, full_check=True)
+
+
+def test_lower_with_target_ncnn_writes_the_same_form(tmp_path, layer):
+    module, inputs, want = layer
+    native = tmp_path / "native.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        deform_onnx.export(module, tuple(inputs.values()), native, method="native", opset_version=19,
+                           input_names=list(inputs), output_names=["y"])  # fmt: skip
+    proto = deform_onnx.lower(onnx.load(native), target="ncnn")
+    assert "GridSample" in op_types(proto) and not nan_tests(proto)
+    assert leading_axes(proto) <= {1}
+    assert_close(run_ort(proto.SerializeToString(), inputs), want, what="lower(target='ncnn')")
+
+
+def test_ncnn_refuses_a_graph_no_ncnn_blob_holds(layer):
+    """The gather form (6-D values; also what maps over 512 px a side sample with): refused, naming the rule."""
+    with pytest.raises(ValueError, match="target 'ncnn': ncnn blobs"):
+        _export(layer, target="ncnn", method="gather")
