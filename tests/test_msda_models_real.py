@@ -1,18 +1,29 @@
-"""Hugging Face transformers' RT-DETR (tiny config, random weights, no download) through ``deform_onnx.export``.
+"""Hugging Face transformers' RT-DETR and Mask2Former (tiny configs, random weights, no download) through
+``deform_onnx.export``, on the bundled photo, on ONNX Runtime and OpenVINO. Deformable DETR is in
+``test_msda_real.py``. Checked with transformers 5.24; expected values always come from running the
+PyTorch model on the same tensors.
 
 RT-DETR's decoder cross-attention is the pure-PyTorch multi-scale deformable
 attention (one ``grid_sample`` per level); its hybrid encoder's sine position
 embedding calls ``torch.outer``, which torch's TorchScript exporter has only
-from opset 12 (``deform_onnx.exporters.aten_gaps`` adds it at 11). Checked
-with transformers 5.24 on the bundled photo, at the export size and, with
-dynamic H/W, at another size; on ONNX Runtime and OpenVINO. Expected values
-always come from running the PyTorch model on the same tensors.
+from opset 12 (``deform_onnx.exporters.aten_gaps`` adds it at 11). It is
+checked at the export size and, with dynamic H/W, at another size.
 
 The query selection (``topk`` over the encoder's class scores) reorders the
 outputs wherever two scores tie, so the encoder scores are an output too:
 the file matches them within ``atol + rtol*|s|`` (1e-4 each), and
 :func:`assert_topk_unambiguous` checks that PyTorch's top-k scores are
 further apart than twice that, so no ranking can differ between the two.
+
+Mask2Former's pixel decoder is a stack of the same attention
+(``Mask2FormerPixelDecoderEncoderMultiscaleDeformableAttention``); its mask
+head's ``einsum`` has a symbolic from opset 12 only (``aten_gaps`` again).
+It is checked at the export size only: neither exporter gives a file that is
+right at another size. The TorchScript trace stores the level sizes as a
+constant (``torch.as_tensor(spatial_shapes_list)``, the attention's offset
+normaliser), so the file runs at 160x96 but is wrong there (measured: 0.054 on
+the mask logits); torch's dynamo exporter drops ``torch.export``'s shape
+guards (as for RT-DETR below) and ONNX Runtime fails on a broadcast.
 """
 
 from __future__ import annotations
@@ -178,3 +189,64 @@ def test_rtdetr_dynamo_17(rtdetr):
     report = deform_onnx.export(model, (photos[EXPORT_SIZE],), io.BytesIO(), opset_version=17, input_names=["x"])
     assert report.exporter == "dynamo" and report.fallback_reason is None
     assert report.max_error <= TOL
+
+
+class Segmentation(torch.nn.Module):
+    """Mask2Former's class logits ``[N, Q, C+1]`` and mask logits ``[N, Q, H/4, W/4]``."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values):
+        out = self.model(pixel_values=pixel_values)
+        return out.class_queries_logits, out.masks_queries_logits
+
+
+@pytest.fixture(scope="module")
+def mask2former():
+    """``(model, photo, PyTorch outputs)``: a ResNet backbone (transformers' default is Swin), one
+    pixel-decoder encoder layer, two decoder layers; seed 0 of :func:`unit_scale`."""
+    backbone = transformers.ResNetConfig(
+        depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 64], embedding_size=16,
+        out_features=["stage1", "stage2", "stage3", "stage4"],
+    )
+    config = transformers.Mask2FormerConfig(
+        backbone_config=backbone, use_pretrained_backbone=False, feature_size=32, mask_feature_size=32,
+        hidden_dim=32, encoder_feedforward_dim=64, dim_feedforward=64, encoder_layers=1, decoder_layers=2,
+        num_attention_heads=2, num_queries=10, num_labels=5,
+    )
+    photo = load_photo(EXPORT_SIZE)
+    torch.manual_seed(0)
+    model = Segmentation(unit_scale(transformers.Mask2FormerForUniversalSegmentation(config), photo, seed=0))
+    with torch.no_grad():
+        want = [t.numpy() for t in model.eval()(photo)]
+    return model, photo, want
+
+
+#: OpenVINO compile options beyond f32 for each opset's file. OpenVINO 2026.4 cannot compile the
+#: dynamo file's decoder self-attention (not a deformable op): its MatMul-Softmax-MatMul "snippet"
+#: fails on ``Softmax([2, 10, 10]) @ V[1, 2, 10, 16]`` as the exporter's optimizer leaves it
+#: ("ReduceDecomposition supports only Reduce by last dimension"); without snippets it compiles.
+OPENVINO_OPTIONS = {11: {}, 17: {"SNIPPETS_MODE": "DISABLE"}}
+
+
+@pytest.mark.parametrize("opset, exporter", [(11, "torchscript"), (17, "dynamo")], ids=["opset11", "opset17"])
+def test_mask2former_onnxruntime_and_openvino(mask2former, tmp_path, opset, exporter):
+    """Default arguments (11: the TorchScript fallback; 17: dynamo): export verified the file on
+    ONNX Runtime (float32: 1e-4), and OpenVINO (CPU, f32) runs it within 1e-4 of PyTorch."""
+    model, photo, want = mask2former
+    path = tmp_path / f"mask2former{opset}.onnx"
+    report = deform_onnx.export(model, (photo,), path, opset_version=opset, input_names=["x"])
+    assert report.exporter == exporter and report.opset == opset and report.max_error <= TOL
+    pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvino`")
+    import openvino as ov
+
+    import deform_onnx.openvino as dov
+
+    core = ov.Core()
+    options = {"INFERENCE_PRECISION_HINT": "f32", **OPENVINO_OPTIONS[opset]}
+    compiled = core.compile_model(dov.read_model(str(path), core), "CPU", options)
+    result = compiled([photo.numpy()])
+    for name, out, w in zip(("class logits", "mask logits"), compiled.outputs, want):
+        np.testing.assert_allclose(np.asarray(result[out]), w, rtol=TOL, atol=TOL, err_msg=name)
