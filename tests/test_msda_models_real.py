@@ -23,7 +23,8 @@ right at another size. The TorchScript trace stores the level sizes as a
 constant (``torch.as_tensor(spatial_shapes_list)``, the attention's offset
 normaliser), so the file runs at 160x96 but is wrong there (measured: 0.054 on
 the mask logits); torch's dynamo exporter drops ``torch.export``'s shape
-guards (as for RT-DETR below) and ONNX Runtime fails on a broadcast.
+guards (as for RT-DETR below) and ONNX Runtime fails on a broadcast
+(``deform_onnx.export`` now sees the guard and falls back to TorchScript).
 """
 
 from __future__ import annotations
@@ -139,22 +140,23 @@ def test_rtdetr_query_selection_is_unambiguous(rtdetr):
 
 @pytest.fixture(scope="module", params=[11, 17], ids=["opset11", "opset17"])
 def rtdetr_dynamic(request, rtdetr, tmp_path_factory):
-    """One dynamic-H/W export per opset: ``(opset, path, report)``.
+    """One dynamic-H/W export per opset, default arguments: ``(opset, path, report)``.
 
-    At 11 with default arguments (the dynamo path starts at 14: export falls
-    back to TorchScript by itself). At 17 with ``dynamo=False``: torch's dynamo
-    exporter keeps H and W symbolic in the file but drops the shape guards
-    ``torch.export`` recorded (``1 + (H - 1) // 32 == 4``: transformers computes
-    the anchors and position embeddings from Python sizes), so its file fails
-    at any other size; the TorchScript trace keeps those computations in the graph.
+    Both come from the TorchScript exporter. At 11 the dynamo path cannot
+    serve (it starts at 14). At 17 torch's dynamo exporter would keep H and W
+    symbolic in the file but drop the shape guard ``torch.export`` recorded
+    (``1 + (H - 1) // 32 == 4``: transformers computes the anchors and position
+    embeddings from Python sizes), and its file fails at any other size;
+    export finds the guard and falls back. The TorchScript trace keeps those
+    computations in the graph.
     """
     model, photos, _, _ = rtdetr
     opset = request.param
     path = tmp_path_factory.mktemp("rtdetr") / f"rtdetr{opset}.onnx"
-    kwargs = {} if opset == 11 else {"dynamo": False}
-    report = deform_onnx.export(
-        model, (photos[EXPORT_SIZE],), path, opset_version=opset, input_names=["x"], dynamic_axes=DYNAMIC, **kwargs
-    )
+    with pytest.warns(UserWarning, match="reaches opset 14" if opset == 11 else r"fixes a dynamic size.*// 32"):
+        report = deform_onnx.export(
+            model, (photos[EXPORT_SIZE],), path, opset_version=opset, input_names=["x"], dynamic_axes=DYNAMIC
+        )
     return opset, path, report
 
 
