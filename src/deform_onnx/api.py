@@ -109,8 +109,9 @@ def export(
     cannot be converted down, the dynamo file fails the checker or the
     comparison, or (with dynamic axes) the model's code fixes a dynamic size:
     torch's exporter drops the guard ``torch.export`` recorded for it, and the
-    file would be wrong at other sizes (:mod:`deform_onnx.exporters.guards`). With ``fallback=True`` export therefore succeeds for every
-    model and opset (11 to 20) that the TorchScript exporter can export.
+    file would be wrong at other sizes (:mod:`deform_onnx.exporters.guards`).
+    With ``fallback=True`` export therefore succeeds for every model and opset
+    (11 to 20) that the TorchScript exporter can export.
 
     Verification tolerance (``|ort - torch| <= atol + rtol * |torch|``, per output,
     by its dtype; an explicit ``rtol``/``atol`` wins, each on its own):

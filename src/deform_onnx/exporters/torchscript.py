@@ -183,8 +183,9 @@ def register(method: str = "auto") -> None:
     (:mod:`deform_onnx.ops`). ``method`` resolves per op: for grid_sample,
     ``native`` and ``grid_sample`` mean one ``GridSample`` node (16+); every
     method gives ms_deform_attn its one fused lowering (11+). At opset 11 it
-    also adds ``aten::outer`` (torch's own symbolic starts at 12; used by
-    transformers' RT-DETR), see :mod:`.aten_gaps`.
+    also adds ``aten::outer`` and ``aten::einsum`` (torch's own symbolics
+    start at 12; used by transformers' RT-DETR and Mask2Former), see
+    :mod:`.aten_gaps`.
 
     Args:
         method: ``"auto"``, ``"native"``, ``"grid_sample"`` or ``"gather"``;
