@@ -22,6 +22,7 @@ from .exporters.calls import capture_errors as _capture_errors
 from .exporters.calls import cause as _cause
 from .exporters.calls import export_dynamo as _export_dynamo
 from .exporters.calls import export_torchscript as _export_torchscript
+from .exporters.guards import FixedDynamicSize
 from .lowering import resolve_method
 from .semantics import MIN_OPSET, DeformConvSpec
 from .verification import Tolerance, Verified
@@ -105,9 +106,12 @@ def export(
     ``report.repairs``). The TorchScript exporter is used instead, with a
     warning saying why, when the dynamo path cannot serve: opsets 11 to 13
     (below its reach of 14), ``torch.export`` cannot capture the model, an op
-    cannot be converted down, or the dynamo file fails the checker or the
-    comparison. With ``fallback=True`` export therefore succeeds for every
-    model and opset (11 to 20) that the TorchScript exporter can export.
+    cannot be converted down, the dynamo file fails the checker or the
+    comparison, or (with dynamic axes) the model's code fixes a dynamic size:
+    torch's exporter drops the guard ``torch.export`` recorded for it, and the
+    file would be wrong at other sizes (:mod:`deform_onnx.exporters.guards`).
+    With ``fallback=True`` export therefore succeeds for every model and opset
+    (11 to 20) that the TorchScript exporter can export.
 
     Verification tolerance (``|ort - torch| <= atol + rtol * |torch|``, per output,
     by its dtype; an explicit ``rtol``/``atol`` wins, each on its own):
@@ -280,6 +284,8 @@ def _try_dynamo(
     except _capture_errors() as exc:
         _raise_bad_deform_input(exc)
         raise _DynamoUnfit(f"torch.export could not capture the model ({_cause(exc)})") from None
+    except FixedDynamicSize as exc:  # the dynamo file would be wrong at other sizes (exporters/guards.py)
+        raise _DynamoUnfit(str(exc)) from None
     except ConversionError as exc:
         raise _DynamoUnfit(f"the dynamo export cannot be converted down to opset {opset}: {exc}") from None
     except ValueError:

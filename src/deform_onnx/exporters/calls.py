@@ -15,6 +15,7 @@ import torch
 
 from ..conversion import Repair, convert_down
 from . import dynamo as _dynamo
+from .guards import check_guards, parameter_names
 from . import torchscript as _torchscript
 
 
@@ -81,6 +82,7 @@ def export_dynamo(
     Raises:
         ValueError: a lowering refused the layer (its message names the fix).
         ConversionError: an op of the model cannot be converted down to ``opset``.
+        FixedDynamicSize: the model's code fixes a size asked to be dynamic (:func:`.guards.check_guards`).
         torch's exporter errors: capture failures (see :func:`capture_errors`) and others.
     """
     from torch.onnx._internal.exporter import _errors
@@ -89,6 +91,10 @@ def export_dynamo(
     table = _dynamo.translation_table(method, opset)
     if dynamic_shapes is None and dynamic_axes is not None and _axes_skip_an_input(dynamic_axes, input_names, len(args)):
         dynamic_shapes, dynamic_axes = axes_to_dynamic_shapes(dynamic_axes, input_names, len(args)), None
+    requested = _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes)
+    if requested is not None:
+        with quiet():
+            check_guards(model, args, requested)  # FixedDynamicSize: the caller falls back to TorchScript
     with quiet(), _lowering_value_errors(_errors.ConversionError):
         program = torch.onnx.export(
             model,
@@ -108,6 +114,16 @@ def export_dynamo(
     # torch's own down-conversion writes invalid nodes (Split keeps num_outputs) or silently
     # stays at 18: convert here, where each failure names its op (see deform_onnx.conversion).
     return convert_down(program.model_proto, opset)
+
+
+def _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes):
+    """The dynamic dimensions asked for, as ``torch.export`` dynamic shapes (``None``: none, or unknown names)."""
+    if dynamic_shapes is not None:
+        return dynamic_shapes
+    if not dynamic_axes:
+        return None
+    names = input_names or parameter_names(model, len(args))
+    return None if names is None else axes_to_dynamic_shapes(dynamic_axes, names, len(args))
 
 
 def _axes_skip_an_input(dynamic_axes: dict, input_names: list[str] | None, n_args: int) -> bool:

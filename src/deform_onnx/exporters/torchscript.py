@@ -115,6 +115,16 @@ def make_symbolic(method: str = "auto"):
     return deform_conv2d
 
 
+def traced_output_dtype(g) -> np.dtype | None:
+    """The numpy dtype of the traced node's (first) output, or ``None`` when the trace has none."""
+    try:
+        st = next(iter(g.original_node.outputs())).type().scalarType()
+    except (AttributeError, RuntimeError, StopIteration):
+        return None
+    dt = _SCALAR_TO_NP.get(st)
+    return np.dtype(dt) if dt is not None else None
+
+
 def _weight_shape(g, b: "TorchScriptBuilder", weight) -> tuple[int | None, ...] | None:
     """The weight's shape, completed from the trace when ONNX shape inference lost it.
 
@@ -172,7 +182,10 @@ def register(method: str = "auto") -> None:
     :func:`unregister`), and ``deform_onnx::ms_deform_attn``
     (:mod:`deform_onnx.ops`). ``method`` resolves per op: for grid_sample,
     ``native`` and ``grid_sample`` mean one ``GridSample`` node (16+); every
-    method gives ms_deform_attn its one fused lowering (11+).
+    method gives ms_deform_attn its one fused lowering (11+). At opset 11 it
+    also adds ``aten::outer`` and ``aten::einsum`` (torch's own symbolics
+    start at 12; used by transformers' RT-DETR and Mask2Former), see
+    :mod:`.aten_gaps`.
 
     Args:
         method: ``"auto"``, ``"native"``, ``"grid_sample"`` or ``"gather"``;
@@ -198,34 +211,37 @@ def unregister() -> None:
 
 
 def _symbolics(method: str) -> dict:
-    """TorchScript op name -> symbolic, for every op of the family (deformable convolution, grid_sample)."""
-    from . import grid_sample, msda
+    """TorchScript op name -> (symbolic, opsets): every op of the family at every opset from 11, and the
+    ATen ops torch lacks at low opsets (:mod:`.aten_gaps`) only below torch's own symbolic."""
+    from . import aten_gaps, grid_sample, msda
 
+    every = range(MIN_OPSET, MAX_OPSET + 1)
     return {
-        OP_NAME: make_symbolic(method),
-        grid_sample.TORCHSCRIPT_OP: grid_sample.make_symbolic(method),
-        msda.TORCHSCRIPT_OP: msda.make_symbolic(method),
+        OP_NAME: (make_symbolic(method), every),
+        grid_sample.TORCHSCRIPT_OP: (grid_sample.make_symbolic(method), every),
+        msda.TORCHSCRIPT_OP: (msda.make_symbolic(method), every),
+        **aten_gaps.SYMBOLICS,
     }
 
 
 def _install(method: str) -> None:
-    for name, symbolic in _symbolics(method).items():
-        for opset in range(MIN_OPSET, MAX_OPSET + 1):
+    for name, (symbolic, opsets) in _symbolics(method).items():
+        for opset in opsets:
             torch.onnx.register_custom_op_symbolic(name, symbolic, opset)
 
 
 def _uninstall() -> None:
     from torch.onnx._internal.torchscript_exporter import registration
 
-    for name in _symbolics("auto"):
+    for name, (_, opsets) in _symbolics("auto").items():
         group = registration.registry.get_function_group(name)
-        for opset in range(MIN_OPSET, MAX_OPSET + 1):
+        for opset in opsets:
             # Only what is registered: torch warns for each opset otherwise (a second unregister()).
             if group is not None and group._functions.overridden(opset):
                 torch.onnx.unregister_custom_op_symbolic(name, opset)
         # torch keeps the emptied function group, and exporting then fails with
         # "min() arg is an empty sequence"; drop it so export fails as before register().
-        # (aten::grid_sampler keeps torch's own symbolic at 16+: its group stays.)
+        # (aten::grid_sampler and aten::outer keep torch's own symbolics: their groups stay.)
         group = registration.registry.get_function_group(name)
         if group is not None and not group._functions:
             registration.registry._registry.pop(name, None)
