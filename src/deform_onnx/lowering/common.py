@@ -1,4 +1,4 @@
-"""Pieces shared by the standard-op lowerings: the sample-grid bases."""
+"""Pieces shared by the standard-op lowerings: the sample-grid bases, output sizes, dtypes, batch chunking."""
 
 from __future__ import annotations
 
@@ -116,3 +116,39 @@ def in_coordinate_dtype(b: Builder, x: Value, value: Value) -> Value:
 def in_input_dtype(b: Builder, x: Value, value: Value) -> Value:
     """``value`` (of the coordinate dtype) back in the input's dtype: float16 when ``x`` is float16."""
     return b.op("Cast", value, to=onnx.TensorProto.FLOAT16) if b.dtype(x) == np.float16 else value
+
+
+#: Largest static batch that the lowerings unroll image by image (:func:`per_image`).
+PER_IMAGE_MAX_BATCH = 16
+#: Smallest static output map (Ho*Wo) that is worth unrolling: below it the
+#: extra nodes cost more time than the smaller working set saves.
+PER_IMAGE_MIN_PIXELS = 64 * 64
+
+
+def per_image(N: Dim, pixels: Dim) -> list[int | None]:
+    """The images a lowering samples and contracts one at a time: ``[0 .. N-1]``, or ``[None]`` = all at once.
+
+    ``pixels`` is the output map's ``Ho*Wo``. ONNX Runtime's ``DeformConv``
+    works one image at a time, so its peak memory does not grow with the
+    batch; a lowering that samples a tap (or a kernel row) of all N images at
+    once holds N images' columns. For a static batch of 2 to
+    :data:`PER_IMAGE_MAX_BATCH` images of at least
+    :data:`PER_IMAGE_MIN_PIXELS` output pixels the lowerings therefore emit
+    the sampling and contraction once per image (the index math stays
+    batched; the weights are sliced once and shared). Measured with ONNX
+    Runtime CPU, side by side (BENCHMARKS.md): at 8x64x64 peak memory 75.9 ->
+    29.5 MB (grid_sample) and 139 -> 61 MB (gather), time within noise
+    (grid_sample +6%, gather -12%); at 4x64x32 memory also halves but time
+    grows 9-19% (per-node overhead on small maps), hence the size floor. A
+    dynamic batch would need a ``Loop``: it stays batched.
+    """
+    if isinstance(N, int) and 1 < N <= PER_IMAGE_MAX_BATCH and isinstance(pixels, int) \
+            and pixels >= PER_IMAGE_MIN_PIXELS:
+        return list(range(N))
+    return [None]
+
+
+def pick(b: Builder, v: Value, first: Value, image: int | None) -> Value:
+    """``v[first]``, then image ``image`` of that (the next axis), unless ``image`` is ``None``."""
+    v = b.op("Gather", v, first, axis=0)
+    return v if image is None else b.op("Gather", v, b.i64(image), axis=0)

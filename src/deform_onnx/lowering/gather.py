@@ -17,7 +17,11 @@ axis first); the sampling and the contraction then run one tap at a time, and
 each tap's columns are contracted with its slice of the weight by one MatMul,
 accumulated. This keeps one tap's columns alive instead of all K taps' (about
 3x less peak memory than sampling every tap first) and runs the elementwise
-passes in cache (BENCHMARKS.md). The four corners of a tap are combined by
+passes in cache (BENCHMARKS.md). With a static batch of 2 to
+:data:`~.common.PER_IMAGE_MAX_BATCH` images of 64x64 output pixels or more,
+the taps run image by image (:func:`~.common.per_image`): one image's
+columns alive instead of N's. The
+four corners of a tap are combined by
 :class:`~.sampler.BilinearCorners` (one Gather of the four corners and a
 MatMul for rows of 32+ channels, four Gathers and a Sum for narrower ones).
 """
@@ -35,6 +39,8 @@ from .common import (
     in_coordinate_dtype,
     in_input_dtype,
     output_dims,
+    per_image,
+    pick,
 )
 from .sampler import BilinearCorners, padded_channel_rows, padded_corner
 
@@ -92,24 +98,27 @@ def lower_gather(
         weights = [b.op("Transpose", w_, perm=[0, 1, 3, 4, 2]) for w_ in weights]
     corners = BilinearCorners(b, rows, Cg, i00, row, G, [in_input_dtype(b, x, w_) for w_ in weights])
 
-    # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant).
+    # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant); sliced once,
+    # shared by every image.
     w = b.op("Transpose", b.reshape(weight, [groups, Cog, Cpg, K]), perm=[3, 0, 2, 1])
-    out = None
-    for k in range(K):
-        tap = b.i64(k)
-        cols = corners.sample(b, lambda v, t=tap: b.op("Gather", v, t, axis=0))  # [N*Ho*Wo*G, C/G]
-        # cols: rows (n, y, x, g) of C/G channels, i.e. [N*Ho*Wo, C].
-        w_k = b.op("Gather", w, tap, axis=0)
-        if groups == 1:
-            # 2-D, so that ONNX Runtime fuses MatMul + Add into one Gemm.
-            part = b.op("MatMul", b.reshape(cols, [-1, C]), b.reshape(w_k, [C, Co]))  # [N*Ho*Wo, Co]
-        else:  # conv groups as a MatMul batch axis
-            cols = b.op("Transpose", b.reshape(cols, [-1, P, groups, Cpg]), perm=[0, 2, 1, 3])
-            part = b.op("MatMul", cols, w_k)  # [N, groups, Ho*Wo, Co/groups]
-        out = part if out is None else b.op("Add", out, part)
-    if bias is not None:
-        out = b.op("Add", out, bias if groups == 1 else b.reshape(bias, [groups, 1, Cog]))
-    out = b.reshape(out, [-1, groups, P, Cog])
-    out = b.op("Transpose", out, perm=[0, 1, 3, 2])  # [N, groups, Co/groups, Ho*Wo]
-    return b.reshape(out, [-1, Co, Ho, Wo])
-
+    taps = [b.i64(k) for k in range(K)]
+    w_taps = [b.op("Gather", w, t, axis=0) for t in taps]
+    outs = []
+    for n in per_image(N, P):
+        out = None
+        for tap, w_k in zip(taps, w_taps):
+            cols = corners.sample(b, lambda v, t=tap, n=n: pick(b, v, t, n))  # [(N*)Ho*Wo*G, C/G]
+            # cols: rows (n, y, x, g) of C/G channels, i.e. [(N*)Ho*Wo, C].
+            if groups == 1:
+                # 2-D, so that ONNX Runtime fuses MatMul + Add into one Gemm.
+                part = b.op("MatMul", b.reshape(cols, [-1, C]), b.reshape(w_k, [C, Co]))  # [(N*)Ho*Wo, Co]
+            else:  # conv groups as a MatMul batch axis
+                cols = b.op("Transpose", b.reshape(cols, [-1, P, groups, Cpg]), perm=[0, 2, 1, 3])
+                part = b.op("MatMul", cols, w_k)  # [N, groups, Ho*Wo, Co/groups]
+            out = part if out is None else b.op("Add", out, part)
+        if bias is not None:
+            out = b.op("Add", out, bias if groups == 1 else b.reshape(bias, [groups, 1, Cog]))
+        out = b.reshape(out, [-1, groups, P, Cog])
+        out = b.op("Transpose", out, perm=[0, 1, 3, 2])  # [N, groups, Co/groups, Ho*Wo]
+        outs.append(b.reshape(out, [-1, Co, Ho, Wo]))
+    return outs[0] if len(outs) == 1 else b.op("Concat", *outs, axis=0)

@@ -30,7 +30,10 @@ weight, accumulated. Measured with ONNX Runtime's profiler (BENCHMARKS.md),
 this keeps the sampled columns of one kernel row (``C*kw*Ho*Wo``) alive
 instead of all ``C*K*Ho*Wo``, so the mask product runs in cache and peak
 memory stays below the native kernel's; MatMul also avoids the NCHWc copy
-ONNX Runtime makes in front of a 1x1 Conv.
+ONNX Runtime makes in front of a 1x1 Conv. A static batch of 2 to
+:data:`~.common.PER_IMAGE_MAX_BATCH` images of 64x64 output pixels or more is
+sampled image by image (:func:`~.common.per_image`), so one image's row of
+columns is alive.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import numpy as np
 
 from ..semantics import DeformConvSpec
 from .builder import Builder, Value
-from .common import base_coords, checked_spatial, coordinate_dtype, output_dims
+from .common import base_coords, checked_spatial, coordinate_dtype, output_dims, per_image
 from .forms import wants
 from .gather import lower_gather
 from .grid_sampler import GridSampleSpec, lower_native
@@ -73,22 +76,30 @@ def lower_grid_sample(
         return lower_gather(b, spec, x, weight, offset, mask, bias)
     coord, offset = coordinate_dtype(b, x, offset)
     w = b.reshape(weight, [groups, Co // groups, Cpg, kh * kw])
-    flat = groups == 1 and b.dim(x, 0) == 1  # static batch of one
+    w_rows = [b.slice(w, i * kw, (i + 1) * kw, axis=3) for i in range(kh)]  # shared by every image
+    images = per_image(b.dim(x, 0), P)
+    flat = groups == 1 and (b.dim(x, 0) == 1 or images != [None])  # a batch of one per MatMul
 
-    out = None
-    for i, cols in enumerate(_rows(b, spec, x, coord, offset, mask, H, W, Ho, Wo)):
-        # cols: [N*G, C/G, kw*Ho*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
-        w_i = b.slice(w, i * kw, (i + 1) * kw, axis=3)
-        if flat:  # 2-D: ONNX Runtime fuses MatMul + Add into one Gemm
-            part = b.op("MatMul", b.reshape(w_i, [Co, C * kw]), b.reshape(cols, [C * kw, P]))
+    outs = []
+    for n in images:
+        if n is None:
+            x_n, offset_n, mask_n = x, offset, mask
         else:
-            cols = b.reshape(cols, [-1, groups, Cpg * kw, P])
-            part = b.op("MatMul", b.reshape(w_i, [groups, Co // groups, Cpg * kw]), cols)
-        out = part if out is None else b.op("Add", out, part)  # [N, groups, Co/groups, Ho*Wo]
-    out = b.reshape(out, [-1, Co, P])
-    if bias is not None:
-        out = b.op("Add", out, b.reshape(bias, [Co, 1]))
-    return b.reshape(out, [-1, Co, Ho, Wo])
+            x_n, offset_n, mask_n = (None if t is None else b.slice(t, n, n + 1, axis=0) for t in (x, offset, mask))
+        out = None
+        for w_i, cols in zip(w_rows, _rows(b, spec, x_n, coord, offset_n, mask_n, H, W, Ho, Wo)):
+            # cols: [N*G, C/G, kw*Ho*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
+            if flat:  # 2-D: ONNX Runtime fuses MatMul + Add into one Gemm
+                part = b.op("MatMul", b.reshape(w_i, [Co, C * kw]), b.reshape(cols, [C * kw, P]))
+            else:
+                cols = b.reshape(cols, [-1, groups, Cpg * kw, P])
+                part = b.op("MatMul", b.reshape(w_i, [groups, Co // groups, Cpg * kw]), cols)
+            out = part if out is None else b.op("Add", out, part)  # [N, groups, Co/groups, Ho*Wo]
+        out = b.reshape(out, [-1, Co, P])
+        if bias is not None:
+            out = b.op("Add", out, b.reshape(bias, [Co, 1]))
+        outs.append(b.reshape(out, [-1, Co, Ho, Wo]))
+    return outs[0] if len(outs) == 1 else b.op("Concat", *outs, axis=0)
 
 
 def use_exact_sampler(b: Builder, x: Value) -> bool:
