@@ -95,7 +95,7 @@ def onnxruntime_target(spec: str = "") -> Target:
         method="gather",
         opset=11,
         reason=f"older than the oldest build measured here ({OLDEST_MEASURED}): the widest graph (gather@11, IR 6)",
-        source="DESIGN.md (opset -> IR table); not measured",
+        source="ONNX versioning table (opset -> IR version); not measured",
         options=("no DeformConv",),
         faults=(_NO_KERNEL,),
     )

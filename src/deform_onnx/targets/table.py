@@ -48,7 +48,7 @@ TABLE: tuple[Target, ...] = (
             Fault(
                 what="native (DeformConv)",
                 why="OpenVINO 2026.4 rejects DeformConv, and newer frontends map it with "
-                "bilinear_interpolation_pad=false (off by 2-6 at borders; DESIGN.md)",
+                "bilinear_interpolation_pad=false (off by 2-6 at borders, measured here)",
                 hits=lambda method, opset: method == "native",
                 fix="use target openvino-extension (native with deform_onnx.openvino.extension()), or grid_sample",
             ),
@@ -82,7 +82,7 @@ TABLE: tuple[Target, ...] = (
         method="gather",
         opset=17,
         reason="no deformable-convolution plugin; the parser's GridSample faults as for tensorrt",
-        source="read: DESIGN.md runtime facts; NVIDIA/TensorRT #4646, #4813",
+        source="read: onnx-tensorrt PR #1060, NVIDIA/TensorRT #4646, #4813",
         options=("no GridSample-20", "no DeformConv", "integer-only shape tensors"),
         faults=(_GRIDSAMPLE_20, _no_kernel("TensorRT-RTX", "no deformable plugin")),
     ),
@@ -115,9 +115,9 @@ TABLE: tuple[Target, ...] = (
         opset=17,
         reason="no DeformConv kernel; Gather/Clip/MatMul are plain tensor ops (nodes CoreML cannot take run on "
         "ONNX Runtime's CPU provider)",
-        source="read: DESIGN.md runtime facts; not run here (no Apple machine)",
+        source="read: ONNX Runtime CoreML EP operator list; not run here (no Apple machine)",
         options=("no DeformConv",),
-        faults=(_no_kernel("ONNX Runtime's CoreML provider", "DESIGN.md"),),
+        faults=(_no_kernel("ONNX Runtime's CoreML provider", "its operator list (read)"),),
     ),
     Target(
         name="tflite",
@@ -196,7 +196,7 @@ TABLE: tuple[Target, ...] = (
         method="gather",
         opset=11,
         reason="the widest graph: Gather, Clip, MatMul and shape ops at the oldest opset reached (IR 6)",
-        source="DESIGN.md lowering knowledge",
+        source="the ONNX operator schemas (Gather, Clip, MatMul at opset 11)",
         options=("no DeformConv",),
     ),
 )
