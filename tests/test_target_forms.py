@@ -16,9 +16,9 @@ import warnings
 
 import onnx
 import pytest
+import torch
 
 import deform_onnx
-from deform_onnx.targets.forms import drop_nan_guards, nan_guards
 from util import DeformLayer, assert_close, case_config, make_inputs, op_types, reference, run_ort
 
 #: Case c25's layer with 2 offset groups and 2 groups: the form that folds groups into the batch shows.
@@ -92,16 +92,22 @@ def test_nan_offset_is_zero_with_the_guard_and_runtime_defined_without(layer, de
     assert got.shape == want.shape  # runs; its value at that pixel is ONNX Runtime's business
 
 
-def test_drop_nan_guards_removes_only_self_comparisons(default_file):
-    proto = onnx.ModelProto()
-    proto.CopyFrom(default_file)
-    guards = len(nan_guards(proto))
-    assert guards > 0
-    before = len(proto.graph.node)
-    assert drop_nan_guards(proto) == guards
-    assert not nan_tests(proto) and not nan_guards(proto)
-    assert len(proto.graph.node) == before - 2 * guards  # each Where and its Equal
-    onnx.checker.check_model(proto, full_check=True)
+class _OwnGuard(torch.nn.Module):
+    """A model that writes its own NaN guard (``torch.where(x == x, x, 0)``) before the layer."""
+
+    def __init__(self, layer: torch.nn.Module):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x, offset, mask):
+        return self.layer(torch.where(x == x, x, torch.zeros_like(x)), offset, mask)
+
+
+def test_the_form_leaves_the_models_own_nan_guard_to_the_rule(layer):
+    """Only the lowerings' guards go: a guard the model wrote stays as written, and the ncnn rule names it."""
+    module, inputs, _ = layer
+    with pytest.raises(ValueError, match="target 'ncnn': .*NaN guard"):
+        _export((_OwnGuard(module), inputs, None), target="ncnn")
 
 
 def test_lower_with_target_ncnn_writes_the_same_form(tmp_path, layer):

@@ -416,8 +416,6 @@ def _default_opset(proto: onnx.ModelProto) -> int | None:
 def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice) -> None:
     """Stamp the lowest IR version the opsets need (or ``ir_version``), validate, and check the
     graph against the runtime target's known faults (issue 12's hooks)."""
-    if choice is not None:
-        choice.apply_forms(proto)
     apply_ir_version(proto, ir_version)
     _validate(proto, opset, method)
     if choice is not None:

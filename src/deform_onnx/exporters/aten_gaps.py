@@ -41,14 +41,7 @@ def emit_outer(b: Builder, input: Value, vec2: Value, out_dtype=None) -> Value:
 
         to = int(np_dtype_to_tensor_dtype(out_dtype))
         input, vec2 = (v if b.dtype(v) == out_dtype else b.op("Cast", v, to=to) for v in (input, vec2))
-    return b.op("Mul", _unsqueeze(b, input, 1), _unsqueeze(b, vec2, 0))
-
-
-def _unsqueeze(b: Builder, value: Value, axis: int) -> Value:
-    # Unsqueeze's axes moved from an attribute to an input at opset 13.
-    if b.opset < 13:
-        return b.op("Unsqueeze", value, axes=[axis])
-    return b.op("Unsqueeze", value, b.i64([axis]))
+    return b.op("Mul", b.unsqueeze(input, [1]), b.unsqueeze(vec2, [0]))
 
 
 def emit_einsum(b: Builder, equation: str, operands: list) -> Value:

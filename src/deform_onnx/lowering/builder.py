@@ -150,6 +150,18 @@ class Builder:
         """Reshape to ``dims`` (``0`` copies the input dim, ``-1`` infers)."""
         return self.op("Reshape", value, self.shape_vector(dims))
 
+    def unsqueeze(self, value: Value, axes: Sequence[int]) -> Value:
+        """``value`` with axes of size 1 inserted (``axes`` became an input at opset 13)."""
+        if self.opset >= 13:
+            return self.op("Unsqueeze", value, self.i64(list(axes)))
+        return self.op("Unsqueeze", value, axes=list(axes))
+
+    def reduce_sum(self, value: Value, axes: Sequence[int], keepdims: int = 1) -> Value:
+        """``ReduceSum`` over ``axes`` (``axes`` became an input at opset 13)."""
+        if self.opset >= 13:
+            return self.op("ReduceSum", value, self.i64(list(axes)), keepdims=keepdims)
+        return self.op("ReduceSum", value, axes=list(axes), keepdims=keepdims)
+
     def slice(self, value: Value, start: int, end: int, axis: int) -> Value:
         """Static slice ``[start:end]`` along one axis (Slice-10+ form)."""
         return self.op("Slice", value, self.i64([start]), self.i64([end]), self.i64([axis]))

@@ -120,11 +120,7 @@ def lower_dcnv3(b: Builder, spec: DCNv3Spec, x: Value, offset: Value, mask: Valu
     sampled = sampler(b, GridSampleSpec("bilinear", "zeros", False), value, grid)  # [N*G, gc, Ho*Wo, P]
     weight = b.op("Transpose", b.reshape(mask, [0, -1, G, P]), perm=[0, 2, 1, 3])
     weight = b.reshape(weight, [-1, 1, HW, P])
-    product = b.op("Mul", sampled, weight)
-    if b.opset >= 13:
-        out = b.op("ReduceSum", product, b.i64([3]), keepdims=0)
-    else:
-        out = b.op("ReduceSum", product, axes=[3], keepdims=0)
+    out = b.reduce_sum(b.op("Mul", sampled, weight), [3], keepdims=0)
     out = b.op("Transpose", b.reshape(out, [-1, C, HW]), perm=[0, 2, 1])
     return b.reshape(out, [-1, Ho, Wo, C])
 

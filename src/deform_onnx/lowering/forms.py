@@ -12,9 +12,14 @@ reach the lowerings through this context instead, set around the export by
   tensor_split failed" on the bundled example's 2-offset-group layer), so this
   form samples each offset group with its own GridSample instead (G nodes of
   1/G the size: the same work).
-
-Forms that are plain rewrites of the finished graph live in
-:mod:`deform_onnx.targets.forms`.
+- ``"no NaN guard"``: the samplers leave out the ``Where(Equal(p, p), ...)``
+  that maps a NaN sample coordinate outside the image
+  (:func:`~.sampler.nan_guard`). pnnx traces that ``Equal`` as ``torch.eq``,
+  which ncnn has no layer for (measured here: "layer torch.eq not exists or
+  registered"). Finite and infinite offsets give the same numbers (the
+  ``Clip`` stays); a NaN offset gives whatever the runtime's ``Clip`` and
+  ``GridSample``/``Gather`` make of NaN: runtime-defined values, not 0. Only
+  the lowerings' own guards go; the model's other nodes are left as written.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Iterator
 __all__ = ["EMIT_FORMS", "graph_forms", "wants"]
 
 #: The forms a lowering can be asked for while emitting.
-EMIT_FORMS = ("batch 1",)
+EMIT_FORMS = ("batch 1", "no NaN guard")
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 
 

@@ -46,6 +46,7 @@ from .common import base_coords, checked_spatial, coordinate_dtype, output_dims,
 from .forms import wants
 from .gather import lower_gather
 from .grid_sampler import GridSampleSpec, lower_native
+from .sampler import nan_guard
 
 MIN_OPSET = 16
 #: Largest static H or W sampled with bilinear GridSample (output error about 2e-5
@@ -184,4 +185,4 @@ def _finite_grid(b: Builder, grid: Value, like: Value) -> Value:
     # unknown to the builder (file rewrite), which would need a float32 CastLike.
     three = b.float_const(3.0, like)
     clipped = b.op("Clip", grid, b.float_const(-3.0, like), three)
-    return b.op("Where", b.op("Equal", grid, grid), clipped, three)
+    return nan_guard(b, grid, clipped, three)

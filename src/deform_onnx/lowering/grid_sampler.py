@@ -38,7 +38,7 @@ import numpy as np
 
 from .builder import Builder, Dim, Value
 from .common import coordinate_dtype, in_input_dtype
-from .sampler import BilinearCorners, padded_channel_rows, padded_corner, padded_nearest
+from .sampler import BilinearCorners, nan_guard, padded_channel_rows, padded_corner, padded_nearest
 
 #: ATen's enums (``GridSamplerUtils.h``): index = the int ``aten::grid_sampler`` receives.
 TORCH_MODES = ("bilinear", "nearest", "bicubic")
@@ -154,7 +154,7 @@ def source_index(b: Builder, spec: GridSampleSpec, g: Value, size: Dim, like: Va
         p = _reflect(b, p, size, spec.align_corners, like)
     last = _size_const(b, size, -1, 1.0, like)
     clipped = b.op("Clip", p, b.float_const(0.0, like), last)
-    return b.op("Where", b.op("Equal", p, p), clipped, b.float_const(0.0, like))
+    return nan_guard(b, p, clipped, b.float_const(0.0, like))
 
 
 def _reflect(b: Builder, p: Value, size: Dim, align_corners: bool, like: Value) -> Value:

@@ -44,6 +44,7 @@ import onnx
 
 from .builder import Builder, Value
 from .common import coordinate_dtype, in_input_dtype
+from .sampler import nan_guard
 
 #: Lowest default-domain opset of :func:`lower_gather` (Gather, Where, Clip-free Min/Max, MatMul).
 MIN_OPSET = 11
@@ -85,7 +86,7 @@ def lower_gather(
         # Finite and castable: anything at <= -1 or >= size samples 0 either way; NaN -> -2 (samples 0).
         low = b.float_const(-2.0, like)
         clamped = b.op("Max", b.op("Min", p, b.op("Add", size, one)), low)
-        return b.op("Where", b.op("Equal", p, p), clamped, low)
+        return nan_guard(b, p, clamped, low)
 
     px, py = pixel(0, Wf), pixel(1, Hf)
     x0, y0 = b.op("Floor", px), b.op("Floor", py)

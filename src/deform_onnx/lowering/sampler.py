@@ -13,6 +13,9 @@ The pieces here are written once for all of them:
   the table (NaN samples 0), its corner index and bilinear weights;
 - :class:`BilinearCorners`: the four corners' rows combined with their
   weights, in the form ONNX Runtime runs fastest for the row width.
+- :func:`nan_guard`: the NaN guard on sample coordinates that every
+  standard-op sampler (GridSample forms and MSDA too) writes, left out under
+  the ``no NaN guard`` target form.
 
 Each op keeps its own coordinate rule (torchvision's ``base + offset`` for
 deformable convolution, ATen's unnormalisation and padding modes for
@@ -28,6 +31,7 @@ from typing import Callable
 import onnx
 
 from .builder import Builder, Dim, Value
+from .forms import wants
 
 
 #: Zero rows :func:`padded_channel_rows` adds before / after the image along H and W.
@@ -98,7 +102,23 @@ def _clamped(b: Builder, p: Value, size: Dim, like: Value, border_rule: bool) ->
         low, high = b.float_const(-1.0, like), _size_plus(b, size, 0, like)
     else:
         low, high = b.float_const(0.0, like), _size_plus(b, size, -1, like)
-    return b.op("Where", b.op("Equal", p, p), b.op("Clip", p, low, high), low)
+    return nan_guard(b, p, b.op("Clip", p, low, high), low)
+
+
+def nan_guard(b: Builder, p: Value, value: Value, fallback: Value) -> Value:
+    """``value`` where ``p`` is a number, ``fallback`` where ``p`` is NaN: ``Where(Equal(p, p), value, fallback)``.
+
+    Every standard-op sampler guards its coordinates with this (a NaN cast to
+    an integer index is undefined; GridSample returns non-zero values for
+    it). ``Equal(p, p)`` is false only for NaN; ``IsNaN`` is not used because
+    MNN's converter rejects it. Under the target form ``"no NaN guard"``
+    (:mod:`.forms`; pnnx writes ``Equal`` as ``torch.eq``, which ncnn has no
+    layer for) this returns ``value``: finite and infinite coordinates give
+    the same numbers, a NaN one gives whatever the runtime makes of it.
+    """
+    if wants("no NaN guard"):
+        return value
+    return b.op("Where", b.op("Equal", p, p), value, fallback)
 
 
 def _padded_index(b: Builder, p0: Value, like: Value) -> Value:
@@ -141,8 +161,8 @@ class BilinearCorners:
         self.stacked = not isinstance(width, int) or width >= GATHER4_MIN_WIDTH
         if self.stacked:
             # Corner axis last, a Concat of trailing 1s (a broadcast Add onto a trailing 4 profiled slower).
-            self.idx = b.op("Concat", *[_unsqueeze_last(b, i) for i in idx], axis=-1)
-            self.wgt = b.op("Concat", *[_unsqueeze_last(b, w) for w in weights], axis=-1)
+            self.idx = b.op("Concat", *[b.unsqueeze(i, [-1]) for i in idx], axis=-1)
+            self.wgt = b.op("Concat", *[b.unsqueeze(w, [-1]) for w in weights], axis=-1)
         else:
             self.idx, self.wgt = idx, list(weights)
 
@@ -155,13 +175,6 @@ class BilinearCorners:
         terms = [b.op("Mul", b.op("Gather", self.rows, b.reshape(take(i), [-1]), axis=0), b.reshape(take(w), [-1, 1]))
                  for i, w in zip(self.idx, self.wgt)]
         return b.op("Sum", *terms)  # one pass instead of three Adds
-
-
-def _unsqueeze_last(b: Builder, v: Value) -> Value:
-    """``v`` with a trailing axis of 1 (Unsqueeze's axes became an input at opset 13)."""
-    if b.opset >= 13:
-        return b.op("Unsqueeze", v, b.i64([-1]))
-    return b.op("Unsqueeze", v, axes=[-1])
 
 
 def _size_plus(b: Builder, size: Dim, delta: int, like: Value) -> Value:

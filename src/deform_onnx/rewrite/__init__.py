@@ -105,10 +105,7 @@ def lower_model(
     apply_ir_version_ir(model, ir_version)
     report.ir_version_before, report.ir_version_after = ir_before, model.ir_version
     if choice.target is not None:
-        proto = ir.to_proto(model)
-        if any(choice.apply_forms(proto).values()):
-            model = ir.serde.deserialize_model(proto)
-        choice.check_graph(proto)
+        choice.check_graph(ir.to_proto(model))
     return model, report
 
 

@@ -47,9 +47,8 @@ class Target:
         options: graph rules by name (see :data:`deform_onnx.targets.rules.RULES`),
             checked on every emitted graph.
         faults: combinations the runtime mishandles: a ``ValueError`` without ``force``.
-        forms: graph forms it asks for (:data:`deform_onnx.lowering.forms.EMIT_FORMS`, asked of
-            the lowerings while they emit; :data:`deform_onnx.targets.forms.FORMS`, rewrites of
-            the finished graph before its rules are checked).
+        forms: graph forms it asks the lowerings for while they emit
+            (:data:`deform_onnx.lowering.forms.EMIT_FORMS`).
         status: ``"measured here"`` when a build of the runtime ran this graph here,
             else what it is read from.
     """
@@ -88,14 +87,6 @@ class Choice:
         from ..lowering.forms import graph_forms
 
         return graph_forms(self.target.forms if self.target is not None else ())
-
-    def apply_forms(self, model: onnx.ModelProto) -> dict[str, int]:
-        """Rewrite ``model`` in place with the target's graph-rewrite forms; ``{form: places changed}``."""
-        from .forms import FORMS, apply_forms
-
-        if self.target is None:
-            return {}
-        return apply_forms(model, tuple(f for f in self.target.forms if f in FORMS))
 
     def check_graph(self, model: onnx.ModelProto) -> list[str]:
         """Check ``model`` against the target's rules.

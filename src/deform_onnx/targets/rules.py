@@ -42,10 +42,22 @@ def no_isnan(model: onnx.ModelProto) -> list[str]:
     return [f"IsNaN node(s) {', '.join(found[:3])}"] if found else []
 
 
+def nan_guards(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The ``Where(Equal(v, v), a, b)`` nodes of the main graph (NaN guards), in graph order."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    found = []
+    for node in model.graph.node:
+        if node.op_type != "Where" or node.domain not in ("", "ai.onnx"):
+            continue
+        cond = producer.get(node.input[0])
+        if cond is not None and cond.op_type == "Equal" and cond.domain in ("", "ai.onnx") \
+                and cond.input[0] == cond.input[1]:
+            found.append(node)
+    return found
+
+
 def no_nan_guard(model: onnx.ModelProto) -> list[str]:
     """No NaN test: ``IsNaN``, or ``Equal(v, v)`` (pnnx's ``torch.eq``, which ncnn has no layer for)."""
-    from .forms import nan_guards
-
     found = _nodes(model, "IsNaN")
     found += [n.name or "Where" for n in nan_guards(model)]
     return [f"NaN guard node(s) {', '.join(found[:3])}"] if found else []
