@@ -190,8 +190,14 @@ for n in meta["inputs"]:
     if feeds[n].ndim == 4 and feeds[n].shape[1] == 3:
         sample = np.resize(feeds[n].transpose(0, 2, 3, 1), (20, 128, 128, 3)).astype(np.float32)
         np.save(os.path.join(work, "calibration_image_sample_data_20x128x128x3_float32.npy"), sample)
-conv = subprocess.run([os.path.join(meta["tool"], "onnx2tf"), "-i", meta["model"], "-o", work, "-n"],
-                      capture_output=True, text=True, timeout=900, cwd=work)
+# onnx2tf runs `onnxsim` (0.4.36, its pin) from PATH first, as in an activated venv, and writes the
+# simplified model over its input: convert a copy
+import shutil
+model = os.path.join(work, "model.onnx")
+shutil.copyfile(meta["model"], model)
+env = dict(os.environ, PATH=meta["tool"] + os.pathsep + os.environ.get("PATH", ""))
+conv = subprocess.run([os.path.join(meta["tool"], "onnx2tf"), "-i", model, "-o", work, "-n"],
+                      capture_output=True, text=True, timeout=1800, cwd=work, env=env)
 found = glob.glob(os.path.join(work, "*_float32.tflite"))
 if not found:
     log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]
@@ -296,19 +302,22 @@ BUILDS: tuple[Build, ...] = (
           ("openvino-extension",), extension=True),
     Build("ort-newest", "onnxsim, then ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS,
           rewriter=("onnxsim", ONNXSIM)),
+    Build("ort-newest", "onnxsim 0.4.36 (onnx2tf's pin), then ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS,
+          rewriter=("onnxsim-0.4.36", ONNXSIM)),
     Build("ort-newest", "onnxslim, then ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS,
           rewriter=("onnxslim", ONNXSLIM)),
     Build("mnn", "MNN (MNNConvert + runtime)", ("MNN",), MNN, ("mnn", "generic")),
     Build("tvm", "Apache TVM (relax ONNX frontend, llvm)", ("apache-tvm", "onnx"), TVM, ("tvm", "generic")),
     Build("pnnx", "ncnn (through pnnx)", ("pnnx", "ncnn"), NCNN, ("ncnn", "ncnn:gather")),
 )
-#: onnx2tf needs TensorFlow and its helpers installed beside it (its own dependencies name none of them).
+#: onnx2tf and the helpers it imports (its 1.29 metadata pins most of them; onnxsim 0.4.36 among them).
 _ONNX2TF = ("onnx2tf", "tensorflow", "tf-keras", "ai-edge-litert", "onnx", "onnx-graphsurgeon", "sng4onnx", "psutil",
             "onnxruntime")  # fmt: skip
 BUILDS += (Build("onnx2tf", "TFLite / LiteRT (through onnx2tf)", _ONNX2TF, TFLITE,
                  ("tflite", "tflite:gather", "tflite:grid_sample")),)  # fmt: skip
 #: Requirements of the rewriters' venvs.
-REWRITERS = {"onnxsim": ("onnxsim", "onnxruntime"), "onnxslim": ("onnxslim",)}
+REWRITERS = {"onnxsim": ("onnxsim", "onnxruntime"), "onnxsim-0.4.36": ("onnxsim==0.4.36", "onnxruntime"),
+             "onnxslim": ("onnxslim",)}
 #: onnx2torch needs torchvision; torch 2.14.1 / torchvision 0.29.1 are the pair on this machine's disk.
 BUILDS += (Build("onnx2torch", "onnx2torch (torch.fx, CPU)", ("torch==2.14.1", "torchvision==0.29.1", "onnx2torch",
                  "onnx"), ONNX2TORCH, ("onnx2torch", "generic", "onnxruntime<1.25", "onnxruntime")),)  # fmt: skip

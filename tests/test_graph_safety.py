@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import io
 
+import numpy as np
 import onnx
 import pytest
 
@@ -280,10 +281,11 @@ def test_standard_lowerings_use_only_directml_ops(gid, graph):
 #: The ops the default export (method "auto" at opset 17 = grid_sample) and gather at 17
 #: may use, as reviewed against DirectML and TensorRT. A new op must be checked against
 #: both lists above (and the README support table) before it is added here.
-_GRID_SAMPLE_OPS = {"Add", "And", "Cast", "Clip", "Concat", "Constant", "Div", "Equal", "Gather", "GridSample",
+_GRID_SAMPLE_OPS = {"Add", "And", "Cast", "Clip", "Concat", "Constant", "Div", "Equal", "Gather", "Gemm", "GridSample",
                     "MatMul", "Mul", "Range", "Reshape", "Shape", "Slice", "Sub", "Transpose", "Where"}  # fmt: skip
 # Expand: the gather sampler's zero border (blocks of zeros concatenated to the input).
-_GATHER_OPS = {"Add", "And", "Cast", "Clip", "Concat", "Constant", "Div", "Equal", "Floor", "Gather", "Greater",
+# Gemm: the per-tap / per-row products accumulated (lowering.common.add_product).
+_GATHER_OPS = {"Add", "And", "Cast", "Clip", "Concat", "Constant", "Div", "Equal", "Floor", "Gather", "Gemm", "Greater",
                "Less", "MatMul", "Mul", "Expand", "Range", "Reshape", "Shape", "Slice", "Sub", "Sum", "Transpose",
                "Unsqueeze", "Where"}  # fmt: skip
 DEFAULT_OPS = {
@@ -312,3 +314,39 @@ def test_default_opset_17_op_list(method):
     assert ops <= DEFAULT_OPS[resolved], f"not reviewed for DirectML/TensorRT: {sorted(ops - DEFAULT_OPS[resolved])}"
     assert ("GridSample" in ops) == (resolved == "grid_sample")
     assert ops <= set(DIRECTML_OPS) and all(_since(op, 17) <= 17 for op in ops)
+
+
+# -- onnxsim 0.4.36 (pinned and run by onnx2tf) -----------------------------------------------------
+
+
+def matmul_pairs(proto: onnx.ModelProto) -> list[str]:
+    """Adds whose two inputs are both 2-D MatMul outputs.
+
+    onnxoptimizer's ``fuse_matmul_add_bias_into_gemm`` (onnxsim 0.4.36) turns such an Add
+    into a Gemm placed at the first MatMul, before the second one's output exists: a graph
+    that fails onnx's topological-order check, so onnxsim (and onnx2tf, which runs it) stops.
+    """
+    inferred = onnx.shape_inference.infer_shapes(proto)
+    rank = {v.name: len(v.type.tensor_type.shape.dim) for v in inferred.graph.value_info}
+    matmul_2d = {o for n in proto.graph.node if n.op_type == "MatMul" for o in n.output if rank.get(o) == 2}
+    return [n.name for n in proto.graph.node if n.op_type == "Add" and all(i in matmul_2d for i in n.input)]
+
+
+@pytest.mark.parametrize("gid, graph", [(g, t) for g, t in GRAPHS if _method_of(g) != "native"],
+                         ids=[g for g, _ in GRAPHS if _method_of(g) != "native"])  # fmt: skip
+def test_no_add_of_two_matmuls(gid, graph):
+    """Products are accumulated by Gemm (``C`` = the running sum), never by Add(MatMul, MatMul)."""
+    proto = graph()
+    assert matmul_pairs(proto) == []
+    if "dcnv1" in gid:  # groups == 1: the 2-D accumulation path ran
+        assert any(n.op_type == "Gemm" for n in proto.graph.node), gid
+
+
+def test_matmul_pairs_finds_the_pattern():
+    a = onnx.helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 3])
+    nodes = [onnx.helper.make_node("MatMul", ["a", "w"], ["p"], name="m1"),
+             onnx.helper.make_node("MatMul", ["a", "w"], ["q"], name="m2"),
+             onnx.helper.make_node("Add", ["p", "q"], ["y"], name="add")]  # fmt: skip
+    w = onnx.numpy_helper.from_array(np.ones((3, 3), np.float32), "w")
+    graph = onnx.helper.make_graph(nodes, "g", [a], [onnx.helper.make_tensor_value_info("y", 1, None)], [w])
+    assert matmul_pairs(onnx.helper.make_model(graph)) == ["add"]

@@ -127,3 +127,44 @@ def test_ncnn_refuses_a_graph_no_ncnn_blob_holds(layer):
     """The gather form (6-D values; also what maps over 512 px a side sample with): refused, naming the rule."""
     with pytest.raises(ValueError, match="target 'ncnn': ncnn blobs"):
         _export(layer, target="ncnn", method="gather")
+
+
+def test_check_with_target_lowers_in_the_targets_form(tmp_path, layer, monkeypatch):
+    """``check --target ncnn``'s lower() rows run the ncnn form (per-group GridSample, no NaN test), not the default."""
+    import deform_onnx.rewrite as rewrite
+    from deform_onnx.runtimes import run_paths
+
+    module, inputs, want = layer
+    native = tmp_path / "native.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        deform_onnx.export(module, tuple(inputs.values()), native, method="native", opset_version=19,
+                           input_names=list(inputs), output_names=["y"])  # fmt: skip
+    seen = []
+    real_lower = rewrite.lower
+    monkeypatch.setattr(rewrite, "lower", lambda *a, **kw: seen.append(real_lower(*a, **kw)) or seen[-1])
+    feeds = {k: v.numpy() for k, v in inputs.items()}
+    for target in (None, "ncnn"):
+        results = run_paths(native, feeds, runtimes=["ort"], method="grid_sample", target=target, repeat=0)
+        lowered = next(r for r in results if r.path.startswith("lower("))
+        assert lowered.ran, lowered.reason
+        assert_close(lowered.outputs[0], want, what=f"check lower() row, target {target}")
+    default, ncnn = seen
+    assert op_types(ncnn).count("GridSample") == CFG.offset_groups * op_types(default).count("GridSample")
+    assert nan_tests(default) and not nan_tests(ncnn)
+
+
+def gather_tables(proto: onnx.ModelProto) -> int:
+    """How many zero-padded channel tables the gather form built (one Transpose of the input each)."""
+    return sum(1 for n in proto.graph.node if n.op_type == "Transpose" and list(n.attribute[0].ints) == [0, 2, 3, 1])
+
+
+def test_tflite_samples_offset_groups_apart(layer):
+    """The ``tflite`` target's gather form: one table and index computation per offset group, same numbers."""
+    _, inputs, want = layer
+    apart = _export(layer, target="tflite")
+    together = _export(layer, method="gather", opset_version=17)
+    assert gather_tables(apart) == CFG.offset_groups and gather_tables(together) == 1
+    assert "GridSample" not in op_types(apart)
+    for proto, what in ((apart, "offset groups apart"), (together, "one table")):
+        assert_close(run_ort(proto.SerializeToString(), inputs), want, what=what)

@@ -211,13 +211,15 @@ def check_command(
         border, border_why = border_feeds(model, feeds, seed) if deformable else (None, "")
     with _progress() as show:
         results = run_paths(
-            model_path, feeds, runtimes=runtimes, method=method, precision=precision, repeat=repeat,
+            model_path, feeds, runtimes=runtimes, method=method, target=target, force=force, precision=precision,
+            repeat=repeat,
             timeout=timeout, progress=lambda what: show(f"{what}: running", 0, None),
         )
         want, ref_label = reference(model_path, feeds, results, timeout=timeout, progress=show)
         if border is not None:  # the border input: correctness only, no timing
             border_results = run_paths(
-                model_path, border, runtimes=runtimes, method=method, precision=precision, repeat=0,
+                model_path, border, runtimes=runtimes, method=method, target=target, force=force,
+                precision=precision, repeat=0,
                 timeout=timeout, progress=lambda what: show(f"{what} (border input): running", 0, None),
             )
             border_want, border_label = reference(model_path, border, border_results, timeout=timeout, progress=show)

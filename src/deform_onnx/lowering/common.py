@@ -152,3 +152,17 @@ def pick(b: Builder, v: Value, first: Value, image: int | None) -> Value:
     """``v[first]``, then image ``image`` of that (the next axis), unless ``image`` is ``None``."""
     v = b.op("Gather", v, first, axis=0)
     return v if image is None else b.op("Gather", v, b.i64(image), axis=0)
+
+
+def add_product(b: Builder, acc: Value | None, a: Value, m: Value) -> Value:
+    """``acc + a @ m`` for 2-D ``a``, ``m`` (``a @ m`` when ``acc`` is None): one ``Gemm`` with ``C = acc``.
+
+    The Gemm is what ONNX Runtime fuses a MatMul + Add into anyway; written
+    out, it leaves no MatMul + Add pair for onnxoptimizer's
+    ``fuse_matmul_add_bias_into_gemm`` (run by onnxsim 0.4.36, which onnx2tf
+    pins and runs first), which turns ``Add(MatMul, MatMul)`` into a Gemm
+    placed before its own input: an invalid graph that onnxsim refuses
+    (measured here).
+    """
+    return b.op("MatMul", a, m) if acc is None else b.op("Gemm", a, m, acc)
+

@@ -12,6 +12,13 @@ reach the lowerings through this context instead, set around the export by
   tensor_split failed" on the bundled example's 2-offset-group layer), so this
   form samples each offset group with its own GridSample instead (G nodes of
   1/G the size: the same work).
+- ``"offset groups apart"``: the gather form samples each offset group from
+  its own table and index math (``G`` samplers of one group) instead of one
+  table with a ``G`` axis, and concatenates their columns (the same numbers,
+  the same work). onnx2tf's NCHW->NHWC layout guesses mis-place that axis in
+  the gather form's 5-D/6-D index tensors (measured here: the bundled
+  example's 2-offset-group block converted to LiteRT off by 1.8; sampled
+  apart it matches).
 - ``"no NaN guard"``: the samplers leave out the ``Where(Equal(p, p), ...)``
   that maps a NaN sample coordinate outside the image
   (:func:`~.sampler.nan_guard`). pnnx traces that ``Equal`` as ``torch.eq``,
@@ -31,7 +38,7 @@ from typing import Iterator
 __all__ = ["EMIT_FORMS", "graph_forms", "wants"]
 
 #: The forms a lowering can be asked for while emitting.
-EMIT_FORMS = ("batch 1", "no NaN guard")
+EMIT_FORMS = ("batch 1", "offset groups apart", "no NaN guard")
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 
 

@@ -33,6 +33,7 @@ import numpy as np
 from ..semantics import DeformConvSpec
 from .builder import Builder, Value
 from .common import (
+    add_product,
     base_coords,
     checked_spatial,
     coordinate_dtype,
@@ -42,6 +43,7 @@ from .common import (
     per_image,
     pick,
 )
+from .forms import wants
 from .sampler import BilinearCorners, padded_channel_rows, padded_corner
 
 MIN_OPSET = 11
@@ -65,12 +67,56 @@ def lower_gather(
     offset, mask = checked_spatial(b, offset, Ho, Wo), checked_spatial(b, mask, Ho, Wo)
     P = b.mul_dim(Ho, Wo)
 
+    coord, offset = coordinate_dtype(b, x, offset)
+    if G > 1 and wants("offset groups apart"):
+        K2 = 2 * K
+        samplers = [
+            _corners(b, spec, b.slice(x, g * Cg, (g + 1) * Cg, axis=1), b.slice(offset, g * K2, (g + 1) * K2, axis=1),
+                     None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1), 1, coord, Ho, Wo)
+            for g in range(G)
+        ]  # fmt: skip
+    else:
+        samplers = [_corners(b, spec, x, offset, mask, G, coord, Ho, Wo)]
+
+    # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant); sliced once,
+    # shared by every image.
+    w = b.op("Transpose", b.reshape(weight, [groups, Cog, Cpg, K]), perm=[3, 0, 2, 1])
+    taps = [b.i64(k) for k in range(K)]
+    w_taps = [b.op("Gather", w, t, axis=0) for t in taps]
+    outs = []
+    for n in per_image(N, P):
+        out = None
+        for tap, w_k in zip(taps, w_taps):
+            take = lambda v, t=tap, n=n: pick(b, v, t, n)  # noqa: E731
+            cols = [c.sample(b, take) for c in samplers]  # each [(N*)Ho*Wo*G, C/G] (G = 1 when apart)
+            cols = cols[0] if len(cols) == 1 else b.op("Concat", *cols, axis=1)
+            # cols: rows (n, y, x, g) of C/G channels, i.e. [(N*)Ho*Wo, C].
+            if groups == 1:  # 2-D: one Gemm per tap, [(N*)Ho*Wo, Co]
+                out = add_product(b, out, b.reshape(cols, [-1, C]), b.reshape(w_k, [C, Co]))
+            else:  # conv groups as a MatMul batch axis
+                cols = b.op("Transpose", b.reshape(cols, [-1, P, groups, Cpg]), perm=[0, 2, 1, 3])
+                part = b.op("MatMul", cols, w_k)  # [N, groups, Ho*Wo, Co/groups]
+                out = part if out is None else b.op("Add", out, part)
+        if bias is not None:
+            out = b.op("Add", out, bias if groups == 1 else b.reshape(bias, [groups, 1, Cog]))
+        out = b.reshape(out, [-1, groups, P, Cog])
+        out = b.op("Transpose", out, perm=[0, 1, 3, 2])  # [N, groups, Co/groups, Ho*Wo]
+        outs.append(b.reshape(out, [-1, Co, Ho, Wo]))
+    return outs[0] if len(outs) == 1 else b.op("Concat", *outs, axis=0)
+
+
+def _corners(b: Builder, spec: DeformConvSpec, x: Value, offset: Value, mask, G: int, coord: Value, Ho, Wo):
+    """The bilinear sampler of every tap: x ``[N, G*Cg, H, W]``, offset ``[N, 2*G*K, Ho, Wo]``, mask ``[N, G*K, Ho, Wo]``.
+
+    ``G`` offset groups share one table and one index computation.
+    """
+    K, Cg = spec.taps, spec.channels_per_offset_group
+    N, H, W = b.dim(x, 0), b.dim(x, 2), b.dim(x, 3)
     rows = padded_channel_rows(b, x, Cg)  # [N*(H+3)*(W+3)*G, C/G]
 
     # Index math on [K, N, G, Ho, Wo] (tap axis first; Wo last: a short trailing
     # axis makes ONNX Runtime's elementwise ops up to 100x slower).
     # Coordinates and bilinear weights in float32 for float16 inputs (``coord``'s dtype).
-    coord, offset = coordinate_dtype(b, x, offset)
     off = b.reshape(offset, [-1, G, K, 2, Ho, Wo])
     off = b.op("Transpose", off, perm=[2, 3, 0, 1, 4, 5])  # [K, (dy, dx), N, G, Ho, Wo]
     dy = b.op("Gather", off, b.i64(0), axis=1)  # [K, N, G, Ho, Wo]
@@ -96,29 +142,4 @@ def lower_gather(
     if G > 1:  # [K, N, Ho, Wo, G]: G next to the gathered C/G
         i00 = b.op("Transpose", i00, perm=[0, 1, 3, 4, 2])
         weights = [b.op("Transpose", w_, perm=[0, 1, 3, 4, 2]) for w_ in weights]
-    corners = BilinearCorners(b, rows, Cg, i00, row, G, [in_input_dtype(b, x, w_) for w_ in weights])
-
-    # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant); sliced once,
-    # shared by every image.
-    w = b.op("Transpose", b.reshape(weight, [groups, Cog, Cpg, K]), perm=[3, 0, 2, 1])
-    taps = [b.i64(k) for k in range(K)]
-    w_taps = [b.op("Gather", w, t, axis=0) for t in taps]
-    outs = []
-    for n in per_image(N, P):
-        out = None
-        for tap, w_k in zip(taps, w_taps):
-            cols = corners.sample(b, lambda v, t=tap, n=n: pick(b, v, t, n))  # [(N*)Ho*Wo*G, C/G]
-            # cols: rows (n, y, x, g) of C/G channels, i.e. [(N*)Ho*Wo, C].
-            if groups == 1:
-                # 2-D, so that ONNX Runtime fuses MatMul + Add into one Gemm.
-                part = b.op("MatMul", b.reshape(cols, [-1, C]), b.reshape(w_k, [C, Co]))  # [(N*)Ho*Wo, Co]
-            else:  # conv groups as a MatMul batch axis
-                cols = b.op("Transpose", b.reshape(cols, [-1, P, groups, Cpg]), perm=[0, 2, 1, 3])
-                part = b.op("MatMul", cols, w_k)  # [N, groups, Ho*Wo, Co/groups]
-            out = part if out is None else b.op("Add", out, part)
-        if bias is not None:
-            out = b.op("Add", out, bias if groups == 1 else b.reshape(bias, [groups, 1, Cog]))
-        out = b.reshape(out, [-1, groups, P, Cog])
-        out = b.op("Transpose", out, perm=[0, 1, 3, 2])  # [N, groups, Co/groups, Ho*Wo]
-        outs.append(b.reshape(out, [-1, Co, Ho, Wo]))
-    return outs[0] if len(outs) == 1 else b.op("Concat", *outs, axis=0)
+    return BilinearCorners(b, rows, Cg, i00, row, G, [in_input_dtype(b, x, w_) for w_ in weights])

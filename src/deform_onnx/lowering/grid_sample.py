@@ -42,7 +42,7 @@ import numpy as np
 
 from ..semantics import DeformConvSpec
 from .builder import Builder, Value
-from .common import base_coords, checked_spatial, coordinate_dtype, output_dims, per_image
+from .common import add_product, base_coords, checked_spatial, coordinate_dtype, output_dims, per_image
 from .forms import wants
 from .gather import lower_gather
 from .grid_sampler import GridSampleSpec, lower_native
@@ -90,12 +90,12 @@ def lower_grid_sample(
         out = None
         for w_i, cols in zip(w_rows, _rows(b, spec, x_n, coord, offset_n, mask_n, H, W, Ho, Wo)):
             # cols: [N*G, C/G, kw*Ho*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
-            if flat:  # 2-D: ONNX Runtime fuses MatMul + Add into one Gemm
-                part = b.op("MatMul", b.reshape(w_i, [Co, C * kw]), b.reshape(cols, [C * kw, P]))
+            if flat:  # 2-D: one Gemm per kernel row
+                out = add_product(b, out, b.reshape(w_i, [Co, C * kw]), b.reshape(cols, [C * kw, P]))
             else:
                 cols = b.reshape(cols, [-1, groups, Cpg * kw, P])
                 part = b.op("MatMul", b.reshape(w_i, [groups, Co // groups, Cpg * kw]), cols)
-            out = part if out is None else b.op("Add", out, part)  # [N, groups, Co/groups, Ho*Wo]
+                out = part if out is None else b.op("Add", out, part)  # [N, groups, Co/groups, Ho*Wo]
         out = b.reshape(out, [-1, Co, P])
         if bias is not None:
             out = b.op("Add", out, b.reshape(bias, [Co, 1]))

@@ -95,6 +95,8 @@ def run_paths(
     *,
     runtimes: Sequence[str] = ("onnxruntime", "openvino"),
     method: str = "auto",
+    target: str | None = None,
+    force: bool = False,
     precision: str | None = "f32",
     repeat: int = 5,
     timeout: float | None = None,
@@ -109,6 +111,8 @@ def run_paths(
     path that cannot run gets ``reason`` (one line) instead of outputs.
 
     Args:
+        target: runtime target for ``lower()`` (its graph forms and rules, as
+            ``deform-onnx lower --target``); ``force`` writes past its rules.
         precision: OpenVINO's inference precision hint.
         repeat: timed runs after the first (the median is reported).
         timeout: seconds each path may spend running (session building not
@@ -131,7 +135,7 @@ def run_paths(
     lowered, lower_reason = None, None
     if deformable:
         try:
-            lowered = lower(model, method=method)
+            lowered = lower(model, method=method, target=target, force=force)
         except Exception as e:  # noqa: BLE001 - reported in the table
             lower_reason = f"lower() failed: {one_line(e)}"
     results = []
