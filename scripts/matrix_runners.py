@@ -314,7 +314,7 @@ BUILDS: tuple[Build, ...] = (
 _ONNX2TF = ("onnx2tf", "tensorflow", "tf-keras", "ai-edge-litert", "onnx", "onnx-graphsurgeon", "sng4onnx", "psutil",
             "onnxruntime")  # fmt: skip
 BUILDS += (Build("onnx2tf", "TFLite / LiteRT (through onnx2tf)", _ONNX2TF, TFLITE,
-                 ("tflite", "tflite:gather", "tflite:grid_sample")),)  # fmt: skip
+                 ("tflite", "tflite:grid_sample")),)  # fmt: skip
 #: Requirements of the rewriters' venvs.
 REWRITERS = {"onnxsim": ("onnxsim", "onnxruntime"), "onnxsim-0.4.36": ("onnxsim==0.4.36", "onnxruntime"),
              "onnxslim": ("onnxslim",)}

@@ -74,8 +74,6 @@ def independent_findings(proto: onnx.ModelProto) -> set[str]:
     inferred = onnx.shape_inference.infer_shapes(proto)
     values = [*inferred.graph.value_info, *inferred.graph.output]
     shapes = [v.type.tensor_type.shape.dim for v in values if v.type.tensor_type.HasField("shape")]
-    if any(len(dims) > 4 for dims in shapes):
-        found.add("max tensor rank 4")
     if any(len(dims) > 5 or (len(dims) == 5 and dims[0].dim_value != 1) for dims in shapes):
         found.add("ncnn blobs")
     return found

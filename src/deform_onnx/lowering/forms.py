@@ -12,13 +12,13 @@ reach the lowerings through this context instead, set around the export by
   tensor_split failed" on the bundled example's 2-offset-group layer), so this
   form samples each offset group with its own GridSample instead (G nodes of
   1/G the size: the same work).
-- ``"offset groups apart"``: the gather form samples each offset group from
-  its own table and index math (``G`` samplers of one group) instead of one
-  table with a ``G`` axis, and concatenates their columns (the same numbers,
-  the same work). onnx2tf's NCHW->NHWC layout guesses mis-place that axis in
-  the gather form's 5-D/6-D index tensors (measured here: the bundled
-  example's 2-offset-group block converted to LiteRT off by 1.8; sampled
-  apart it matches).
+- ``"offset groups apart"``: the gather form computes the sample indices and
+  weights of each offset group on its own (``G`` index computations of one
+  group, each reading its channel slice of one shared table) instead of one
+  computation with a ``G`` axis; the same numbers and work. onnx2tf's
+  NCHW->NHWC layout guesses mis-place that axis in the 5-D/6-D index tensors
+  (measured here: the bundled example's 2-offset-group block converted to
+  LiteRT off by 1.8).
 - ``"no NaN guard"``: the samplers leave out the ``Where(Equal(p, p), ...)``
   that maps a NaN sample coordinate outside the image
   (:func:`~.sampler.nan_guard`). pnnx traces that ``Equal`` as ``torch.eq``,

@@ -1,8 +1,8 @@
 """Lowering on Gather (opset >= 11): standard ops for runtimes without GridSample.
 
 The bilinear corners are gathered as channel rows from a zero-padded,
-channels-last copy of the input (:func:`~.sampler.padded_channel_rows`: one
-Transpose and one Pad). Coordinates are clamped so that both corners always
+channels-last copy of the input (:func:`~.sampler.padded_channel_rows`: zero
+blocks concatenated and one Transpose). Coordinates are clamped so that both corners always
 index the table (:func:`~.sampler.padded_corner`); a corner outside the image
 reads a zero row, which is torchvision's rule (a sample with ``py <= -1`` or
 ``py >= H`` is 0), so no validity factor or index clip is computed per corner.
@@ -69,14 +69,16 @@ def lower_gather(
 
     coord, offset = coordinate_dtype(b, x, offset)
     if G > 1 and wants("offset groups apart"):
-        K2 = 2 * K
+        # One table of all C channels, sliced per group: [N*(H+3)*(W+3), C/G] each
+        table, K2 = padded_channel_rows(b, x, C), 2 * K
         samplers = [
-            _corners(b, spec, b.slice(x, g * Cg, (g + 1) * Cg, axis=1), b.slice(offset, g * K2, (g + 1) * K2, axis=1),
+            _corners(b, spec, x, b.slice(table, g * Cg, (g + 1) * Cg, axis=1),
+                     b.slice(offset, g * K2, (g + 1) * K2, axis=1),
                      None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1), 1, coord, Ho, Wo)
             for g in range(G)
         ]  # fmt: skip
     else:
-        samplers = [_corners(b, spec, x, offset, mask, G, coord, Ho, Wo)]
+        samplers = [_corners(b, spec, x, padded_channel_rows(b, x, Cg), offset, mask, G, coord, Ho, Wo)]
 
     # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant); sliced once,
     # shared by every image.
@@ -105,14 +107,15 @@ def lower_gather(
     return outs[0] if len(outs) == 1 else b.op("Concat", *outs, axis=0)
 
 
-def _corners(b: Builder, spec: DeformConvSpec, x: Value, offset: Value, mask, G: int, coord: Value, Ho, Wo):
-    """The bilinear sampler of every tap: x ``[N, G*Cg, H, W]``, offset ``[N, 2*G*K, Ho, Wo]``, mask ``[N, G*K, Ho, Wo]``.
+def _corners(b: Builder, spec: DeformConvSpec, x: Value, rows: Value, offset: Value, mask, G: int, coord, Ho, Wo):
+    """The bilinear sampler of every tap of ``G`` offset groups sharing one index computation.
 
-    ``G`` offset groups share one table and one index computation.
+    ``x`` ``[N, C, H, W]`` (for its sizes and dtype); ``rows``: the groups' table
+    ``[N*(H+3)*(W+3)*G, C/G]`` (:func:`~.sampler.padded_channel_rows`); offset
+    ``[N, 2*G*K, Ho, Wo]``; mask ``[N, G*K, Ho, Wo]`` or None.
     """
     K, Cg = spec.taps, spec.channels_per_offset_group
     N, H, W = b.dim(x, 0), b.dim(x, 2), b.dim(x, 3)
-    rows = padded_channel_rows(b, x, Cg)  # [N*(H+3)*(W+3)*G, C/G]
 
     # Index math on [K, N, G, Ho, Wo] (tap axis first; Wo last: a short trailing
     # axis makes ONNX Runtime's elementwise ops up to 100x slower).

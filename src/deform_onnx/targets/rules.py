@@ -80,22 +80,6 @@ def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
 
 
-def max_rank_4(model: onnx.ModelProto) -> list[str]:
-    """Every value of at most 4 dimensions (ncnn blobs; onnx2tf's NCHW->NHWC transposition)."""
-    inferred = _inferred(model)
-    g = inferred.graph
-    big = [
-        (v.name, len(v.type.tensor_type.shape.dim))
-        for v in (*g.input, *g.value_info, *g.output)
-        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")
-        and len(v.type.tensor_type.shape.dim) > 4
-    ]  # fmt: skip
-    if not big:
-        return []
-    ranks = sorted({r for _, r in big})
-    return [f"{len(big)} value(s) of rank {'/'.join(map(str, ranks))} > 4 (e.g. {big[0][0]})"]
-
-
 def ncnn_blobs(model: onnx.ModelProto) -> list[str]:
     """Every value fits an ncnn blob: at most 4-D, or 5-D with a leading 1 (pnnx drops a batch axis of 1).
 
@@ -160,7 +144,6 @@ RULES: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "no NaN guard": no_nan_guard,
     "no DeformConv": no_deformconv,
     "no GridSample": no_gridsample,
-    "max tensor rank 4": max_rank_4,
     "ncnn blobs": ncnn_blobs,
     "static shapes": static_shapes,
     "integer-only shape tensors": integer_shape_tensors,

@@ -121,18 +121,17 @@ TABLE: tuple[Target, ...] = (
     ),
     Target(
         name="tflite",
-        runtime="TFLite / LiteRT through onnx2tf",
+        runtime="TFLite / LiteRT through onnx2tf (which runs onnxsim 0.4.36 first)",
         method="gather",
         opset=13,
-        reason="no form converts the bundled example: gather's 5-D/6-D reshapes break after onnx2tf's NCHW->NHWC "
-        "transposition; grid_sample (5-D values) converts and matches for single layers (cases c04, c12, c25) "
-        "but not for DCNv2 blocks with a 1x1-conv shortcut, as in the example ('Output tensors of a Functional model "
-        "must be the output of a TensorFlow Layer', or converted and off by 0.11)",
-        source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1, both forms forced; "
-        "scripts/repro/tflite_forms.py)",
+        reason="gather with each offset group's indices computed apart: the bundled example and cases c04, c12, "
+        "c25 convert and run within 2e-5; with one index computation for all groups onnx2tf misplaces the group "
+        "axis (off by 1.8), and the grid_sample form fails to convert. onnx2tf guesses layouts from shapes: an "
+        "input with C == H == W can convert wrong",
+        source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py)",
         options=("no IsNaN", "static shapes"),
         faults=(_no_kernel("onnx2tf", "issue 12"),),
-        status="measured here: no form converts yet",
+        status="measured here",
         forms=("offset groups apart",),
     ),
     Target(
