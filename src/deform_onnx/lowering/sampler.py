@@ -62,8 +62,9 @@ def padded_channel_rows(b: Builder, x: Value, width: Dim) -> Value:
         before, after = (b.op("Expand", zero, b.shape_vector([n if d is None else d for d in dims]))
                          for n in (PAD_BEFORE, PAD_AFTER))
         xt = b.op("Concat", before, xt, after, axis=axis)
-    # [N, C, pixels] -> [N, pixels, C]: a 3-D transpose
-    xt = b.op("Transpose", b.reshape(xt, [N, C, -1]), perm=[0, 2, 1])
+    # [N, C, pixels] -> [N, pixels, C]: a 3-D transpose. -1 for N, which may be 0 (C * pixels is not)
+    pixels = b.mul_dim(b.add_dim(H, PAD_BEFORE + PAD_AFTER), b.add_dim(W, PAD_BEFORE + PAD_AFTER))
+    xt = b.op("Transpose", b.reshape(xt, [-1, C, pixels]), perm=[0, 2, 1])
     return b.reshape(xt, [-1, width])
 
 

@@ -124,10 +124,9 @@ TABLE: tuple[Target, ...] = (
         runtime="TFLite / LiteRT through onnx2tf (which runs onnxsim 0.4.36 first)",
         method="gather",
         opset=13,
-        reason="gather with each offset group's indices computed apart: the bundled example and cases c04, c12, "
-        "c25 convert and run within 2e-5; with one index computation for all groups onnx2tf misplaces the group "
-        "axis (off by 1.8), and the grid_sample form fails to convert. onnx2tf guesses layouts from shapes: an "
-        "input with C == H == W can convert wrong",
+        reason="gather, each offset group's indices computed apart: the bundled example and cases c04, c12, c25 "
+        "run on LiteRT; with one index computation for all groups onnx2tf misplaces the group axis (off by 1.8), "
+        "and the grid_sample form does not convert",
         source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py)",
         options=("no IsNaN", "static shapes"),
         faults=(_no_kernel("onnx2tf", "issue 12"),),
