@@ -110,13 +110,21 @@ def test_the_form_leaves_the_models_own_nan_guard_to_the_rule(layer):
         _export((_OwnGuard(module), inputs, None), target="ncnn")
 
 
-def test_lower_with_target_ncnn_writes_the_same_form(tmp_path, layer):
-    module, inputs, want = layer
-    native = tmp_path / "native.onnx"
+@pytest.fixture(scope="module")
+def native_file(tmp_path_factory, layer):
+    """The layer written as DeformConv-19 (the file ``lower`` and ``check`` start from)."""
+    module, inputs, _ = layer
+    native = tmp_path_factory.mktemp("native") / "native.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         deform_onnx.export(module, tuple(inputs.values()), native, method="native", opset_version=19,
                            input_names=list(inputs), output_names=["y"])  # fmt: skip
+    return native
+
+
+def test_lower_with_target_ncnn_writes_the_same_form(native_file, layer):
+    _, inputs, want = layer
+    native = native_file
     proto = deform_onnx.lower(onnx.load(native), target="ncnn")
     assert "GridSample" in op_types(proto) and not nan_tests(proto)
     assert leading_axes(proto) <= {1}
@@ -129,17 +137,13 @@ def test_ncnn_refuses_a_graph_no_ncnn_blob_holds(layer):
         _export(layer, target="ncnn", method="gather")
 
 
-def test_check_with_target_lowers_in_the_targets_form(tmp_path, layer, monkeypatch):
+def test_check_with_target_lowers_in_the_targets_form(native_file, layer, monkeypatch):
     """``check --target ncnn``'s lower() rows run the ncnn form (per-group GridSample, no NaN test), not the default."""
     import deform_onnx.rewrite as rewrite
     from deform_onnx.runtimes import run_paths
 
-    module, inputs, want = layer
-    native = tmp_path / "native.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        deform_onnx.export(module, tuple(inputs.values()), native, method="native", opset_version=19,
-                           input_names=list(inputs), output_names=["y"])  # fmt: skip
+    _, inputs, want = layer
+    native = native_file
     seen = []
     real_lower = rewrite.lower
     monkeypatch.setattr(rewrite, "lower", lambda *a, **kw: seen.append(real_lower(*a, **kw)) or seen[-1])
