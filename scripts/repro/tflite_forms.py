@@ -8,10 +8,11 @@ onnxsim 0.4.36 first, as onnx2tf does; about 10 s to 3 min per file; one JSON li
 1. ``tflite_gather_apart`` (the control: what the ``tflite`` target writes): the bundled example's
    stage 3 block (``DeformBlock(32, 64, stride=2, groups=2, offset_groups=2)`` with its weights, on a
    ``[1, 32, 16, 16]`` input), gather@13, each offset group's indices computed apart. Converts and
-   matches.
+   matches (2.4e-6).
 2. ``tflite_gather_together``: the same block with the default gather form (one index computation
    with an offset-group axis: ``[K, N, G, Ho, Wo]`` values, a 6-D offset view). Converts, but onnx2tf
-   misplaces the group axis: LiteRT's output is off by about 1.8 (measured here).
+   misplaces the group axis: LiteRT's output is off by 0.62 (the control: 2.4e-6; the whole bundled
+   example on its photo in this form: off by 1.8; measured here).
 3. ``tflite_grid_sample``: the bundled example up to stage 2 (stem, a plain ResNet block, the first
    DCNv2 block), grid_sample@16. onnx2tf's Add converter moves the plain block's residual sum back to
    NCHW ("rescue" of a shape it did not expect), the GridSample converter then reads that NCHW tensor
@@ -20,9 +21,9 @@ onnxsim 0.4.36 first, as onnx2tf does; about 10 s to 3 min per file; one JSON li
 4. ``tflite_gather_chw_equal``: one ``DeformConv2d`` (16 -> 8 channels, 3x3, DCNv1) on a
    ``[1, 16, 16, 16]`` input, as the ``tflite`` target writes it. With C == H == W onnx2tf cannot
    tell NCHW from NHWC (its converters compare shapes; some skip the transposition when every
-   non-batch axis is equal), and the channels-last copy of the input the gather form makes can come
-   out transposed. ``tflite_gather_chw_unequal`` (the same layer on ``[1, 16, 16, 20]``) is its
-   control.
+   non-batch axis is equal). The gather form's channels-last copy of the input, made by a 4-D
+   Transpose, came out wrong (off by 2.0); it is now made by a 3-D Transpose of ``[N, C, pixels]``
+   and matches (6.0e-7), like ``tflite_gather_chw_unequal`` (the same layer on ``[1, 16, 16, 20]``).
 
 Usage: ``PYTHONPATH=src python scripts/repro/tflite_forms.py [OUT_DIR] [NAME ...]``
 """
