@@ -165,4 +165,3 @@ def add_product(b: Builder, acc: Value | None, a: Value, m: Value) -> Value:
     (measured here).
     """
     return b.op("MatMul", a, m) if acc is None else b.op("Gemm", a, m, acc)
-

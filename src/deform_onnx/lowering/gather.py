@@ -1,11 +1,12 @@
 """Lowering on Gather (opset >= 11): standard ops for runtimes without GridSample.
 
 The bilinear corners are gathered as channel rows from a zero-padded,
-channels-last copy of the input (:func:`~.sampler.padded_channel_rows`: zero
-blocks concatenated and one Transpose). Coordinates are clamped so that both corners always
-index the table (:func:`~.sampler.padded_corner`); a corner outside the image
-reads a zero row, which is torchvision's rule (a sample with ``py <= -1`` or
-``py >= H`` is 0), so no validity factor or index clip is computed per corner.
+channels-last copy of the input (:func:`~.sampler.padded_channel_rows`:
+zero blocks concatenated, one Transpose). Coordinates are clamped so that
+both corners always index the table (:func:`~.sampler.padded_corner`); a
+corner outside the image reads a zero row, which is torchvision's rule (a
+sample with ``py <= -1`` or ``py >= H`` is 0), so no validity factor or index
+clip is computed per corner.
 The mask is folded into the small per-sample weights, so it costs no pass over
 the sampled columns.
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..semantics import DeformConvSpec
-from .builder import Builder, Value
+from .builder import Builder, Dim, Value
 from .common import (
     add_product,
     base_coords,
@@ -62,7 +63,7 @@ def lower_gather(
     G, K = spec.offset_groups, spec.taps
     C, Cg, Co = spec.in_channels, spec.channels_per_offset_group, spec.out_channels
     groups, Cpg, Cog = spec.groups, spec.channels_per_group, spec.out_channels // spec.groups
-    N, H, W = b.dim(x, 0), b.dim(x, 2), b.dim(x, 3)
+    N = b.dim(x, 0)
     Ho, Wo = output_dims(b, spec, x)
     offset, mask = checked_spatial(b, offset, Ho, Wo), checked_spatial(b, mask, Ho, Wo)
     P = b.mul_dim(Ho, Wo)
@@ -107,7 +108,10 @@ def lower_gather(
     return outs[0] if len(outs) == 1 else b.op("Concat", *outs, axis=0)
 
 
-def _corners(b: Builder, spec: DeformConvSpec, x: Value, rows: Value, offset: Value, mask, G: int, coord, Ho, Wo):
+def _corners(
+    b: Builder, spec: DeformConvSpec, x: Value, rows: Value, offset: Value, mask: Value | None, G: int,
+    coord: Value, Ho: Dim, Wo: Dim,
+) -> BilinearCorners:
     """The bilinear sampler of every tap of ``G`` offset groups sharing one index computation.
 
     ``x`` ``[N, C, H, W]`` (for its sizes and dtype); ``rows``: the groups' table
