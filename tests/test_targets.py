@@ -184,6 +184,8 @@ def test_cli_targets_and_faults(tmp_path, layer_inputs):
                                  "-o", str(out)])  # fmt: skip
     assert result.exit_code == 2 and "GridSample-20" in result.output and not out.exists()
     assert len(result.output.strip().splitlines()) == 1
+    result = runner.invoke(app, ["export", "--target", "tflite", "--dynamic", "-o", str(out)])
+    assert result.exit_code == 2 and "static shapes only" in result.output and not out.exists()
 
     native, _, _ = export(layer_inputs, method="native", opset_version=20)
     src = tmp_path / "native.onnx"
@@ -198,3 +200,7 @@ def test_cli_targets_and_faults(tmp_path, layer_inputs):
     result = runner.invoke(app, ["check", str(src), "--target", "tensorrt", "--runtime", "ort"])
     assert result.exit_code == 0, result.output
     assert "tensorrt: lowered paths use gather" in result.stdout
+    assert "the file as is passes its rules" in result.stdout  # TensorRT has a DeformConv plugin
+    result = runner.invoke(app, ["check", str(src), "--target", "directml", "--runtime", "ort"])
+    assert result.exit_code == 0, result.output
+    assert "the file as is breaks" in result.stdout and "DeformConv node(s): DirectML has no DeformConv" in result.stdout

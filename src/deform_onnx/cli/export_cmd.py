@@ -170,6 +170,9 @@ def export_command(
 
             choice = for_export(target, method, opset, True, force)
             method, opset = choice.method, choice.opset
+            if dynamic and "static shapes" in choice.target.options and not force:
+                raise UserError(f"target {choice.target.name!r} takes static shapes only; drop --dynamic "
+                                "(or pass --force to write the file anyway)")  # fmt: skip
         # torch.export cannot capture a ScriptModule: a TorchScript archive goes to the TorchScript exporter.
         jobs = _plan(name, method, opset, exporter or ("torchscript" if kind == "torchscript" else None), output, dynamic)
         from ..irversion import check_requested

@@ -96,6 +96,9 @@ def for_check(path, target: str | Target, method: str | None, force: bool = Fals
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     choice = for_lower(t, method, None, opset, force)
     found = violations(model, t.options)
+    deform = sum(n.op_type == "DeformConv" for n in model.graph.node)
+    refused = [f for f in t.faults if f.hits("native", opset or 19)] if deform else []
+    found += [f"{deform} DeformConv node(s): {f.why}" for f in refused[:1]]
     notes = [f"{t.name}: the file as is breaks {v}" for v in found] or [f"{t.name}: the file as is passes its rules"]
     notes.append(f"{t.name}: lowered paths use {choice.method} (target picks {t.method}@{t.opset}; {t.reason})")
     return notes, choice.method

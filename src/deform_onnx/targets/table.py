@@ -42,7 +42,7 @@ TABLE: tuple[Target, ...] = (
         method="grid_sample",
         opset=17,
         reason="plain OpenVINO rejects DeformConv; grid_sample@17 and gather@11 run within 2.1e-5 on 2023.3-2026.4",
-        source="measured here (tests/test_openvino.py; issue 12 matrix)",
+        source="measured here (tests/test_openvino.py; scripts/runtime_matrix.py)",
         options=("no DeformConv",),
         faults=(
             Fault(
@@ -129,7 +129,8 @@ TABLE: tuple[Target, ...] = (
         "and the grid_sample form does not convert",
         source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py)",
         options=("no IsNaN", "static shapes"),
-        faults=(_no_kernel("onnx2tf", "issue 12"),),
+        faults=(_no_kernel("onnx2tf", "not run here: the matrix runs the standard-op forms",
+                           fix="use method gather (the grid_sample form does not convert)"),),
         status="measured here",
         forms=("offset groups apart",),
     ),
@@ -144,7 +145,7 @@ TABLE: tuple[Target, ...] = (
         source="measured here (scripts/runtime_matrix.py: pnnx 20261020 -> ncnn 1.0.20261020 Python bindings; "
         "scripts/repro/ncnn_rank5.py)",
         options=("no NaN guard", "ncnn blobs", "static shapes"),
-        faults=(_no_kernel("ncnn", "issue 12"),),
+        faults=(_no_kernel("ncnn", "not run here: the matrix runs the standard-op forms"),),
         status="measured here",
         forms=("no NaN guard", "batch 1"),
     ),
@@ -157,7 +158,7 @@ TABLE: tuple[Target, ...] = (
         "example and cases c04, c12, c25",
         source="measured here (scripts/runtime_matrix.py: MNN 3.6.1, MNNConvert + runtime)",
         options=("no IsNaN",),
-        faults=(_no_kernel("MNN", "issue 12"),),
+        faults=(_no_kernel("MNN", "not run here: the matrix runs the standard-op forms"),),
         status="measured here",
     ),
     Target(
@@ -166,7 +167,7 @@ TABLE: tuple[Target, ...] = (
         method="grid_sample",
         opset=17,
         reason="gather@11 and grid_sample@17 ran within 2.1e-5",
-        source="measured here (issue 12: apache-tvm 0.27)",
+        source="measured here (scripts/runtime_matrix.py: apache-tvm 0.27)",
         status="measured here",
     ),
     Target(
