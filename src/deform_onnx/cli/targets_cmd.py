@@ -27,17 +27,28 @@ def targets_command(
             fail(str(e))
     else:
         targets = all_targets()
-    table = Table(title="deform-onnx runtime targets (--target NAME; explicit --method/--opset win)")
-    for column in ("target", "runtime", "picks", "rules and refused combinations", "why", "source"):
-        table.add_column(column, overflow="fold")
+    rows = []
     for t in targets:
         refused = [f"refuses {f.what}" for f in t.faults]
-        table.add_row(
+        rows.append((
             t.name,
             t.runtime,
             f"{t.method}@{t.opset}" + (f" (forms: {', '.join(t.forms)})" if t.forms else ""),
             "; ".join([*t.options, *refused]) or "-",
             t.reason,
             f"{t.source} [{t.status}]",
-        )
+        ))  # fmt: skip
+    columns = ("target", "runtime", "picks", "rules and refusals", "why", "source")
+    if name is not None:  # one target: one field per line, readable at any width
+        table = Table(title=f"deform-onnx target {targets[0].name}", show_header=False)
+        table.add_column(style="bold")
+        table.add_column(overflow="fold")
+        for column, value in zip(columns, rows[0]):
+            table.add_row(column, value)
+    else:
+        table = Table(title="deform-onnx runtime targets (--target NAME; explicit --method/--opset win)")
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
     console.print(table)
