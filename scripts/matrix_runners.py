@@ -196,7 +196,7 @@ import shutil
 model = os.path.join(work, "model.onnx")
 shutil.copyfile(meta["model"], model)
 env = dict(os.environ, PATH=meta["tool"] + os.pathsep + os.environ.get("PATH", ""))
-conv = subprocess.run([os.path.join(meta["tool"], "onnx2tf"), "-i", model, "-o", work, "-n"],
+conv = subprocess.run([os.path.join(meta["tool"], "onnx2tf"), "-i", model, "-o", work, "-n", *meta.get("args", [])],
                       capture_output=True, text=True, timeout=1800, cwd=work, env=env)
 found = glob.glob(os.path.join(work, "*_float32.tflite"))
 if not found:

@@ -21,15 +21,19 @@ from deform_onnx.runtimes.venvs import cached_venv  # noqa: E402
 from matrix_runners import BUILDS  # noqa: E402
 
 
-def run(build_key: str, model: Path, feeds: dict[str, np.ndarray], output_shape: list[int], timeout: float = 900) -> dict:
-    """Run ``model`` with ``feeds`` in the build keyed ``build_key`` (e.g. ``"pnnx"``, ``"onnx2tf"``)."""
+def run(build_key: str, model: Path, feeds: dict[str, np.ndarray], output_shape: list[int], timeout: float = 900,
+        args: list[str] | None = None) -> dict:
+    """Run ``model`` with ``feeds`` in the build keyed ``build_key`` (e.g. ``"pnnx"``, ``"onnx2tf"``).
+
+    ``args``: extra command-line arguments of the converter (read by the onnx2tf runner).
+    """
     build = next(b for b in BUILDS if b.key == build_key)
     python = cached_venv(build.name, build.requirements, timeout=timeout)
     feeds_path = model.with_suffix(".feeds.npz")
     np.savez(feeds_path, **feeds)
     meta = {"model": str(model), "feeds": str(feeds_path), "out": str(model.with_suffix(".out.npy")),
             "inputs": list(feeds), "output": "y", "output_shape": output_shape, "repeats": 1, "src": str(ROOT / "src"),
-            "tool": str(python.parent), "extension": False}  # fmt: skip
+            "tool": str(python.parent), "extension": False, "args": list(args or [])}  # fmt: skip
     meta_path = model.with_suffix(".meta.json")
     meta_path.write_text(json.dumps(meta))
     done = subprocess.run([str(python), "-c", build.runner, str(meta_path)], capture_output=True, text=True,

@@ -25,6 +25,13 @@ onnxsim 0.4.36 first, as onnx2tf does; about 10 s to 3 min per file; one JSON li
    Transpose, came out wrong (off by 2.0); it is now made by a 3-D Transpose of ``[N, C, pixels]``
    and matches (6.0e-7), like ``tflite_gather_chw_unequal`` (the same layer on ``[1, 16, 16, 20]``).
 
+5. ``tflite_dcnv3`` and ``tflite_msda``: a DCNv3 layer (InternImage's, 16 channels, 2 groups, NHWC input
+   ``[1, 12, 12, 16]``) and a multi-scale deformable attention core (levels 8x8 and 4x4, 2 heads, 2
+   points; 5-D/6-D inputs), as the ``tflite`` target writes them. Converted with onnx2tf's
+   ``-kat NAMES`` (keep those inputs' layouts: onnx2tf otherwise reads DCNv3's NHWC input as NCHW and
+   re-lays out MSDA's 5-D/6-D inputs) and, for DCNv3, ``-rtpo Erf`` (the layer's own exact GELU would
+   become ``FlexErf``, which plain LiteRT lacks). Both match (measured here).
+
 Usage: ``PYTHONPATH=src python scripts/repro/tflite_forms.py [OUT_DIR] [NAME ...]``
 """
 
@@ -56,10 +63,12 @@ class Layer(torch.nn.Module):
         return self.conv(x, offset)
 
 
-def cases() -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor], dict]]:
-    """name -> (module, inputs, export keywords)."""
+def cases() -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor], dict, list[str]]]:
+    """name -> (module, inputs, export keywords, onnx2tf arguments)."""
     torch.manual_seed(0)
     from deform_onnx.example import example_model
+    from deform_onnx.ops import MSDeformAttnCore
+    from deform_onnx.ops.dcnv3 import DCNv3
 
     example = example_model()
     stage3 = {"x": torch.randn(1, 32, 16, 16)}
@@ -68,13 +77,19 @@ def cases() -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor], dict]]:
     square = {"x": torch.randn(1, 16, 16, 16), "offset": torch.randn(1, 18, 16, 16) * 2}
     wide = {"x": torch.randn(1, 16, 16, 20), "offset": torch.randn(1, 18, 16, 20) * 2}
     tflite = {"target": "tflite"}
+    M, D, L, P, Lq = 2, 8, 2, 4, 10  # heads, channels per head, levels, points, queries
+    msda = {"value": torch.randn(1, 8 * 8 + 4 * 4, M, D), "loc": torch.rand(1, Lq, M, L, P, 2),
+            "attn": torch.softmax(torch.randn(1, Lq, M, L * P), -1).reshape(1, Lq, M, L, P)}
     return {
-        "tflite_gather_apart": (example.stage3, stage3, tflite),
-        "tflite_gather_together": (example.stage3, stage3, {"method": "gather", "opset_version": 13}),
+        "tflite_gather_apart": (example.stage3, stage3, tflite, []),
+        "tflite_gather_together": (example.stage3, stage3, {"method": "gather", "opset_version": 13}, []),
         "tflite_grid_sample": (up_to_stage2, {"x": torch.randn(1, 3, 128, 128)},
-                               {"method": "grid_sample", "opset_version": 16}),
-        "tflite_gather_chw_equal": (layer, square, tflite),
-        "tflite_gather_chw_unequal": (layer, wide, tflite),
+                               {"method": "grid_sample", "opset_version": 16}, []),
+        "tflite_gather_chw_equal": (layer, square, tflite, []),
+        "tflite_gather_chw_unequal": (layer, wide, tflite, []),
+        "tflite_dcnv3": (DCNv3(16, group=2).eval(), {"x": torch.randn(1, 12, 12, 16)}, tflite,
+                         ["-kat", "x", "-rtpo", "Erf"]),
+        "tflite_msda": (MSDeformAttnCore([(8, 8), (4, 4)]).eval(), msda, tflite, ["-kat", *msda]),
     }  # fmt: skip
 
 
@@ -82,7 +97,7 @@ def main() -> None:
     args = sys.argv[1:]
     out = Path(args.pop(0) if args else ".").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for name, (module, inputs, how) in cases().items():
+    for name, (module, inputs, how, onnx2tf_args) in cases().items():
         if args and name not in args:
             continue
         with torch.no_grad():
@@ -94,8 +109,9 @@ def main() -> None:
             deform_onnx.export(module, tuple(inputs.values()), buf, input_names=list(inputs), output_names=["y"],
                                **how)  # fmt: skip
         path.write_bytes(buf.getvalue())
-        print(f"{name} ({how}): ", end="", flush=True)
-        result = run("onnx2tf", path, {k: v.numpy() for k, v in inputs.items()}, list(want.shape), timeout=1800)
+        print(f"{name} ({how}, onnx2tf {' '.join(onnx2tf_args) or 'defaults'}): ", end="", flush=True)
+        feeds = {k: v.numpy() for k, v in inputs.items()}
+        result = run("onnx2tf", path, feeds, list(want.shape), timeout=1800, args=onnx2tf_args)
         if result.get("error") is None:
             got = np.load(path.with_suffix(".out.npy"))
             print(f"  max abs error against PyTorch: {np.abs(got - want).max():.1e}")
