@@ -178,7 +178,7 @@ done(ncnn.__version__, out, times)
 # onnx2tf writes NHWC models: 4-D inputs are fed transposed, and an NHWC output is transposed back.
 # It exits 0 on some failures too: success is a *_float32.tflite file.
 TFLITE = _HEAD + """
-import glob, os, subprocess
+import glob, os, shutil, subprocess
 from importlib.metadata import version as dist_version
 from ai_edge_litert.interpreter import Interpreter
 version = "onnx2tf " + dist_version("onnx2tf") + " + LiteRT " + dist_version("ai-edge-litert")
@@ -192,7 +192,6 @@ for n in meta["inputs"]:
         np.save(os.path.join(work, "calibration_image_sample_data_20x128x128x3_float32.npy"), sample)
 # onnx2tf runs `onnxsim` (0.4.36, its pin) from PATH first, as in an activated venv, and writes the
 # simplified model over its input: convert a copy
-import shutil
 model = os.path.join(work, "model.onnx")
 shutil.copyfile(meta["model"], model)
 env = dict(os.environ, PATH=meta["tool"] + os.pathsep + os.environ.get("PATH", ""))

@@ -209,18 +209,15 @@ def check_command(
     deformable = bool(find_nodes(model))
     with user_errors(ValueError):
         border, border_why = border_feeds(model, feeds, seed) if deformable else (None, "")
+    paths = dict(runtimes=runtimes, method=method, target=target, force=force, precision=precision, timeout=timeout)
     with _progress() as show:
-        results = run_paths(
-            model_path, feeds, runtimes=runtimes, method=method, target=target, force=force, precision=precision,
-            repeat=repeat,
-            timeout=timeout, progress=lambda what: show(f"{what}: running", 0, None),
-        )
+        results = run_paths(model_path, feeds, repeat=repeat, progress=lambda what: show(f"{what}: running", 0, None),
+                            **paths)  # fmt: skip
         want, ref_label = reference(model_path, feeds, results, timeout=timeout, progress=show)
         if border is not None:  # the border input: correctness only, no timing
             border_results = run_paths(
-                model_path, border, runtimes=runtimes, method=method, target=target, force=force,
-                precision=precision, repeat=0,
-                timeout=timeout, progress=lambda what: show(f"{what} (border input): running", 0, None),
+                model_path, border, repeat=0, progress=lambda what: show(f"{what} (border input): running", 0, None),
+                **paths,
             )
             border_want, border_label = reference(model_path, border, border_results, timeout=timeout, progress=show)
 

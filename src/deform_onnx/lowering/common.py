@@ -154,14 +154,17 @@ def pick(b: Builder, v: Value, first: Value, image: int | None) -> Value:
     return v if image is None else b.op("Gather", v, b.i64(image), axis=0)
 
 
-def add_product(b: Builder, acc: Value | None, a: Value, m: Value) -> Value:
-    """``acc + a @ m`` for 2-D ``a``, ``m`` (``a @ m`` when ``acc`` is None): one ``Gemm`` with ``C = acc``.
+def add_product(b: Builder, acc: Value | None, a: Value, m: Value, two_d: bool = True) -> Value:
+    """``acc + a @ m`` (``a @ m`` when ``acc`` is None): the lowerings' accumulation of per-tap products.
 
-    The Gemm is what ONNX Runtime fuses a MatMul + Add into anyway; written
-    out, it leaves no MatMul + Add pair for onnxoptimizer's
-    ``fuse_matmul_add_bias_into_gemm`` (run by onnxsim 0.4.36, which onnx2tf
-    pins and runs first), which turns ``Add(MatMul, MatMul)`` into a Gemm
-    placed before its own input: an invalid graph that onnxsim refuses
-    (measured here).
+    2-D ``a``, ``m``: one ``Gemm`` with ``C = acc``, what ONNX Runtime fuses a
+    MatMul + Add into anyway. Written out, it leaves no MatMul + Add pair for
+    onnxoptimizer's ``fuse_matmul_add_bias_into_gemm`` (run by onnxsim 0.4.36,
+    which onnx2tf pins and runs first), which turns ``Add(MatMul, MatMul)``
+    into a Gemm placed before its own input: an invalid graph that onnxsim
+    refuses (measured here). Batched (``two_d=False``): MatMul, then Add (the
+    fusion takes only 2-D products).
     """
-    return b.op("MatMul", a, m) if acc is None else b.op("Gemm", a, m, acc)
+    if acc is None:
+        return b.op("MatMul", a, m)
+    return b.op("Gemm", a, m, acc) if two_d else b.op("Add", acc, b.op("MatMul", a, m))

@@ -96,10 +96,9 @@ def lower_gather(
             # cols: rows (n, y, x, g) of C/G channels, i.e. [(N*)Ho*Wo, C].
             if groups == 1:  # 2-D: one Gemm per tap, [(N*)Ho*Wo, Co]
                 out = add_product(b, out, b.reshape(cols, [-1, C]), b.reshape(w_k, [C, Co]))
-            else:  # conv groups as a MatMul batch axis
+            else:  # conv groups as a MatMul batch axis: [N, groups, Ho*Wo, Co/groups]
                 cols = b.op("Transpose", b.reshape(cols, [-1, P, groups, Cpg]), perm=[0, 2, 1, 3])
-                part = b.op("MatMul", cols, w_k)  # [N, groups, Ho*Wo, Co/groups]
-                out = part if out is None else b.op("Add", out, part)
+                out = add_product(b, out, cols, w_k, two_d=False)
         if bias is not None:
             out = b.op("Add", out, bias if groups == 1 else b.reshape(bias, [groups, 1, Cog]))
         out = b.reshape(out, [-1, groups, P, Cog])

@@ -92,10 +92,9 @@ def lower_grid_sample(
             # cols: [N*G, C/G, kw*Ho*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
             if flat:  # 2-D: one Gemm per kernel row
                 out = add_product(b, out, b.reshape(w_i, [Co, C * kw]), b.reshape(cols, [C * kw, P]))
-            else:
+            else:  # [N, groups, Co/groups, Ho*Wo]
                 cols = b.reshape(cols, [-1, groups, Cpg * kw, P])
-                part = b.op("MatMul", b.reshape(w_i, [groups, Co // groups, Cpg * kw]), cols)
-                out = part if out is None else b.op("Add", out, part)  # [N, groups, Co/groups, Ho*Wo]
+                out = add_product(b, out, b.reshape(w_i, [groups, Co // groups, Cpg * kw]), cols, two_d=False)
         out = b.reshape(out, [-1, Co, P])
         if bias is not None:
             out = b.op("Add", out, b.reshape(bias, [Co, 1]))
