@@ -25,8 +25,9 @@ from .exporters.calls import export_torchscript as _export_torchscript
 from .exporters.guards import FixedDynamicSize
 from .lowering import resolve_method
 from .semantics import MIN_OPSET, DeformConvSpec
-from .verification import Tolerance, Verified
-from .verification import verify as _verify
+from .verification import OutputCheck, Tolerance, Verified
+from . import dynamic_check as _dynamic_check
+from . import sizes as _sizes
 
 __all__ = ["ExportError", "ExportReport", "VerificationError", "check_deform_modules", "export"]
 
@@ -60,6 +61,16 @@ class ExportReport:
         fallback_reason: why the dynamo exporter was abandoned, if it was.
         export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
         op_types: sorted op types of the main graph.
+        checks: output name -> :class:`OutputCheck` at the example size: the reference used
+            (PyTorch, an upcast float32 copy for float16/bfloat16, a float64 copy for an
+            ill-conditioned float32 model), the file's and PyTorch's own errors against it, the rule
+            that passed it; empty without verify.
+        checked_shapes: the input shapes the file was run at (one list of shapes per size: the
+            example first, then each second size of a dynamic export).
+        size_checks: the :class:`Verified` result at each second size.
+        second_size_seconds: wall time of picking and checking the second sizes.
+        notes: what the checks could not do or found in the reference (the guard check's capture
+            failed, NaN in PyTorch's float16 output, ...).
     """
 
     path: Path | None
@@ -75,6 +86,11 @@ class ExportReport:
     fallback_reason: str | None = None
     export_seconds: float = 0.0
     op_types: list[str] = field(default_factory=list)
+    checks: dict[str, OutputCheck] = field(default_factory=dict)
+    checked_shapes: list[list[tuple[int, ...]]] = field(default_factory=list)
+    size_checks: list[Verified] = field(default_factory=list)
+    second_size_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
 
 def export(
@@ -96,6 +112,7 @@ def export(
     target: str | None = None,
     force: bool = False,
     ir_version: int | None = None,
+    verify_shapes=None,
 ) -> ExportReport:
     """Export ``model`` to ONNX with deformable convolution lowered by ``method``.
 
@@ -153,6 +170,12 @@ def export(
         force: turn a combination the target is known to mishandle into a warning.
         ir_version: IR version of the file; default: the lowest its opsets need
             (:mod:`deform_onnx.irversion`).
+        verify_shapes: sizes a dynamic file is also checked at: a list, each item one shape per
+            tensor input (or one shape for a single-input model), e.g. ``[(2, 3, 160, 96)]``.
+            Default: one size picked from the dynamic axes (:mod:`deform_onnx.sizes`: another
+            batch, H/W moved by a step that keeps the model's stride arithmetic, the first that
+            PyTorch runs). With dynamic axes and ``verify=True`` the file is written only when it
+            also matches PyTorch there.
 
     Returns:
         :class:`ExportReport` (exporter used, repairs, tolerances, max error).
@@ -167,6 +190,9 @@ def export(
             no kernel for some node at its dtype (e.g. float64 ``Conv``: the message names
             it and offers ``verify=False``); nothing written.
         VerificationError: ORT and PyTorch outputs differ beyond tolerance (nothing written).
+        ExportError: with dynamic axes, the file keeps a requested dynamic dimension static, or fails
+            or differs at a second size (the message names the size, what froze and what to do;
+            on the dynamo path after the TorchScript fallback failed too); nothing written.
     """
     # Hook (issue 12): a runtime target picks method/opset; explicit values win.
     from .targets import hooks as _target_hooks
@@ -194,6 +220,7 @@ def export(
             return _export_eval(
                 model, args, f, opset_version, lowering.name, dynamo, input_names, output_names,
                 dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=choice, ir_version=ir_version,
+                verify_shapes=verify_shapes,
             )
     finally:
         for module, mode in training.items():
@@ -202,17 +229,18 @@ def export(
 
 def _export_eval(
     model, args, f, opset_version, method, dynamo, input_names, output_names,
-    dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=None, ir_version=None,
+    dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=None, ir_version=None, verify_shapes=None,
 ) -> ExportReport:
     start = time.perf_counter()
     fallback_reason, repairs, done = None, [], None
     checks = check_deform_modules(model)
+    sized = _SizeCheck.plan(model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes)
     try:
         if dynamo:
             try:
                 done = _try_dynamo(
                     model, args, opset_version, method, input_names, output_names, dynamic_shapes,
-                    dynamic_axes, verify, rtol, atol, ir_version, choice,
+                    dynamic_axes, verify, rtol, atol, ir_version, choice, sized,
                 )
             except _DynamoUnfit as exc:
                 fallback_reason = str(exc)
@@ -231,7 +259,12 @@ def _export_eval(
             proto = _export_torchscript(model, args, opset_version, method, input_names, output_names, dynamic_axes)
             _finish(proto, opset_version, method, ir_version, choice)
             data = proto.SerializeToString()
-            done = (proto, data, _verify(model, args, data, rtol, atol) if verify else None)
+            try:
+                done = (proto, data, sized.run(model, args, data, proto, rtol, atol))
+            except ExportError as exc:
+                if fallback_reason is None or isinstance(exc, VerificationError):
+                    raise
+                raise ExportError(f"{exc} (the dynamo exporter was abandoned first: {fallback_reason})") from None
         else:
             repairs = done[3]
     except _BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
@@ -255,8 +288,64 @@ def _export_eval(
         report.max_error, report.worst_output, report.tolerances = (
             verified.max_error, verified.worst_output, verified.tolerances,
         )
+        report.checks = verified.checks
+    sized.fill(report, verified)
     report.path = _write(data, f)
     return report
+
+
+class _SizeCheck:
+    """The checks one export runs on each file: the example size, and each second size of a dynamic export."""
+
+    def __init__(self, verify: bool, axes, second, why: str | None):
+        self.verify, self.axes, self.second, self.why = verify, axes, second, why
+        self.notes: list[str] = []
+        self.guards: list[str] = []
+        self.seconds = 0.0
+        self.done: list[Verified] = []
+
+    @classmethod
+    def plan(cls, model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes) -> _SizeCheck:
+        """Pick the second sizes before the (slow) export; bad ``verify_shapes`` raise ``ValueError`` here."""
+        start = time.perf_counter()
+        names = input_names or _forward_names(model, args)
+        axes = _sizes.dynamic_axes_of(args, dynamic_shapes, dynamic_axes, names)
+        second, why = [], None
+        if verify and (axes or verify_shapes is not None):
+            second, why = _sizes.second_inputs(model, args, axes, verify_shapes)
+        if verify and axes and not second:
+            raise ExportError(f"cannot check the dynamic file at a second size: {why}; give verify_shapes= sizes "
+                              "that the model runs, or export without dynamic axes")  # fmt: skip
+        check = cls(verify, axes, second, why)
+        check.seconds = time.perf_counter() - start
+        return check
+
+    def run(self, model, args, data, proto, rtol, atol) -> Verified | None:
+        """Static-dimension check, then verify at the example and the second sizes (``None`` without verify)."""
+        problem = _dynamic_check.static_dims_error(proto, self.axes, self.guards)
+        if problem is not None:
+            raise ExportError(problem + "; no file was written")
+        if not self.verify:
+            return None
+        first, self.done, seconds = _dynamic_check.check_dynamic_file(
+            model, args, data, proto, self.axes, self.second, rtol, atol
+        )
+        self.seconds += seconds
+        return first
+
+    def fill(self, report: ExportReport, verified: Verified | None) -> None:
+        report.notes = list(dict.fromkeys(self.notes))
+        if verified is None:
+            if self.axes:
+                report.notes.append("verify=False: the dynamic file was not run at a second size")
+            return
+        report.checked_shapes = [list(verified.shapes)] + [list(v.shapes) for v in self.done]
+        report.size_checks = list(self.done)
+        report.second_size_seconds = self.seconds if self.second else 0.0
+        for v in (verified, *self.done):
+            for name, check in v.checks.items():
+                if check.note:
+                    report.notes.append(f"output {name!r}: {check.note}")
 
 
 class _DynamoUnfit(Exception):
@@ -265,7 +354,7 @@ class _DynamoUnfit(Exception):
 
 def _try_dynamo(
     model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify, rtol, atol,
-    ir_version=None, choice=None,
+    ir_version=None, choice=None, sized=None,
 ) -> tuple[onnx.ModelProto, bytes, Verified | None, list]:
     """Export, validate and verify on the dynamo path, or raise :class:`_DynamoUnfit` naming why not.
 
@@ -279,7 +368,8 @@ def _try_dynamo(
         )
     try:
         proto, repairs = _export_dynamo(
-            model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes
+            model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes,
+            notes=sized.notes if sized is not None else None, guards=sized.guards if sized is not None else None,
         )
     except _capture_errors() as exc:
         _raise_bad_deform_input(exc)
@@ -296,11 +386,13 @@ def _try_dynamo(
     try:
         _finish(proto, opset, method, ir_version, choice)
         data = proto.SerializeToString()
-        verified = _verify(model, args, data, rtol, atol) if verify else None
+        verified = sized.run(model, args, data, proto, rtol, atol)
     except MissingKernelError:
         raise
-    except ExportError as exc:  # VerificationError included
+    except VerificationError as exc:
         raise _DynamoUnfit(f"the dynamo export failed its check ({exc})") from None
+    except ExportError as exc:  # a static dimension or a second size (dynamic_check): the TorchScript file may hold
+        raise _DynamoUnfit(f"the dynamo file does not hold: {exc}") from None
     return proto, data, verified, repairs
 
 

@@ -74,10 +74,12 @@ def quiet():
 
 
 def export_dynamo(
-    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes
+    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, notes=None, guards=None,
 ) -> tuple[onnx.ModelProto, list[Repair]]:
     """Export with the dynamo exporter at ``opset``; below the build opset (18), export at 18 and
     convert down with :func:`deform_onnx.conversion.convert_down` (adapters reported as repairs).
+    ``notes`` (a list) receives a line when the guard check cannot run; ``guards`` (a list) the guards
+    torch.export recorded.
 
     Raises:
         ValueError: a lowering refused the layer (its message names the fix).
@@ -92,9 +94,14 @@ def export_dynamo(
     if dynamic_shapes is None and dynamic_axes is not None and _axes_skip_an_input(dynamic_axes, input_names, len(args)):
         dynamic_shapes, dynamic_axes = axes_to_dynamic_shapes(dynamic_axes, input_names, len(args)), None
     requested = _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes)
+    if requested is None and (dynamic_shapes is not None or dynamic_axes) and notes is not None:
+        notes.append("the guard check could not map dynamic_axes to forward's inputs (give input_names); "
+                     "the second-size check decides")  # fmt: skip
     if requested is not None:
         with quiet():
-            check_guards(model, args, requested)  # FixedDynamicSize: the caller falls back to TorchScript
+            found = check_guards(model, args, requested, notes)  # FixedDynamicSize: the caller falls back
+        if guards is not None:
+            guards.extend(found)
     with quiet(), _lowering_value_errors(_errors.ConversionError):
         program = torch.onnx.export(
             model,

@@ -49,7 +49,7 @@ class _Sized:
         return len(self._shape)
 
 
-def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes) -> None:
+def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes, notes: list[str] | None = None) -> list[str]:
     """Raise :class:`FixedDynamicSize` when the model's code fixes one of the dynamic sizes.
 
     Args:
@@ -61,19 +61,33 @@ def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes) -> None:
     dynamic axis 32 larger and with every dynamic axis doubled (so neither a
     size range such as ``H >= 2`` nor a multiple-of-32 condition counts).
     Guards are torch's own Python text over the inputs' sizes. A capture that
-    fails here is left to the exporter, which reports its own error.
+    fails here is never skipped silently: a line saying so goes to ``notes``
+    (the export's report), and the second-size check of :func:`deform_onnx.export`
+    decides whether the file holds at other sizes.
+
+    Returns:
+        the guards torch.export recorded (Python text), for naming the guard that fixed
+        a dimension the file keeps static; empty when the capture failed.
 
     Raises:
         FixedDynamicSize: quoting the guard and naming ``dynamo=False`` as the way out.
     """
     try:
         program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=False)
-    except Exception:  # noqa: BLE001 - the exporter's own capture reports it, as before this check
-        return
+    except Exception as exc:  # noqa: BLE001 - the exporter's own capture reports it; say that this check did not run
+        text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        if notes is not None:
+            notes.append(
+                f"the guard check could not capture the model ({type(exc).__name__}: {text}); "
+                "the second-size check decides whether the file holds at other sizes"
+            )
+        return []
     guards = list(getattr(program, "_guards_code", []))  # private: torch 2.14's guards as Python text
     names = parameter_names(model, len(args))
     if not guards or names is None:
-        return
+        if notes is not None and names is None:
+            notes.append("the guard check could not name forward's inputs; the second-size check decides")
+        return guards
     grown = [_frame(names, args, dynamic_shapes, lambda n: n + 32), _frame(names, args, dynamic_shapes, lambda n: 2 * n)]
     example = _frame(names, args, dynamic_shapes, lambda n: n)
     for guard in guards:
@@ -82,6 +96,7 @@ def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes) -> None:
                 f"the model's code fixes a dynamic size: torch.export recorded `{guard}` for the example "
                 "input, which the ONNX file cannot check, so it would be wrong at other sizes"
             )
+    return guards
 
 
 def parameter_names(model, n: int) -> list[str] | None:

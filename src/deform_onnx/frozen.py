@@ -1,0 +1,165 @@
+"""What froze in a dynamic file: input dims the file keeps static, and constants holding export-time sizes.
+
+Used by :func:`deform_onnx.export` to word the error when a file exported with
+dynamic axes fails (or differs) at a second size: the message names the
+export-time value, the node that holds it (a ``Reshape``/``Expand``/``Constant``
+..., its name and, where the dynamo exporter recorded it, the torch op and the
+user's source line) and what to do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .sizes import Axis
+
+#: (op type, input index) pairs whose input is a shape or a size.
+SHAPE_INPUTS = {
+    ("Reshape", 1), ("Expand", 1), ("Tile", 1), ("ConstantOfShape", 0), ("Range", 0), ("Range", 1),
+    ("Range", 2), ("Slice", 1), ("Slice", 2), ("Split", 1), ("Resize", 3), ("Upsample", 1), ("TopK", 1),
+}
+#: Ops a shape passes through on its way to a shape input.
+_PASS = {"Concat", "Cast", "Identity", "Unsqueeze", "Squeeze", "Mul", "Div", "Add", "Sub", "Gather"}
+
+
+def static_dims(proto: onnx.ModelProto, axes: list[Axis], input_names: list[str] | None = None) -> list[str]:
+    """Requested dynamic axes that the file's graph inputs hold fixed: ``"input 'x' axis 2 (H) is fixed at 128"``."""
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in inits]
+    out = []
+    for a in axes:
+        if a.index >= len(inputs):
+            continue
+        value = inputs[a.index]
+        dims = value.type.tensor_type.shape.dim
+        if a.axis >= len(dims):
+            continue
+        d = dims[a.axis]
+        if d.HasField("dim_value") and not d.HasField("dim_param"):
+            label = f" ({a.name})" if a.name else ""
+            out.append(f"input {value.name!r} axis {a.axis}{label} is fixed at {d.dim_value}")
+    return out
+
+
+def export_time_values(axes: list[Axis]) -> dict[int, str]:
+    """Integers a traced graph holds when it froze the example's dynamic sizes: each size, its quotients by
+    the strides 2..64, the products of two such quotients (H'*W' of a level) and their sums over
+    consecutive strides (level start indices, total tokens). Value -> how it follows from the sizes."""
+    values: dict[int, str] = {}
+    named = [(a.name or f"input{a.index}.axis{a.axis}", a.size, a.axis) for a in axes]
+    for label, size, _ in named:
+        values.setdefault(size, label)
+    spatial = [(label, size) for label, size, axis in named if axis != 0]
+    for label, size in spatial:
+        for s in (2, 4, 8, 16, 32, 64):
+            if size // s > 4:
+                values.setdefault(size // s, f"{label}/{s}")
+                values.setdefault(-(-size // s), f"ceil({label}/{s})")
+    if len(spatial) >= 2:
+        (lh, h), (lw, w) = spatial[-2], spatial[-1]
+        for s in (1, 2, 4, 8, 16, 32, 64):
+            if h // s * (w // s) > 4:
+                values.setdefault(h // s * (w // s), f"{lh}/{s}*{lw}/{s}")
+        for start in (1, 2, 4, 8):
+            for count in (2, 3, 4, 5):
+                strides = [start * 2**k for k in range(count)]
+                total = sum(h // s * (w // s) for s in strides)
+                if total > 4:
+                    values.setdefault(total, "sum of " + " + ".join(f"{lh}/{s}*{lw}/{s}" for s in strides))
+    return values
+
+
+def _constants(proto: onnx.ModelProto) -> dict[str, tuple[np.ndarray, str, onnx.NodeProto | None]]:
+    out: dict = {}
+    for init in proto.graph.initializer:
+        try:
+            out[init.name] = (numpy_helper.to_array(init), "initializer", None)
+        except Exception:  # noqa: BLE001 - external data etc.: not a size
+            continue
+    for node in proto.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    out[node.output[0]] = (numpy_helper.to_array(attr.t), "Constant", node)
+                elif attr.name in ("value_int", "value_ints"):
+                    out[node.output[0]] = (np.array(onnx.helper.get_attribute_value(attr)), "Constant", node)
+    return out
+
+
+def _origin(node: onnx.NodeProto | None) -> str:
+    """The torch op and source line the dynamo exporter recorded on ``node`` (metadata_props)."""
+    if node is None:
+        return ""
+    meta = {m.key: m.value for m in node.metadata_props}
+    parts = []
+    hierarchy = meta.get("pkg.torch.onnx.class_hierarchy", "")
+    if hierarchy:
+        op = hierarchy.strip("[]").split(",")[-1].strip(" '\"")
+        if op:
+            parts.append(f"from torch op {op}")
+    trace = meta.get("pkg.torch.onnx.stack_trace", "")
+    if trace:
+        lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
+        if lines:
+            parts.append(" ".join(lines[-2:])[:200])
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3) -> list[str]:
+    """Constants that hold an export-time size and feed a shape input (or, failing that, any node).
+
+    Each line: ``value 336 (sum of H/8*W/8 + ...) in Constant 'name' -> Reshape 'node' input 1 (from torch op ...)``.
+    """
+    values = export_time_values(axes)
+    consts = _constants(proto)
+    producers = {o: n for n in proto.graph.node for o in n.output}
+    users: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in proto.graph.node:
+        for k, name in enumerate(node.input):
+            users.setdefault(name, []).append((node, k))
+
+    def shape_use(name: str, depth: int = 0):
+        """The first (node, input index) that uses ``name`` as a shape, through pass-through ops."""
+        for node, k in users.get(name, []):
+            if (node.op_type, k) in SHAPE_INPUTS:
+                return node, k
+            if depth < 4 and node.op_type in _PASS:
+                for out in node.output:
+                    hit = shape_use(out, depth + 1)
+                    if hit is not None:
+                        return hit
+        return None
+
+    found, loose = [], []
+    for name, (array, kind, node) in consts.items():
+        if array.dtype.kind not in "iuf" or array.size == 0 or array.size > 64:
+            continue
+        flat = array.reshape(-1)
+        hits = [int(v) for v in flat if float(v).is_integer() and int(v) in values]
+        if not hits:
+            continue
+        value = max(hits)
+        holder = f"{kind} {(node.name if node is not None and node.name else name)!r}"
+        use = shape_use(name)
+        if use is not None:
+            user, k = use
+            where = _origin(user) or _origin(node)
+            found.append(f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r} input {k}{where}")
+        elif array.dtype.kind in "iu" and any(u.op_type not in ("Constant",) for u, _ in users.get(name, [])):
+            user = users[name][0][0]
+            loose.append(f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r}{_origin(user) or _origin(node)}")
+    del producers
+    return (found or loose)[:limit]
+
+
+def describe(proto: onnx.ModelProto, axes: list[Axis]) -> str:
+    """One sentence naming what froze (static input dims first, else constants holding export-time sizes)."""
+    static = static_dims(proto, axes)
+    if static:
+        return "the file keeps a requested dynamic dimension static: " + "; ".join(static)
+    sizes = frozen_sizes(proto, axes)
+    if sizes:
+        return "the file holds export-time sizes: " + "; ".join(sizes)
+    return "no constant in the file holds an export-time size directly (the size is frozen in arithmetic)"

@@ -1,0 +1,239 @@
+"""Second sizes for dynamic exports: which input sizes a dynamic file is also checked at.
+
+A file exported with dynamic axes claims to run at every size on those axes, but
+both exporters record the example: a size the model's code turns into a Python
+number, a ``torch.tensor`` built from shapes, a level size in a loop. Such a
+file matches PyTorch at the example size and is wrong (or fails) at any other.
+:func:`second_inputs` picks another size from the dynamic axes and draws inputs
+there, so :func:`deform_onnx.export` (and the CLI) can run the file at it before
+writing it. One implementation serves ``export()``, ``deform-onnx export`` and
+``deform-onnx check``.
+
+How a size is picked, per group of axes that move together (axes with the same
+name; unnamed axes of equal example size):
+
+- axis 0 (batch): ``n + 1``, then ``n + 2``, then ``n - 1``;
+- any other axis of size ``s``: a step ``p``, the largest power of two that
+  divides ``s``, at most 32 (the deepest stride of common backbones), so that
+  the model's own stride arithmetic stays exact (``s + p`` is divisible by every
+  stride that divides ``s``, up to ``p``): ``s + p``, ``s + 2p``, ``s - p``;
+- the first candidate moves the spatial groups in alternate directions (H up,
+  W down), so that a square example becomes a non-square one and an H/W mix-up
+  shows.
+
+Candidates outside a ``torch.export.Dim``'s ``min``/``max`` are skipped; the first
+candidate that PyTorch itself runs is used (a model may need sizes divisible by
+its stride, or a minimum size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+#: Largest step for a non-batch axis (the deepest stride of common detector backbones).
+MAX_STEP = 32
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One dynamic axis: input ``index`` (position among the tensor inputs), ``axis``, its name and range."""
+
+    index: int
+    axis: int
+    name: str | None
+    size: int
+    min: int | None = None
+    max: int | None = None
+
+
+def step_for(size: int, axis: int) -> int:
+    """The step an axis moves by: 1 for the batch axis, else the largest power of two (<= 32) dividing ``size``."""
+    if axis == 0 or size <= 0:
+        return 1
+    step = 1
+    while size % (step * 2) == 0 and step * 2 <= MAX_STEP:
+        step *= 2
+    return step
+
+
+def dynamic_axes_of(args: tuple, dynamic_shapes=None, dynamic_axes=None, input_names=None) -> list[Axis]:
+    """The dynamic axes of the tensor inputs in ``args``, from dynamo ``dynamic_shapes`` or TorchScript ``dynamic_axes``.
+
+    ``dynamic_shapes``: one entry per positional input (``None``, ``{axis: Dim}`` or a per-axis
+    list), or a dict keyed by ``input_names``. ``dynamic_axes``: ``{input_name: {axis: name}}`` or
+    ``{input_name: [axis, ...]}`` (output names are ignored). Returns an empty list when nothing is dynamic.
+    """
+    tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    names = list(input_names or [])
+    specs: list = [None] * len(args)
+    if dynamic_shapes is not None:
+        if isinstance(dynamic_shapes, dict):
+            specs = [dynamic_shapes.get(names[i]) if i < len(names) else None for i in range(len(args))]
+        else:
+            specs = list(dynamic_shapes) + [None] * (len(args) - len(dynamic_shapes))
+    elif dynamic_axes:
+        specs = [dynamic_axes.get(names[i]) if i < len(names) else None for i in range(len(args))]
+    out = []
+    for i, tensor in tensors:
+        spec = specs[i]
+        if not spec:
+            continue
+        if isinstance(spec, dict):
+            items = list(spec.items())
+        elif all(isinstance(s, int) for s in spec):  # TorchScript list form: [axis, ...]
+            items = [(a, None) for a in spec]
+        else:  # dynamo per-axis form: a Dim or None for each axis
+            items = [(a, d) for a, d in enumerate(spec) if d is not None]
+        for axis, dim in items:
+            axis = int(axis) % tensor.dim()
+            name, low, high = _dim_name_range(dim)
+            out.append(Axis(i, axis, name, int(tensor.shape[axis]), low, high))
+    return out
+
+
+def _dim_name_range(dim) -> tuple[str | None, int | None, int | None]:
+    if isinstance(dim, str):
+        return dim, None, None
+    name = getattr(dim, "__name__", None)
+    if name in (None, "DYNAMIC", "AUTO", "STATIC") or (isinstance(name, str) and name.startswith("_DimHint")):
+        name = None
+    low, high = getattr(dim, "min", None), getattr(dim, "max", None)
+    low = low if isinstance(low, int) and low > 0 else None
+    high = high if isinstance(high, int) and high < 2**31 else None
+    return name, low, high
+
+
+def _groups(axes: list[Axis]) -> list[list[Axis]]:
+    """Axes that move together: same name, or (unnamed) same example size and same batch-ness."""
+    groups: dict[tuple, list[Axis]] = {}
+    for a in axes:
+        key = ("name", a.name) if a.name is not None else ("size", a.size, a.axis == 0)
+        groups.setdefault(key, []).append(a)
+    return list(groups.values())
+
+
+def candidate_sizes(axes: list[Axis]) -> list[dict[tuple[int, int], int]]:
+    """Candidate second sizes, best first: each maps ``(input index, axis)`` to a new size."""
+    groups = _groups(axes)
+    plans: list[list[int]] = []
+    for g in groups:
+        a = g[0]
+        step = step_for(a.size, a.axis)
+        plans.append([a.size + step, a.size + 2 * step, a.size - step])
+    candidates: list[dict] = []
+
+    def add(choice: list[int]) -> None:
+        sizes = {}
+        for g, new in zip(groups, choice):
+            low = max(a.min or 1 for a in g)
+            high = min((a.max for a in g if a.max is not None), default=None)
+            if new < max(low, 1) or (high is not None and new > high):
+                return
+            for a in g:
+                sizes[(a.index, a.axis)] = new
+        if sizes and sizes not in candidates:
+            candidates.append(sizes)
+
+    # Spatial groups in alternate directions first (a square example becomes non-square).
+    spatial = 0
+    first = []
+    for g, plan in zip(groups, plans):
+        if g[0].axis != 0:
+            first.append(plan[2] if spatial % 2 and plan[2] >= step_for(g[0].size, g[0].axis) else plan[0])
+            spatial += 1
+        else:
+            first.append(plan[0])
+    add(first)
+    for k in range(3):
+        add([plan[k] for plan in plans])
+    return candidates
+
+
+def resized_tensor(x: torch.Tensor, shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
+    """A tensor of ``shape`` whose values are drawn from ``x``'s own values (so masks stay in [0, 1],
+    indices stay valid, offsets keep their spread), in ``x``'s dtype."""
+    if tuple(shape) == tuple(x.shape):
+        return x
+    flat = x.detach().reshape(-1)
+    if flat.numel() == 0:
+        return torch.zeros(shape, dtype=x.dtype)
+    gen = torch.Generator().manual_seed(seed)
+    index = torch.randint(0, flat.numel(), tuple(shape), generator=gen)
+    return flat[index].to(x.device)
+
+
+def inputs_at(args: tuple, shapes: list[tuple[int, ...] | None], seed: int = 0) -> tuple:
+    """``args`` with each tensor input redrawn at its new shape (``None`` keeps it)."""
+    out = []
+    t = 0
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            shape = shapes[t] if t < len(shapes) else None
+            out.append(a if shape is None else resized_tensor(a, tuple(shape), seed + t))
+            t += 1
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def _shapes_for(args: tuple, sizes: dict[tuple[int, int], int]) -> list[tuple[int, ...]]:
+    shapes = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            shape = list(a.shape)
+            for axis in range(len(shape)):
+                shape[axis] = sizes.get((i, axis), shape[axis])
+            shapes.append(tuple(shape))
+    return shapes
+
+
+def second_inputs(model, args: tuple, axes: list[Axis], verify_shapes=None) -> tuple[list[tuple], str | None]:
+    """Input sets to check a dynamic file at: ``[(args_at_size, shapes), ...]`` and a note when none runs.
+
+    With ``verify_shapes`` (a list; each item one shape per tensor input, or one shape for a
+    single-input model) those sizes are used as given. Otherwise the first of
+    :func:`candidate_sizes` that ``model`` runs in PyTorch is used. Returns ``([], reason)`` when
+    no candidate runs in PyTorch (the reason quotes PyTorch's error).
+
+    Raises:
+        ValueError: ``verify_shapes`` is empty, or an item has the wrong number of shapes or a rank
+            that differs from the example's.
+    """
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if verify_shapes is not None:
+        sets = []
+        items = list(verify_shapes)
+        if not items:
+            raise ValueError("verify_shapes is empty; give at least one size set, or verify=False")
+        for item in items:
+            item = list(item)
+            if item and all(isinstance(d, int) for d in item):
+                item = [tuple(item)]
+            if len(item) != len(tensors):
+                raise ValueError(f"verify_shapes item {item} gives {len(item)} shapes for {len(tensors)} tensor inputs")
+            for shape, t in zip(item, tensors):
+                if len(shape) != t.dim():
+                    raise ValueError(f"verify_shapes: shape {tuple(shape)} has rank {len(shape)}, the input has {t.dim()}")
+            shapes = [tuple(int(d) for d in s) for s in item]
+            sets.append((inputs_at(args, shapes), shapes))
+        return sets, None
+    last = None
+    for sizes in candidate_sizes(axes):
+        shapes = _shapes_for(args, sizes)
+        new = inputs_at(args, shapes)
+        try:
+            with torch.no_grad():
+                model(*new)
+        except Exception as exc:  # noqa: BLE001 - the model's own code refuses this size: try the next
+            last = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+            continue
+        return [(new, shapes)], None
+    tried = "; ".join(",".join("x".join(map(str, s)) for s in _shapes_for(args, c)) for c in candidate_sizes(axes))
+    return [], f"PyTorch ran none of the second sizes tried ({tried or 'none'}; last: {last})"
+
+
+def shown(shapes: list[tuple[int, ...]]) -> str:
+    """``[(2, 3, 160, 96)]`` -> ``2x3x160x96``; several inputs joined by ``, ``."""
+    return ", ".join("x".join(map(str, s)) for s in shapes)
