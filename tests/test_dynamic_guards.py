@@ -43,12 +43,16 @@ class KeepsWidth(FixesWidth):
         return self.dcn(x, torch.zeros(x.shape[0], 18, x.shape[2], x.shape[3]))
 
 
-def test_fixed_size_falls_back_to_torchscript():
-    """The warning quotes torch's guard; the file comes from the TorchScript exporter."""
-    with pytest.warns(UserWarning, match=r"fixes a dynamic size.*size\(\)\[3\] // 8\) == 4"):
-        report = deform_onnx.export(FixesWidth(), (torch.randn(1, 3, 16, 32),), io.BytesIO(), opset_version=17,
-                                    input_names=["x"], dynamic_axes=DYNAMIC)
-    assert report.exporter == "torchscript" and "fixes a dynamic size" in report.fallback_reason
+def test_fixed_size_falls_back_to_torchscript_and_is_refused_there(tmp_path):
+    """The warning quotes torch's guard; the TorchScript file freezes the same size, so the second-size
+    check refuses it too: the error names both, and no file is written."""
+    path = tmp_path / "m.onnx"
+    with pytest.warns(UserWarning, match=r"fixes a dynamic size.*size\(\)\[3\] // 8\) == 4"), \
+            pytest.raises(ExportError, match=r"does not hold at a second size .*broadcast.*dynamo exporter was "
+                                             r"abandoned first: the model's code fixes a dynamic size"):
+        deform_onnx.export(FixesWidth(), (torch.randn(1, 3, 16, 32),), path, opset_version=17,
+                           input_names=["x"], dynamic_axes=DYNAMIC)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_fixed_size_without_fallback_raises():

@@ -317,6 +317,8 @@ class _SizeCheck:
             raise ExportError(f"cannot check the dynamic file at a second size: {why}; give verify_shapes= sizes "
                               "that the model runs, or export without dynamic axes")  # fmt: skip
         check = cls(verify, axes, second, why)
+        if second and why:
+            check.notes.append(why)
         check.seconds = time.perf_counter() - start
         return check
 

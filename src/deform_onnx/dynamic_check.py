@@ -67,16 +67,30 @@ def check_dynamic_file(
         except ExportError:
             raise
         except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own failure at that size (broadcast, reshape)
-            text = str(exc).strip().splitlines()
-            line = next((ln for ln in text if "error" in ln.lower() or "fail" in ln.lower()), text[0] if text else "")
-            raise ExportError(_second_size_message(proto, axes, shapes, f"ONNX Runtime fails there: {line[:300]}"))
+            problem, node = ort_failure(str(exc))
+            raise ExportError(_second_size_message(proto, axes, shapes, problem, node)) from None
     return first, done, time.perf_counter() - start
 
 
-def _second_size_message(proto, axes: list[Axis], shapes, problem: str) -> str:
+def ort_failure(text: str) -> tuple[str, str | None]:
+    """ONNX Runtime's run-time error in one line (``at Reshape node 'name': cannot reshape ...``) and the node name."""
+    import re
+
+    text = " ".join(text.split())
+    name = re.search(r"Name:'([^']*)'", text)
+    op = re.search(r"running (\w+) node", text)
+    message = text.split("Status Message:", 1)[-1].strip()
+    if " was false. " in message:  # ORT's source location and failed check precede the readable message
+        message = message.rsplit(" was false. ", 1)[1]
+    message = re.sub(r"^\S+:\d+ \S.*?\) ", "", message) if message.startswith("/") else message
+    where = f" at {op.group(1) if op else 'a'} node {name.group(1)!r}" if name else ""
+    return f"ONNX Runtime fails there{where}: {message[:240]}", (name.group(1) if name else None)
+
+
+def _second_size_message(proto, axes: list[Axis], shapes, problem: str, node: str | None = None) -> str:
     dims = ", ".join(sorted({a.name or f"axis {a.axis}" for a in axes}))
     example = ", ".join(dict.fromkeys(f"{a.name or f'axis {a.axis}'}={a.size}" for a in axes))
     return (
         f"the file does not hold at a second size {shown(shapes)} (dynamic {dims}; export-time {example}): "
-        f"{problem}; {describe(proto, axes)}; no file was written. What to do: {ADVICE}"
+        f"{problem}; {describe(proto, axes, node)}; no file was written. What to do: {ADVICE}"
     )

@@ -107,12 +107,35 @@ def _origin(node: onnx.NodeProto | None) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3) -> list[str]:
+def _ancestors(proto: onnx.ModelProto, node_name: str | None) -> set[str] | None:
+    """Names of every value the named node depends on (``None`` when there is no such node)."""
+    if not node_name:
+        return None
+    producers = {o: n for n in proto.graph.node for o in n.output}
+    start = next((n for n in proto.graph.node if n.name == node_name), None)
+    if start is None:
+        return None
+    seen: set[str] = set()
+    todo = list(start.input)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in producers:
+            todo.extend(producers[name].input)
+    return seen
+
+
+def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3, near: str | None = None) -> list[str]:
     """Constants that hold an export-time size and feed a shape input (or, failing that, any node).
+
+    With ``near`` (the node ONNX Runtime failed at), constants it depends on come first.
 
     Each line: ``value 336 (sum of H/8*W/8 + ...) in Constant 'name' -> Reshape 'node' input 1 (from torch op ...)``.
     """
     values = export_time_values(axes)
+    exact = {a.size for a in axes}
     consts = _constants(proto)
     producers = {o: n for n in proto.graph.node for o in n.output}
     users: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
@@ -133,11 +156,22 @@ def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3) -> li
         return None
 
     found, loose = [], []
+    # Size attributes (Split's split, a Reshape/Upsample of old opsets): the failing node's first.
+    for node in sorted(proto.graph.node, key=lambda n: 0 if n.name == near else 1):
+        for attr in node.attribute:
+            if attr.name in ("split", "shape", "sizes", "ends", "starts") and attr.type == onnx.AttributeProto.INTS:
+                hits = [int(v) for v in attr.ints if int(v) in values and int(v) > 1]
+                if hits:
+                    found.append(f"value {max(hits)} ({values[max(hits)]}) in the {attr.name!r} attribute of "
+                                 f"{node.op_type} {node.name!r}{_origin(node)}")  # fmt: skip
+    before = _ancestors(proto, near)
     for name, (array, kind, node) in consts.items():
+        if before is not None and name not in before:
+            continue  # ONNX Runtime named the failing node: only what it depends on
         if array.dtype.kind not in "iuf" or array.size == 0 or array.size > 64:
             continue
         flat = array.reshape(-1)
-        hits = [int(v) for v in flat if float(v).is_integer() and int(v) in values]
+        hits = [int(v) for v in flat if float(v).is_integer() and int(v) in values and int(v) > 1]
         if not hits:
             continue
         value = max(hits)
@@ -147,19 +181,20 @@ def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3) -> li
             user, k = use
             where = _origin(user) or _origin(node)
             found.append(f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r} input {k}{where}")
-        elif array.dtype.kind in "iu" and any(u.op_type not in ("Constant",) for u, _ in users.get(name, [])):
+        elif (array.dtype.kind in "iu" and value in exact and (before is None or name in before)
+              and any(u.op_type != "Gather" for u, _ in users.get(name, []))):  # fmt: skip
             user = users[name][0][0]
             loose.append(f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r}{_origin(user) or _origin(node)}")
     del producers
     return (found or loose)[:limit]
 
 
-def describe(proto: onnx.ModelProto, axes: list[Axis]) -> str:
+def describe(proto: onnx.ModelProto, axes: list[Axis], near: str | None = None) -> str:
     """One sentence naming what froze (static input dims first, else constants holding export-time sizes)."""
     static = static_dims(proto, axes)
     if static:
         return "the file keeps a requested dynamic dimension static: " + "; ".join(static)
-    sizes = frozen_sizes(proto, axes)
+    sizes = frozen_sizes(proto, axes, near=near)
     if sizes:
         return "the file holds export-time sizes: " + "; ".join(sizes)
     return "no constant in the file holds an export-time size directly (the size is frozen in arithmetic)"

@@ -17,9 +17,11 @@ name; unnamed axes of equal example size):
   divides ``s``, at most 32 (the deepest stride of common backbones), so that
   the model's own stride arithmetic stays exact (``s + p`` is divisible by every
   stride that divides ``s``, up to ``p``): ``s + p``, ``s + 2p``, ``s - p``;
-- the first candidate moves the spatial groups in alternate directions (H up,
-  W down), so that a square example becomes a non-square one and an H/W mix-up
-  shows.
+- the first candidate moves the spatial groups in alternate directions by
+  different steps (H to ``s + 2p``, W to ``s - p``: 128x128 -> 192x96), so that
+  a square example becomes a non-square one, an H/W mix-up shows, and neither
+  ``H + W`` nor ``H * W`` keeps its value (a frozen sum or product would
+  otherwise pass).
 
 Candidates outside a ``torch.export.Dim``'s ``min``/``max`` are skipped; the first
 candidate that PyTorch itself runs is used (a model may need sizes divisible by
@@ -136,18 +138,39 @@ def candidate_sizes(axes: list[Axis]) -> list[dict[tuple[int, int], int]]:
         if sizes and sizes not in candidates:
             candidates.append(sizes)
 
-    # Spatial groups in alternate directions first (a square example becomes non-square).
+    # First: spatial groups moved in alternate directions by different steps (s + 2p, then s - p), so
+    # that a square example becomes a non-square one and neither H + W nor H * W keeps its value.
     spatial = 0
     first = []
     for g, plan in zip(groups, plans):
         if g[0].axis != 0:
-            first.append(plan[2] if spatial % 2 and plan[2] >= step_for(g[0].size, g[0].axis) else plan[0])
+            down = spatial % 2 and plan[2] >= step_for(g[0].size, g[0].axis)
+            first.append(plan[2] if down else plan[1] if spatial % 2 == 0 else plan[0])
             spatial += 1
         else:
             first.append(plan[0])
-    add(first)
-    for k in range(3):
-        add([plan[k] for plan in plans])
+    base = [first] + [[plan[k] for plan in plans] for k in range(3)]
+    for choice in base:
+        add(choice)
+    # Linked sizes: groups on the same axis of different inputs (an image's H and its offset's Ho = f(H))
+    # scaled with the largest group on that axis (floor, then ceil of the ratio).
+    drivers: dict[int, int] = {}
+    for k, g in enumerate(groups):
+        axis = g[0].axis
+        if axis != 0 and (axis not in drivers or g[0].size > groups[drivers[axis]][0].size):
+            drivers[axis] = k
+    for rounding in (lambda v: int(v), lambda v: -int(-v // 1)):
+        for choice in base:
+            linked = []
+            for k, (g, new) in enumerate(zip(groups, choice)):
+                d = drivers.get(g[0].axis)
+                if d is None or d == k:
+                    linked.append(new)
+                else:
+                    linked.append(max(1, rounding(g[0].size * choice[d] / groups[d][0].size)))
+            add(linked)
+    # Last: the batch alone (sizes that PyTorch runs only with related axes moved together are unknown).
+    add([plan[0] if g[0].axis == 0 else g[0].size for g, plan in zip(groups, plans)])
     return candidates
 
 
@@ -229,7 +252,11 @@ def second_inputs(model, args: tuple, axes: list[Axis], verify_shapes=None) -> t
         except Exception as exc:  # noqa: BLE001 - the model's own code refuses this size: try the next
             last = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
             continue
-        return [(new, shapes)], None
+        note = None
+        if all(sizes[(a.index, a.axis)] == a.size for a in axes if a.axis != 0):
+            note = ("only the batch was checked at a second size: PyTorch ran none of the sizes tried on the other "
+                    "dynamic axes; give verify_shapes= to check them")  # fmt: skip
+        return [(new, shapes)], note
     tried = "; ".join(",".join("x".join(map(str, s)) for s in _shapes_for(args, c)) for c in candidate_sizes(axes))
     return [], f"PyTorch ran none of the second sizes tried ({tried or 'none'}; last: {last})"
 

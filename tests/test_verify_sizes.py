@@ -1,0 +1,291 @@
+"""Every size a file claims is checked before it is written (issue 18, items 1 and 4; case c28).
+
+A file exported with dynamic axes is run at a second size (``deform_onnx.sizes``
+picks it) and compared with PyTorch there; a file that fails or differs is not
+written and the error names what froze. Planted faults (a shifted sampling
+coordinate, a wrong mask channel: monkeypatched lowerings; a size the model's
+code bakes in) must be refused in float32 and float16, so the float64/float32
+reference rules of ``deform_onnx.verification`` cannot pass a wrong file.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+import torchvision
+from torch.export import Dim
+
+import deform_onnx
+from deform_onnx import sizes
+from deform_onnx.errors import ExportError, VerificationError
+from deform_onnx.lowering import gather as gather_lowering
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::UserWarning")
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+class PredictedDCN(torch.nn.Module):
+    """DCNv2 as detectors write it: offset and mask predicted from the input by a 3x3 convolution."""
+
+    def __init__(self, channels: int = 4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.pred = torch.nn.Conv2d(channels, 27, 3, padding=1)
+        torch.nn.init.normal_(self.pred.weight, std=0.3)
+        self.dcn = torchvision.ops.DeformConv2d(channels, channels, 3, padding=1)
+
+    def features(self, x):
+        p = self.pred(x)
+        return self.dcn(x, p[:, :18], torch.sigmoid(p[:, 18:]))
+
+    def forward(self, x):
+        return self.features(x)
+
+
+class BakesSize(PredictedDCN):
+    """The model's code turns the export-time H and W into Python numbers, as Deformable DETR splits its
+    levels (``value.split([H_ * W_ for H_, W_ in value_spatial_shapes])`` over a ``torch.as_tensor`` of the
+    shapes): torch.export cannot capture it, the TorchScript trace records the example's H*W."""
+
+    def forward(self, x):
+        y = self.features(x)
+        shapes = torch.as_tensor([y.shape[-2:]], dtype=torch.long)
+        tokens = y.flatten(2).split([int(h) * int(w) for h, w in shapes], dim=2)[0]
+        return tokens.softmax(-1)
+
+
+def _input(dtype=torch.float32, shape=(1, 4, 16, 16)):
+    torch.manual_seed(1)
+    return torch.randn(*shape).to(dtype)
+
+
+def _model(cls, dtype):
+    return cls().to(dtype).eval()
+
+
+# ---- second size: picked, reported, refused ---------------------------------------------------------------
+
+
+def test_candidate_sizes_keep_stride_arithmetic():
+    """Batch + 1; H and W moved by the largest power of two (<= 32) dividing them, in alternate directions."""
+    axes = sizes.dynamic_axes_of((torch.zeros(1, 3, 128, 128),), dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}},
+                                 input_names=["x"])  # fmt: skip
+    first = sizes.candidate_sizes(axes)[0]
+    assert first == {(0, 0): 2, (0, 2): 192, (0, 3): 96}
+    assert all(v % 32 == 0 for k, v in first.items() if k[1] >= 2)
+    # Unnamed axes of equal size move together (an offset shares H and W with the image).
+    shapes = ({2: Dim.DYNAMIC, 3: Dim.DYNAMIC}, {2: Dim.DYNAMIC, 3: Dim.DYNAMIC})
+    axes = sizes.dynamic_axes_of((torch.zeros(1, 3, 24, 40), torch.zeros(1, 18, 24, 40)), dynamic_shapes=shapes)
+    first = sizes.candidate_sizes(axes)[0]
+    assert first[(0, 2)] == first[(1, 2)] != 24 and first[(0, 3)] == first[(1, 3)] != 40
+    # A Dim's range is respected.
+    axes = sizes.dynamic_axes_of((torch.zeros(1, 3, 16, 16),), dynamic_shapes=({2: Dim("H", max=24)},))
+    assert all(c[(0, 2)] <= 24 for c in sizes.candidate_sizes(axes))
+
+
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_dynamic_export_is_checked_at_a_second_size(tmp_path, dynamo):
+    model, x = _model(PredictedDCN, torch.float32), _input()
+    path = tmp_path / "m.onnx"
+    report = deform_onnx.export(model, (x,), path, input_names=["x"], dynamo=dynamo,
+                                dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})  # fmt: skip
+    assert report.checked_shapes == [[(1, 4, 16, 16)], [(2, 4, 48, 32)]]
+    assert len(report.size_checks) == 1 and report.size_checks[0].max_error <= 1e-4
+    assert report.second_size_seconds > 0
+    # The written file does run there, and matches PyTorch.
+    x2 = sizes.inputs_at((x,), [(2, 4, 48, 32)])[0]
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x2.numpy()})[0]
+    np.testing.assert_allclose(got, model(x2).detach().numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_static_export_has_no_second_size():
+    report = deform_onnx.export(_model(PredictedDCN, torch.float32), (_input(),), io.BytesIO(), dynamo=False)
+    assert report.checked_shapes == [[(1, 4, 16, 16)]] and report.size_checks == []
+
+
+def test_verify_shapes_are_used_as_given():
+    report = deform_onnx.export(_model(PredictedDCN, torch.float32), (_input(),), io.BytesIO(), dynamo=False,
+                                input_names=["x"], dynamic_axes={"x": {2: "H", 3: "W"}},
+                                verify_shapes=[(1, 4, 20, 12), (1, 4, 8, 24)])  # fmt: skip
+    assert report.checked_shapes[1:] == [[(1, 4, 20, 12)], [(1, 4, 8, 24)]]
+
+
+def test_bad_verify_shapes_fail_before_export():
+    with pytest.raises(ValueError, match="rank 3"):
+        deform_onnx.export(_model(PredictedDCN, torch.float32), (_input(),), io.BytesIO(), dynamo=False,
+                           input_names=["x"], dynamic_axes={"x": {2: "H"}}, verify_shapes=[(1, 4, 20)])  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_frozen_size_is_refused_at_a_second_size(tmp_path, dtype, dynamo):
+    """Planted fault: a reshape with the export-time H*W. The file is right at the export size (a static
+    export of it is written) and wrong at any other: the dynamic export is refused, naming the value and
+    the node that holds it, and nothing is written."""
+    model, x = _model(BakesSize, DTYPES[dtype]), _input(DTYPES[dtype])
+    static = deform_onnx.export(model, (x,), io.BytesIO(), dynamo=dynamo, input_names=["x"])
+    assert static.max_error is not None
+    path = tmp_path / "m.onnx"
+    with pytest.raises(ExportError, match=r"does not hold at a second size .*at Split node .*value 256 "
+                                          r"\(H/1\*W/1\) in .*What to do"):
+        deform_onnx.export(model, (x,), path, dynamo=dynamo, input_names=["x"],
+                           dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
+class SpecialisesSize(PredictedDCN):
+    """c28: the model's code builds a normaliser with ``torch.tensor`` from ``x.shape[-2:]`` (as Python floats)."""
+
+    def forward(self, x):
+        h, w = x.shape[-2:]
+        scale = torch.tensor([float(w), float(h)], dtype=x.dtype)
+        return self.features(x) * (scale[0] / scale[1])
+
+
+def test_c28_requested_dims_kept_or_named(tmp_path):
+    """``dynamic_shapes`` naming H and W on a model that specialises them: the dynamo file would be static
+    (refused, naming the dimension), and the TorchScript file freezes W/H: refused at the second size."""
+    path = tmp_path / "m.onnx"
+    model, x = _model(SpecialisesSize, torch.float32), _input(shape=(1, 4, 16, 32))
+    with pytest.raises(ExportError) as info:
+        deform_onnx.export(model, (x,), path, dynamic_shapes=({2: Dim("H"), 3: Dim("W")},))
+    text = str(info.value)
+    assert "does not hold at a second size" in text
+    assert "input 'x' axis 2 (H) is fixed at 16" in text or "specialised" in text or "fixes a dynamic size" in text
+    assert list(tmp_path.iterdir()) == []
+    # Without fallback the dynamo path's own refusal names the dimension.
+    with pytest.raises(ExportError, match=r"axis [23] \([HW]\) is fixed at|fixes a dynamic size|specializ"):
+        deform_onnx.export(model, (x,), path, dynamic_shapes=({2: Dim("H"), 3: Dim("W")},), fallback=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_guard_check_that_cannot_capture_says_so(monkeypatch):
+    """The guard check's own capture failing is reported; the second-size check still runs."""
+    from deform_onnx.exporters import guards
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("capture refused for this test")
+
+    monkeypatch.setattr(guards.torch.export, "export", refuse)
+    report = deform_onnx.export(_model(PredictedDCN, torch.float32), (_input(),), io.BytesIO(), input_names=["x"],
+                                dynamic_axes={"x": {2: "H", 3: "W"}})  # fmt: skip
+    assert any("guard check could not capture" in n and "capture refused" in n for n in report.notes)
+    assert len(report.checked_shapes) == 2
+
+
+# ---- planted faults in the lowering: refused in float32 and float16 ------------------------------------------
+
+
+def _shift_columns(monkeypatch):
+    """The gather lowering samples half a pixel to the right of where torchvision does."""
+    original = gather_lowering.base_coords
+
+    def shifted(b, spec, axis, n_out, like, *args, **kwargs):
+        out = original(b, spec, axis, n_out, like, *args, **kwargs)
+        return b.op("Add", out, b.float_const(0.5, like)) if axis == 1 else out
+
+    monkeypatch.setattr(gather_lowering, "base_coords", shifted)
+
+
+def _roll_mask(monkeypatch):
+    """The gather lowering weights each tap by its neighbour's mask channel."""
+    original = gather_lowering.checked_spatial
+    calls = [0]
+
+    def rolled(b, t, Ho, Wo):
+        out = original(b, t, Ho, Wo)
+        calls[0] += 1
+        if out is None or calls[0] % 2:  # lower_gather checks the offset first, then the mask
+            return out
+        return b.op("Concat", b.slice(out, 1, 2**62, axis=1), b.slice(out, 0, 1, axis=1), axis=1)
+
+    monkeypatch.setattr(gather_lowering, "checked_spatial", rolled)
+
+
+FAULTS = {"none": None, "shifted coordinate": _shift_columns, "wrong mask channel": _roll_mask}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_planted_lowering_fault_is_refused(tmp_path, monkeypatch, dtype, fault, dynamic):
+    """Without the fault the export is written (the control); with it, refused at the export size: float32
+    after the float64 check, float16 against the float32 copy of the model, nothing written."""
+    if FAULTS[fault] is not None:
+        FAULTS[fault](monkeypatch)
+    model, x = _model(PredictedDCN, DTYPES[dtype]), _input(DTYPES[dtype])
+    path = tmp_path / "m.onnx"
+    kwargs = {"input_names": ["x"], "dynamic_axes": {"x": {2: "H", 3: "W"}}} if dynamic else {}
+    if fault == "none":
+        report = deform_onnx.export(model, (x,), path, method="gather", opset_version=13, dynamo=False, **kwargs)
+        assert path.exists() and len(report.checked_shapes) == (2 if dynamic else 1)
+        return
+    refused = "against the model run in float64" if dtype == "float32" else "differs from the float32 model"
+    with pytest.raises(VerificationError, match=refused):
+        deform_onnx.export(model, (x,), path, method="gather", opset_version=13, dynamo=False, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_planted_fault_is_refused_at_a_second_size(tmp_path, monkeypatch):
+    """A fault that shows only at other sizes (the mask is rolled only when H differs from the export's):
+    the example passes, the second size refuses it."""
+    original = gather_lowering.checked_spatial
+    calls = [0]
+
+    def rolled_when_resized(b, t, Ho, Wo):
+        out = original(b, t, Ho, Wo)
+        calls[0] += 1
+        if out is None or calls[0] % 2:  # lower_gather checks the offset first, then the mask
+            return out
+        same = b.op("Equal", b.slice(b.op("Shape", out), 2, 3, axis=0), b.i64([16]))
+        rolled = b.op("Concat", b.slice(out, 1, 2**62, axis=1), b.slice(out, 0, 1, axis=1), axis=1)
+        return b.op("Where", same, out, rolled)
+
+    monkeypatch.setattr(gather_lowering, "checked_spatial", rolled_when_resized)
+    x = _input()
+    model = _model(PredictedDCN, torch.float32)
+
+    class WithMaskInput(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dcn = model.dcn
+
+        def forward(self, x, offset, mask):
+            return self.dcn(x, offset, mask)
+
+    offset, mask = torch.randn(1, 18, 16, 16), torch.rand(1, 9, 16, 16)
+    path = tmp_path / "m.onnx"
+    axes = {n: {2: "H", 3: "W"} for n in ("x", "offset", "mask")}
+    with pytest.raises(ExportError, match=r"does not hold at a second size .*against the model run in float64"):
+        deform_onnx.export(WithMaskInput(), (x, offset, mask), path, method="gather", opset_version=13,
+                           dynamo=False, input_names=["x", "offset", "mask"], dynamic_axes=axes)  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_float64_rule_is_recorded_in_the_report():
+    """A correct float32 file passes by the tolerance rule; the report names the reference and the rule."""
+    report = deform_onnx.export(_model(PredictedDCN, torch.float32), (_input(),), io.BytesIO(), dynamo=False)
+    (check,) = report.checks.values()
+    assert check.reference == "pytorch" and "tolerance" in check.rule and check.error == report.max_error
+
+
+def test_second_size_failure_names_the_onnx_node():
+    """ONNX Runtime's own failure at the second size is quoted with the node it failed at."""
+    model = _model(BakesSize, torch.float32)
+    with pytest.raises(ExportError, match=r"ONNX Runtime fails there at Split node '[^']*'"):
+        deform_onnx.export(model, (_input(),), io.BytesIO(), dynamo=False, input_names=["x"],
+                           dynamic_axes={"x": {2: "H", 3: "W"}})  # fmt: skip
+
+
+def test_onnx_file_of_static_export_is_unchanged():
+    """Sanity: a static export's graph inputs stay static (the static-dim check only reads dynamic axes)."""
+    buf = io.BytesIO()
+    deform_onnx.export(_model(PredictedDCN, torch.float32), (_input(),), buf, dynamo=False)
+    dims = onnx.load_from_string(buf.getvalue()).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [1, 4, 16, 16]
