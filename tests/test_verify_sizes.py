@@ -289,3 +289,32 @@ def test_onnx_file_of_static_export_is_unchanged():
     deform_onnx.export(_model(PredictedDCN, torch.float32), (_input(),), buf, dynamo=False)
     dims = onnx.load_from_string(buf.getvalue()).graph.input[0].type.tensor_type.shape.dim
     assert [d.dim_value for d in dims] == [1, 4, 16, 16]
+
+
+# ---- the CLI shares the picker; check uses the dtype's tolerance ------------------------------------------
+
+
+def test_cli_export_second_size_comes_from_the_shared_picker():
+    from deform_onnx.cli import export_cmd
+
+    model, x = _model(PredictedDCN, torch.float32), _input()
+    picked = export_cmd._resized_input(model, x, "x")
+    axes = sizes.dynamic_axes_of((x,), dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}}, input_names=["x"])
+    assert tuple(picked.shape) == sizes.second_inputs(model, (x,), axes)[0][0][1][0] == (2, 4, 48, 32)
+
+
+def test_check_uses_the_float16_tolerance(tmp_path):
+    """A float16 file whose lowered path is ~1e-3 off (float16 rounding) passes ``check`` by default and fails
+    at float32's 1e-4 (which the default used to be)."""
+    from typer.testing import CliRunner
+
+    from deform_onnx.cli import app
+
+    path = tmp_path / "f16.onnx"
+    deform_onnx.export(_model(PredictedDCN, torch.float16), (_input(torch.float16),), path, method="native",
+                       opset_version=19, verify=False)  # fmt: skip
+    base = ["check", str(path), "--runtime", "ort", "--repeat", "0"]
+    ok = CliRunner().invoke(app, base)
+    assert ok.exit_code == 0, ok.output
+    strict = CliRunner().invoke(app, [*base, "--tolerance", "1e-4"])
+    assert strict.exit_code == 1 and "exceed the tolerance" in strict.output

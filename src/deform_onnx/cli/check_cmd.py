@@ -154,7 +154,11 @@ def check_command(
     precision: str = typer.Option(
         "f32", "--precision", help="OpenVINO inference precision hint: f32, f16 or bf16 (OpenVINO has no f64)."
     ),
-    tolerance: float = typer.Option(1e-4, "--tolerance", help="Max abs error allowed against the reference."),
+    tolerance: Optional[float] = typer.Option(
+        None, "--tolerance", help="Max abs error allowed against the reference. Default: the outputs' dtype's "
+        "tolerance (float32 1e-4, float16 1e-2 + 1e-2*max|reference|, float64 1e-8; deform_onnx.verification).",
+        show_default=False,
+    ),
     repeat: int = typer.Option(5, "--repeat", min=0, help="Timed runs per path after the first (median reported)."),
     timeout: float = typer.Option(
         DEFAULT_TIMEOUT, "--timeout", min=0.001, help="Seconds each path and the reference may run; past it the row says 'timed out'."
@@ -224,6 +228,8 @@ def check_command(
     table = Table(title=f"{model_path.name}: reference = {ref_label if want is not None else 'none'}")
     for col in ("runtime", "path", "status", "precision", "max abs err", "latency ms"):
         table.add_column(col, justify="right" if col in ("max abs err", "latency ms") else "left")
+    if tolerance is None:
+        tolerance = dtype_tolerance(want)
     bad = _add_rows(table, results, want, tolerance)
     console.print(table)
     if border is not None:  # its own rows: a border-rule mismatch shows even when the random input hides it
@@ -279,6 +285,26 @@ def _add_rows(table: Table, results, want, tolerance: float, border: bool = Fals
         latency = [] if border else [f"{r.latency_ms:.3f}"]
         table.add_row(r.runtime, r.path, "[green]ran[/green]", r.precision or "", err_text, *latency)
     return bad
+
+
+def dtype_tolerance(want) -> float:
+    """The max abs error allowed by the reference outputs' dtypes: per output ``atol + rtol * max|reference|``
+    with :func:`deform_onnx.verification.tolerance_for` (float16 files must not fail at float32's 1e-4)."""
+    import numpy as np
+
+    from ..verification import tolerance_for
+
+    if not want:
+        return tolerance_for("float32").atol
+    bounds = []
+    for w in want:
+        w = np.asarray(w)
+        tol = tolerance_for(w.dtype)
+        # float32 stays the flat 1e-4 it always was here; low precision scales with the output (its rtol).
+        low = tol.dtype in ("float16", "bfloat16")
+        scale = float(np.nanmax(np.abs(w.astype(np.float64)))) if low and w.size else 0.0
+        bounds.append(tol.atol + tol.rtol * scale)
+    return min(bounds)
 
 
 def _check_precision(precision: str, runtimes: list[str]) -> None:

@@ -209,7 +209,8 @@ def export_command(
         torch_ms = _median_ms(lambda: net(*inputs.tensors), repeat)
     atol, rtol = TOLERANCES[dtype_name]
     dynamic_kw = _dynamic_kwargs(inputs.tensors[0].dim(), inputs.names[0]) if dynamic else {}
-    resized = _resized_input(inputs.tensors[0]) if dynamic else None
+    with user_errors(ValueError):
+        resized = _resized_input(net, inputs.tensors[0], inputs.names[0]) if dynamic else None
     results: list[Result] = []
     notes: list[str] = []
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -353,9 +354,12 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
                     method=job.method,
                     dynamo=exporter == "dynamo",
                     input_names=list(inputs.names),
-                    rtol=rtol,
-                    atol=atol,
+                    # The dtype's default goes as None: export() then applies its reference rules
+                    # (float16 against a float32 copy, deform_onnx.verification); a stricter bound is explicit.
+                    **_explicit_tolerance(atol, rtol, inputs.tensors),
                     fallback=not job.exporter_chosen,  # --exporter forces that exporter
+                    # export() checks the file at the second size (and writes nothing when it fails there).
+                    verify_shapes=[tuple(resized.shape)] if resized is not None else None,
                     **dynamic_kw[exporter] if dynamic_kw else {},
                     **job.extra,
                 )
@@ -388,10 +392,19 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
     session = _session(job.path)
     feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs.tensors)}
     result.ort_ms = _median_ms(lambda: session.run(None, feed), repeat)
-    if resized is not None:
-        progress.update(task, description=f"{label}: checking at {tuple(resized.shape)}")
-        result.resized_error, result.resized_ok = _resized_check(session, net, resized, atol, rtol)
+    if resized is not None:  # checked by export() (deform_onnx.dynamic_check): it raised if the file failed there
+        result.resized_error = max((v.max_error for v in report.size_checks), default=None)
+        result.resized_ok = bool(report.size_checks)
     return result
+
+
+def _explicit_tolerance(atol: float, rtol: float, tensors) -> dict:
+    """``{}`` when ``(atol, rtol)`` is the verification default of the inputs' dtype, else ``{"atol", "rtol"}``."""
+    from ..verification import DEFAULT_TOLERANCES
+
+    dtype = next((str(t.dtype).removeprefix("torch.") for t in tensors if t.is_floating_point()), "float32")
+    default = DEFAULT_TOLERANCES.get(dtype)
+    return {} if default is not None and default == (rtol, atol) else {"atol": atol, "rtol": rtol}
 
 
 def _torchscript_allows(opset: int) -> bool:
@@ -400,11 +413,17 @@ def _torchscript_allows(opset: int) -> bool:
     return opset <= torchscript.MAX_OPSET
 
 
-def _resized_input(x):
-    """A second input for dynamic models: N+1 and H, W (the last two axes) + 32, from the photo where it fits."""
-    shape = tuple(x.shape)
-    new = (shape[0] + 1, *shape[1:-2], shape[-2] + 32, shape[-1] + 32)
-    return from_specs([InputSpec(None, new)], str(x.dtype).removeprefix("torch.")).tensors[0]
+def _resized_input(net, x, name: str):
+    """A second input for dynamic models: the size :mod:`deform_onnx.sizes` picks for dynamic N, H, W (the
+    one place that picks second sizes, shared with ``deform_onnx.export``), from the photo where it fits."""
+    from .. import sizes
+
+    axes = sizes.dynamic_axes_of((x,), dynamic_axes={name: {0: "N", x.dim() - 2: "H", x.dim() - 1: "W"}},
+                                 input_names=[name])  # fmt: skip
+    picked, why = sizes.second_inputs(net, (x,), axes)
+    if not picked:
+        raise UserError(f"--dynamic: {why}")
+    return from_specs([InputSpec(None, picked[0][1][0])], str(x.dtype).removeprefix("torch.")).tensors[0]
 
 
 def _dynamic_kwargs(rank: int, name: str) -> dict[str, dict]:
@@ -424,24 +443,6 @@ def _session(path: Path):
     options = ort.SessionOptions()
     options.log_severity_level = 3
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _resized_check(session, net, x, atol: float, rtol: float) -> tuple[float, bool]:
-    """Max abs error at the resized input, and whether every output is within ``atol + rtol*|torch|``."""
-    import numpy as np
-    import torch
-
-    with torch.no_grad():
-        want = net(x)
-    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
-    wants = [want] if isinstance(want, torch.Tensor) else list(want)
-    err, ok = 0.0, True
-    for g, w in zip(got, wants):
-        g64, w64 = g.astype(np.float64), w.numpy().astype(np.float64)
-        diff = np.abs(g64 - w64)
-        err = max(err, float(diff.max()) if diff.size else 0.0)
-        ok = ok and bool(np.all(diff <= atol + rtol * np.abs(w64)))
-    return err, ok
 
 
 def _median_ms(fn, repeat: int) -> float:
