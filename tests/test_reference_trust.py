@@ -94,7 +94,8 @@ class TPS(torch.nn.Module):
         half, f64 = fiducials // 2, torch.float64
         xs = torch.linspace(-1.0, 1.0, half, dtype=f64)
         top = torch.stack([xs, -torch.ones(half, dtype=f64)], 1)
-        near = torch.stack([xs + jitter * torch.randn(half, generator=g, dtype=f64), -torch.ones(half, dtype=f64) + jitter], 1)
+        moved = xs + jitter * torch.randn(half, generator=g, dtype=f64)
+        near = torch.stack([moved, -torch.ones(half, dtype=f64) + jitter], 1)
         C = torch.cat([top, near], 0)
         d = torch.cdist(C, C)
         delta = torch.zeros(fiducials + 3, fiducials + 3, dtype=f64)
@@ -109,7 +110,8 @@ class TPS(torch.nn.Module):
         gy = (torch.arange(-H, H, 2, dtype=f64) + 1.0) / H
         P = torch.stack(torch.meshgrid(gx, gy, indexing="xy"), 2).reshape(-1, 2)
         r = torch.cdist(P, C)
-        self.register_buffer("P_hat", torch.cat([torch.ones(len(P), 1, dtype=f64), P, r**2 * torch.log(r + 1e-6)], 1).float())
+        P_hat = torch.cat([torch.ones(len(P), 1, dtype=f64), P, r**2 * torch.log(r + 1e-6)], 1)
+        self.register_buffer("P_hat", P_hat.float())
         self.fiducials, self.size = C.float(), size
 
     def forward(self, image, c_prime):

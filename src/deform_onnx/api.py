@@ -12,10 +12,11 @@ from pathlib import Path
 import onnx
 import torch
 
+from . import dynamic_check as _dynamic_check
+from . import sizes as _sizes
 from ._io import write_bytes_atomic
 from .conversion import ConversionError
 from .errors import ExportError, MissingKernelError, VerificationError
-from .irversion import apply_ir_version, check_requested
 from .exporters import dynamo as _dynamo
 from .exporters import torchscript as _torchscript
 from .exporters.calls import capture_errors as _capture_errors
@@ -23,11 +24,10 @@ from .exporters.calls import cause as _cause
 from .exporters.calls import export_dynamo as _export_dynamo
 from .exporters.calls import export_torchscript as _export_torchscript
 from .exporters.guards import FixedDynamicSize
+from .irversion import apply_ir_version, check_requested
 from .lowering import resolve_method
 from .semantics import MIN_OPSET, DeformConvSpec
 from .verification import OutputCheck, Tolerance, Verified
-from . import dynamic_check as _dynamic_check
-from . import sizes as _sizes
 
 __all__ = ["ExportError", "ExportReport", "VerificationError", "check_deform_modules", "export"]
 

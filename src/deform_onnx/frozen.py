@@ -76,7 +76,7 @@ def _constants(proto: onnx.ModelProto) -> dict[str, tuple[np.ndarray, str, onnx.
     for init in proto.graph.initializer:
         try:
             out[init.name] = (numpy_helper.to_array(init), "initializer", None)
-        except Exception:  # noqa: BLE001 - external data etc.: not a size
+        except Exception:  # noqa: BLE001, S112 - external data etc.: not a size
             continue
     for node in proto.graph.node:
         if node.op_type == "Constant" and node.output:
@@ -180,11 +180,14 @@ def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3, near:
         if use is not None:
             user, k = use
             where = _origin(user) or _origin(node)
-            found.append(f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r} input {k}{where}")
+            found.append(
+                f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r} input {k}{where}"
+            )
         elif (array.dtype.kind in "iu" and value in exact and (before is None or name in before)
               and any(u.op_type != "Gather" for u, _ in users.get(name, []))):  # fmt: skip
             user = users[name][0][0]
-            loose.append(f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r}{_origin(user) or _origin(node)}")
+            where = _origin(user) or _origin(node)
+            loose.append(f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r}{where}")
     del producers
     return (found or loose)[:limit]
 

@@ -61,7 +61,7 @@ def step_for(size: int, axis: int) -> int:
 
 
 def dynamic_axes_of(args: tuple, dynamic_shapes=None, dynamic_axes=None, input_names=None) -> list[Axis]:
-    """The dynamic axes of the tensor inputs in ``args``, from dynamo ``dynamic_shapes`` or TorchScript ``dynamic_axes``.
+    """The dynamic axes of the tensor inputs in ``args`` (dynamo ``dynamic_shapes`` or TorchScript ``dynamic_axes``).
 
     ``dynamic_shapes``: one entry per positional input (``None``, ``{axis: Dim}`` or a per-axis
     list), or a dict keyed by ``input_names``. ``dynamic_axes``: ``{input_name: {axis: name}}`` or
@@ -238,7 +238,9 @@ def second_inputs(model, args: tuple, axes: list[Axis], verify_shapes=None) -> t
                 raise ValueError(f"verify_shapes item {item} gives {len(item)} shapes for {len(tensors)} tensor inputs")
             for shape, t in zip(item, tensors):
                 if len(shape) != t.dim():
-                    raise ValueError(f"verify_shapes: shape {tuple(shape)} has rank {len(shape)}, the input has {t.dim()}")
+                    raise ValueError(
+                        f"verify_shapes: shape {tuple(shape)} has rank {len(shape)}, the input has {t.dim()}"
+                    )
             shapes = [tuple(int(d) for d in s) for s in item]
             sets.append((inputs_at(args, shapes), shapes))
         return sets, None
