@@ -318,3 +318,18 @@ def test_check_uses_the_float16_tolerance(tmp_path):
     assert ok.exit_code == 0, ok.output
     strict = CliRunner().invoke(app, [*base, "--tolerance", "1e-4"])
     assert strict.exit_code == 1 and "exceed the tolerance" in strict.output
+
+
+def test_verify_shapes_without_dynamic_axes_is_a_user_error():
+    with pytest.raises(ValueError, match="verify_shapes= needs dynamic axes"):
+        deform_onnx.export(_model(PredictedDCN, torch.float32), (_input(),), io.BytesIO(), dynamo=False,
+                           verify_shapes=[(1, 4, 8, 8)])  # fmt: skip
+
+
+def test_dynamic_shapes_keyed_by_axis_is_a_user_error(tmp_path):
+    """The walkthrough's ``dynamic_shapes={0: Dim("N"), ...}`` (one input's axes without the tuple): an error
+    before the export, not a static file written without a word."""
+    with pytest.raises(ValueError, match=r"keyed by axis numbers; give one entry per input"):
+        deform_onnx.export(_model(PredictedDCN, torch.float32), (_input(),), tmp_path / "m.onnx",
+                           dynamic_shapes={0: Dim("N"), 2: Dim("H"), 3: Dim("W")})  # fmt: skip
+    assert list(tmp_path.iterdir()) == []

@@ -301,6 +301,7 @@ class _SizeCheck:
         self.verify, self.axes, self.second, self.why = verify, axes, second, why
         self.notes: list[str] = []
         self.guards: list[str] = []
+        self.names: list[str] | None = None
         self.seconds = 0.0
         self.done: list[Verified] = []
 
@@ -308,15 +309,20 @@ class _SizeCheck:
     def plan(cls, model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes) -> _SizeCheck:
         """Pick the second sizes before the (slow) export; bad ``verify_shapes`` raise ``ValueError`` here."""
         start = time.perf_counter()
-        names = input_names or _forward_names(model, args)
-        axes = _sizes.dynamic_axes_of(args, dynamic_shapes, dynamic_axes, names)
+        forward = _forward_names(model, args)
+        names = input_names or forward
+        axes = _sizes.dynamic_axes_of(args, dynamic_shapes, dynamic_axes, names, forward)
         second, why = [], None
-        if verify and (axes or verify_shapes is not None):
+        if verify_shapes is not None and not axes:
+            raise ValueError("verify_shapes= needs dynamic axes (dynamic_shapes or dynamic_axes): a static file "
+                             "runs at the example size only")  # fmt: skip
+        if verify and axes:
             second, why = _sizes.second_inputs(model, args, axes, verify_shapes)
         if verify and axes and not second:
             raise ExportError(f"cannot check the dynamic file at a second size: {why}; give verify_shapes= sizes "
                               "that the model runs, or export without dynamic axes")  # fmt: skip
         check = cls(verify, axes, second, why)
+        check.names = names
         if second and why:
             check.notes.append(why)
         check.seconds = time.perf_counter() - start
@@ -324,7 +330,7 @@ class _SizeCheck:
 
     def run(self, model, args, data, proto, rtol, atol) -> Verified | None:
         """Static-dimension check, then verify at the example and the second sizes (``None`` without verify)."""
-        problem = _dynamic_check.static_dims_error(proto, self.axes, self.guards)
+        problem = _dynamic_check.static_dims_error(proto, self.axes, self.guards, self.names)
         if problem is not None:
             raise ExportError(problem + "; no file was written")
         if not self.verify:

@@ -25,9 +25,11 @@ ADVICE = (
 )
 
 
-def static_dims_error(proto: onnx.ModelProto, axes: list[Axis], guards: list[str] | None = None) -> str | None:
+def static_dims_error(
+    proto: onnx.ModelProto, axes: list[Axis], guards: list[str] | None = None, input_names: list[str] | None = None
+) -> str | None:
     """The message when the file's graph inputs hold a requested dynamic axis fixed (``None`` when none)."""
-    fixed = static_dims(proto, axes)
+    fixed = static_dims(proto, axes, input_names)
     if not fixed:
         return None
     named = [g for g in (guards or []) if "size()" in g and "==" in g]

@@ -28,11 +28,16 @@ def static_dims(proto: onnx.ModelProto, axes: list[Axis], input_names: list[str]
     """Requested dynamic axes that the file's graph inputs hold fixed: ``"input 'x' axis 2 (H) is fixed at 128"``."""
     inits = {i.name for i in proto.graph.initializer}
     inputs = [i for i in proto.graph.input if i.name not in inits]
+    by_name = {i.name: i for i in inputs}
     out = []
     for a in axes:
-        if a.index >= len(inputs):
+        name = input_names[a.index] if input_names and a.index < len(input_names) else None
+        if name in by_name:  # exporters drop unused inputs: match by name where the names are known
+            value = by_name[name]
+        elif name is None and a.index < len(inputs):
+            value = inputs[a.index]
+        else:
             continue
-        value = inputs[a.index]
         dims = value.type.tensor_type.shape.dim
         if a.axis >= len(dims):
             continue

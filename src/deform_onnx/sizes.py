@@ -60,18 +60,36 @@ def step_for(size: int, axis: int) -> int:
     return step
 
 
-def dynamic_axes_of(args: tuple, dynamic_shapes=None, dynamic_axes=None, input_names=None) -> list[Axis]:
+def dynamic_axes_of(
+    args: tuple, dynamic_shapes=None, dynamic_axes=None, input_names=None, forward_names=None
+) -> list[Axis]:
     """The dynamic axes of the tensor inputs in ``args`` (dynamo ``dynamic_shapes`` or TorchScript ``dynamic_axes``).
 
     ``dynamic_shapes``: one entry per positional input (``None``, ``{axis: Dim}`` or a per-axis
     list), or a dict keyed by ``input_names``. ``dynamic_axes``: ``{input_name: {axis: name}}`` or
     ``{input_name: [axis, ...]}`` (output names are ignored). Returns an empty list when nothing is dynamic.
+
+    Raises:
+        ValueError: a ``dynamic_shapes`` dict keyed by axis numbers (one input's axes given without the
+            per-input tuple), or naming inputs that ``forward`` does not have.
     """
     tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     names = list(input_names or [])
     specs: list = [None] * len(args)
     if dynamic_shapes is not None:
         if isinstance(dynamic_shapes, dict):
+            keys = list(dynamic_shapes)
+            if any(isinstance(k, int) for k in keys):
+                raise ValueError(
+                    f"dynamic_shapes={{{', '.join(map(str, keys))}: ...}} is keyed by axis numbers; give one entry "
+                    "per input: a tuple such as ({0: Dim('N'), 2: Dim('H')},) or a dict keyed by input name"
+                )
+            if forward_names and not set(keys) <= set(names):  # torch keys them by forward's parameter names
+                names = list(forward_names)
+            unknown = [k for k in keys if k not in names]
+            if names and unknown:
+                raise ValueError(f"dynamic_shapes names {', '.join(map(str, unknown))}, but the inputs are "
+                                 f"{', '.join(names)}")  # fmt: skip
             specs = [dynamic_shapes.get(names[i]) if i < len(names) else None for i in range(len(args))]
         else:
             specs = list(dynamic_shapes) + [None] * (len(args) - len(dynamic_shapes))
