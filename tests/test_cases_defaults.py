@@ -8,6 +8,7 @@ evaluated in PyTorch on the same tensors.
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -214,7 +215,13 @@ def test_c16_float16_passes_default_verification(tmp_path, c16, method):
     assert got.dtype == np.float16
     diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
     assert np.all(diff <= tol.atol + tol.rtol * np.abs(want.astype(np.float64))), diff.max()
-    assert report.max_error == pytest.approx(diff.max())
+    # max_error is against the reference used: for float16, an upcast float32 copy (issue 18).
+    (check,) = report.checks.values()
+    with torch.no_grad():
+        want32 = copy.deepcopy(model).float()(*(t.float() for t in inputs.values())).numpy().astype(np.float64)
+    assert check.reference == "float32 copy"
+    assert report.max_error == pytest.approx(np.abs(got.astype(np.float64) - want32).max())
+    assert check.pytorch_error == pytest.approx(np.abs(want.astype(np.float64) - want32).max())
 
 
 def test_c16_explicit_tolerance_wins(tmp_path, c16):
