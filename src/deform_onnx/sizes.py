@@ -193,16 +193,42 @@ def candidate_sizes(axes: list[Axis]) -> list[dict[tuple[int, int], int]]:
 
 
 def resized_tensor(x: torch.Tensor, shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
-    """A tensor of ``shape`` whose values are drawn from ``x``'s own values (so masks stay in [0, 1],
-    indices stay valid, offsets keep their spread), in ``x``'s dtype."""
+    """``x`` resized to ``shape``, axis by axis, keeping what the model saw: floating values are linearly
+    interpolated along each resized axis (an image stays an image, masks stay in [0, 1], offsets keep
+    their smoothness; no exact duplicates that would tie a top-k), integer and bool values are taken by
+    nearest index; extra batch items are earlier ones flipped along the last axis (so a batch-mixing
+    fault shows), in ``x``'s dtype. ``seed`` is kept for the signature (the result is deterministic)."""
+    del seed
     if tuple(shape) == tuple(x.shape):
         return x
-    flat = x.detach().reshape(-1)
-    if flat.numel() == 0:
-        return torch.zeros(shape, dtype=x.dtype)
-    gen = torch.Generator().manual_seed(seed)
-    index = torch.randint(0, flat.numel(), tuple(shape), generator=gen)
-    return flat[index].to(x.device)
+    out = x.detach()
+    for axis, new in enumerate(shape):
+        old = out.shape[axis]
+        if new == old:
+            continue
+        if old == 0:
+            size = list(out.shape)
+            size[axis] = new
+            out = out.new_zeros(size)
+        elif axis == 0 and out.dim() > 1:
+            items = [out[i % old] if i < old else out[i % old].flip(-1) for i in range(new)]
+            out = torch.stack(items, 0)
+        else:
+            out = _resize_axis(out, axis, new)
+    return out
+
+
+def _resize_axis(x: torch.Tensor, axis: int, new: int) -> torch.Tensor:
+    moved = x.movedim(axis, -1)
+    lead = moved.shape[:-1]
+    flat = moved.reshape(1, -1, moved.shape[-1])
+    if x.is_floating_point():
+        work = flat.float() if flat.dtype in (torch.float16, torch.bfloat16) else flat
+        res = torch.nn.functional.interpolate(work, size=new, mode="linear", align_corners=False).to(x.dtype)
+    else:
+        index = (torch.arange(new) * flat.shape[-1]) // new
+        res = flat[..., index]
+    return res.reshape(*lead, new).movedim(-1, axis)
 
 
 def inputs_at(args: tuple, shapes: list[tuple[int, ...] | None], seed: int = 0) -> tuple:
