@@ -120,10 +120,13 @@ def verify(model, args: tuple, data: bytes, rtol: float | None = None, atol: flo
     Raises:
         ExportError: ONNX Runtime has no kernel for some node at its dtype
             (named, with ``verify=False`` as the way out), or the inputs do not fit.
+        ModuleNotFoundError: no ONNX Runtime distribution is installed (the message names
+            the ``deform-onnx[onnxruntime]`` extra).
         VerificationError: an output's shape or values differ beyond its tolerance.
     """
-    import onnxruntime as ort
+    from .ort_distribution import require
 
+    ort = require()  # whichever distribution provides it (onnxruntime, -gpu, -openvino, ...): all have the CPU EP
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
