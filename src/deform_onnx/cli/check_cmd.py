@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from . import app
@@ -256,7 +257,7 @@ def check_command(
     broken = [n for n in rule_notes if BREAKS in n]
     if broken:  # the file as given does not suit the target, whatever its rows say
         err_console.print(f"[red]error:[/] {model_path.name} breaks {len(broken)} rule(s) of target {target!r}: "
-                          f"{broken[0].partition(BREAKS)[2].strip()} (lower --target {target} writes a file that "
+                          f"{escape(broken[0].partition(BREAKS)[2].strip())} (lower --target {target} writes a file that "
                           "keeps them, where it can)", highlight=False, soft_wrap=True)  # fmt: skip
         raise typer.Exit(CHECK_FAILED)
     if want is None:

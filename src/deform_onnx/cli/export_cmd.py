@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from . import app
 from ._common import (
@@ -274,12 +275,13 @@ def export_command(
 
         console.print(f"checked in ONNX Runtime: {describe()}, CPU execution provider", highlight=False)
     for note in notes:
-        err_console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if verbose:
         print_attempts(results)
     for r in results:
         if r.problem is not None:
-            err_console.print(f"[red]failed[/] {r.job.method}@{r.job.opset}: {r.problem}", highlight=False, soft_wrap=True)
+            err_console.print(f"[red]failed[/] {r.job.method}@{r.job.opset}: {escape(r.problem)}", highlight=False,
+                              soft_wrap=True)  # fmt: skip
     bound = _bound(atol, rtol)
     failed = [r for r in results if not r.ok]
     if failed:
