@@ -139,12 +139,8 @@ def test_resized_check_names_an_onnx_runtime_failure(models, tmp_path):
 
 
 def test_row_that_fails_the_cli_check_leaves_no_file(models, tmp_path):
-    """Item 2: a file that differs from PyTorch at the second size is not left in the folder,
-    nor is an older file of the same name (the folder holds only what this run validated)."""
+    """Item 2: a file that differs from PyTorch at the second size is not left in the folder."""
     out = tmp_path / "out"
-    out.mkdir()
-    stale = out / "frozen_scale_gather_op17.onnx"
-    stale.write_bytes(b"an older export")
     result = export(f"{models}:frozen_scale", "-s", "1,3,16,16", "--opset", "17", "--method", "gather",
                     "--exporter", "torchscript", "--dynamic", "-o", str(out), "--repeat", "1")
     no_traceback(result)
@@ -152,6 +148,13 @@ def test_row_that_fails_the_cli_check_leaves_no_file(models, tmp_path):
     assert re.search(r"gather .* NO ", result.stdout), result.stdout
     assert "no file written" in result.stderr, result.stderr
     assert onnx_files(out) == [], onnx_files(out)
+    # An earlier file of that name (maybe the user's) is neither replaced nor removed, and the line says so.
+    stale = out / "frozen_scale_gather_op17.onnx"
+    stale.write_bytes(b"an earlier export")
+    again = export(f"{models}:frozen_scale", "-s", "1,3,16,16", "--opset", "17", "--method", "gather",
+                   "--exporter", "torchscript", "--dynamic", "-o", str(out), "--repeat", "1")
+    assert again.exit_code == 1 and stale.read_bytes() == b"an earlier export", again.output
+    assert "is an earlier file, left as it was" in again.stderr and onnx_files(out) == [stale.name], again.stderr
 
 
 # -- item 3: a target's graph refusal ------------------------------------------------------------

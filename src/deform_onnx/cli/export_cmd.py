@@ -535,8 +535,8 @@ def _discard(results: list[Result]) -> None:
 def _commit(results: list[Result]) -> None:
     """Rename each passed row's partial file to its path (atomic); failed rows have none.
 
-    A file of the same name from an earlier run is replaced by a passed row's and removed for a
-    failed row's: the folder then holds only what this run validated.
+    A file of the same name from an earlier run is replaced by a passed row's and left as it was
+    by a failed row (it may be the user's; the failure line says it is not this run's).
     """
     import os
 
@@ -545,8 +545,8 @@ def _commit(results: list[Result]) -> None:
             os.replace(r.partial, r.job.path)
         else:
             _remove(r.partial)
-            if not r.ok and r.job.path.is_file():
-                r.job.path.unlink()
+            if not r.ok and r.job.path.exists():
+                r.problem = f"{r.problem} ({r.job.path} is an earlier file, left as it was)"
         r.partial = None
 
 
