@@ -11,8 +11,8 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from . import dcnv3_nodes, grid_sample_nodes, msda_nodes
-from .nodes import find_nodes
 from .model_io import default_opset
+from .nodes import find_nodes
 
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None = None) -> list[ir.Node]:
