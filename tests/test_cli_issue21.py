@@ -215,6 +215,7 @@ def test_check_and_lower_take_one_decision(grid_sample_file, tmp_path):
                             env={"COLUMNS": "200"})
     assert checked.exit_code == 0, checked.output
     assert "lower(gather)" in checked.stdout and "no node that lower" not in checked.stdout, checked.stdout
+    assert "onnxruntime rows: onnxruntime" in checked.stdout, checked.stdout  # item 10: which distribution ran
     kept = runner.invoke(app, ["check", str(grid_sample_file), "--method", "auto", "-r", "ort", "--repeat", "0"],
                          env={"COLUMNS": "200"})
     assert kept.exit_code == 0 and "lower(auto)" not in kept.stdout and "no node that lower" in kept.stdout, kept.output

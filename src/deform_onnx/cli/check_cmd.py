@@ -238,6 +238,10 @@ def check_command(
         table.add_column(col, justify="right" if col in ("max abs err", "latency ms") else "left")
     bad = _add_rows(table, results, want, tolerance)
     console.print(table)
+    if any(r.runtime == "onnxruntime" and r.ran for r in results):
+        from ..ort_distribution import describe
+
+        console.print(f"onnxruntime rows: {describe()}, CPU execution provider", highlight=False)
     if border is not None:  # its own rows: a border-rule mismatch shows even when the random input hides it
         shown = border_label if border_want is not None else "none"
         border_table = Table(title=f"border input, {BAND}: reference = {shown}")
