@@ -71,6 +71,8 @@ class ExportReport:
         second_size_seconds: wall time of picking and checking the second sizes.
         notes: what the checks could not do or found in the reference (the guard check's capture
             failed, NaN in PyTorch's float16 output, ...).
+        onnxruntime: the ONNX Runtime distribution the file was verified in (CPU execution
+            provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified.
     """
 
     path: Path | None
@@ -91,6 +93,7 @@ class ExportReport:
     size_checks: list[Verified] = field(default_factory=list)
     second_size_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    onnxruntime: str | None = None
 
 
 def export(
@@ -288,6 +291,9 @@ def _export_eval(
         report.max_error, report.worst_output, report.tolerances = (
             verified.max_error, verified.worst_output, verified.tolerances,
         )
+        from .ort_distribution import describe  # hook (issue 21): which ONNX Runtime distribution verified it
+
+        report.onnxruntime = describe()
         report.checks = verified.checks
     sized.fill(report, verified)
     report.path = _write(data, f)
@@ -302,6 +308,7 @@ class _SizeCheck:
         self.notes: list[str] = []
         self.guards: list[str] = []
         self.names: list[str] | None = None
+        self.picked = True  # the second sizes were picked by running the model there
         self.seconds = 0.0
         self.done: list[Verified] = []
 
@@ -322,6 +329,7 @@ class _SizeCheck:
             raise ExportError(f"cannot check the dynamic file at a second size: {why}; give verify_shapes= sizes "
                               "that the model runs, or export without dynamic axes")  # fmt: skip
         check = cls(verify, axes, second, why)
+        check.picked = verify_shapes is None
         check.names = names
         if second and why:
             check.notes.append(why)
@@ -336,7 +344,7 @@ class _SizeCheck:
         if not self.verify:
             return None
         first, self.done, seconds = _dynamic_check.check_dynamic_file(
-            model, args, data, proto, self.axes, self.second, rtol, atol
+            model, args, data, proto, self.axes, self.second, rtol, atol, pytorch_ran=self.picked
         )
         self.seconds += seconds
         return first

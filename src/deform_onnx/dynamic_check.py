@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import onnx
+import torch
 
 from .errors import ExportError, MissingKernelError, VerificationError
 from .frozen import describe, static_dims
@@ -42,11 +43,13 @@ def static_dims_error(
 
 def check_dynamic_file(
     model, args: tuple, data: bytes, proto: onnx.ModelProto, axes: list[Axis], second: list[tuple],
-    rtol: float | None, atol: float | None,
+    rtol: float | None, atol: float | None, pytorch_ran: bool = False,
 ) -> tuple[Verified, list[Verified], float]:
     """Verify ``data`` at the example ``args`` and at each of ``second`` (``[(args, shapes), ...]``).
 
     Returns the example's :class:`Verified`, one per second size, and the seconds the second sizes took.
+    ``pytorch_ran``: the sizes were picked by running the model there (else a PyTorch failure at a
+    user-given size is reported as such, not as the file's).
 
     Raises:
         VerificationError: the file differs from PyTorch at the example size.
@@ -60,6 +63,16 @@ def check_dynamic_file(
     start = time.perf_counter()
     for new_args, shapes in second:
         where = f" at {shown(shapes)}"
+        try:
+            if not pytorch_ran:
+                with torch.no_grad():
+                    model(*new_args)
+        except Exception as exc:  # noqa: BLE001 - user code, at a size the user gave (verify_shapes)
+            text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise ExportError(
+                f"PyTorch itself fails at the second size {shown(shapes)} ({type(exc).__name__}: {text}); "
+                "give verify_shapes= sizes that the model runs; no file was written"
+            ) from None
         try:
             done.append(verify(model, new_args, data, rtol, atol, session=session, where=where))
         except MissingKernelError:

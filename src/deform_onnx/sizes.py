@@ -303,10 +303,10 @@ def second_inputs(model, args: tuple, axes: list[Axis], verify_shapes=None) -> t
             note = ("only the batch was checked at a second size: PyTorch ran none of the sizes tried on the other "
                     "dynamic axes; give verify_shapes= to check them")  # fmt: skip
         return [(new, shapes)], note
-    tried = "; ".join(",".join("x".join(map(str, s)) for s in _shapes_for(args, c)) for c in candidate_sizes(axes))
+    tried = " | ".join(shown(_shapes_for(args, c)) for c in candidate_sizes(axes))
     return [], f"PyTorch ran none of the second sizes tried ({tried or 'none'}; last: {last})"
 
 
 def shown(shapes: list[tuple[int, ...]]) -> str:
-    """``[(2, 3, 160, 96)]`` -> ``2x3x160x96``; several inputs joined by ``, ``."""
-    return ", ".join("x".join(map(str, s)) for s in shapes)
+    """``[(2, 3, 160, 96)]`` -> ``2,3,160,96`` (the CLI's ``--input-shape`` spelling); inputs joined by ``; ``."""
+    return "; ".join(",".join(map(str, s)) for s in shapes)
