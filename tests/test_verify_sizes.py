@@ -333,3 +333,103 @@ def test_dynamic_shapes_keyed_by_axis_is_a_user_error(tmp_path):
         deform_onnx.export(_model(PredictedDCN, torch.float32), (_input(),), tmp_path / "m.onnx",
                            dynamic_shapes={0: Dim("N"), 2: Dim("H"), 3: Dim("W")})  # fmt: skip
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- c27: InternImage's pure-PyTorch DCNv3 reference points, dynamic N/H/W ---------------------------------
+# The helpers follow OpenGVLab/InternImage's ops_dcnv3/functions/dcnv3_func.py (dcnv3_core_pytorch), written
+# the way that file writes them: sizes from ``input.shape`` as Python numbers, torch.linspace over them and
+# ``torch.tensor([W_in, H_in])`` for the normaliser.
+
+
+def _get_reference_points(spatial_shapes, kernel_h, kernel_w, dilation_h, dilation_w, stride_h=1, stride_w=1):
+    _, H_, W_, _ = spatial_shapes
+    H_out = (H_ - (dilation_h * (kernel_h - 1) + 1)) // stride_h + 1
+    W_out = (W_ - (dilation_w * (kernel_w - 1) + 1)) // stride_w + 1
+    ref_y, ref_x = torch.meshgrid(
+        torch.linspace((dilation_h * (kernel_h - 1)) // 2 + 0.5,
+                       (dilation_h * (kernel_h - 1)) // 2 + 0.5 + (H_out - 1) * stride_h, H_out, dtype=torch.float32),
+        torch.linspace((dilation_w * (kernel_w - 1)) // 2 + 0.5,
+                       (dilation_w * (kernel_w - 1)) // 2 + 0.5 + (W_out - 1) * stride_w, W_out, dtype=torch.float32),
+        indexing="ij",
+    )  # fmt: skip
+    ref_y = ref_y.reshape(-1)[None] / H_
+    ref_x = ref_x.reshape(-1)[None] / W_
+    return torch.stack((ref_x, ref_y), -1).reshape(1, H_out, W_out, 1, 2)
+
+
+def _generate_dilation_grids(spatial_shapes, kernel_h, kernel_w, dilation_h, dilation_w, group):
+    _, H_, W_, _ = spatial_shapes
+    x, y = torch.meshgrid(
+        torch.linspace(-((dilation_w * (kernel_w - 1)) // 2),
+                       -((dilation_w * (kernel_w - 1)) // 2) + (kernel_w - 1) * dilation_w, kernel_w, dtype=torch.float32),
+        torch.linspace(-((dilation_h * (kernel_h - 1)) // 2),
+                       -((dilation_h * (kernel_h - 1)) // 2) + (kernel_h - 1) * dilation_h, kernel_h, dtype=torch.float32),
+        indexing="ij",
+    )  # fmt: skip
+    grid = torch.stack([x / W_, y / H_], -1).reshape(-1, 1, 2).repeat(1, group, 1).permute(1, 0, 2)
+    return grid.reshape(1, 1, 1, group * kernel_h * kernel_w, 2)
+
+
+def dcnv3_core_pytorch(input, offset, mask, k, pad, group, group_channels, offset_scale=1.0):
+    input = torch.nn.functional.pad(input, [0, 0, pad, pad, pad, pad])
+    N_, H_in, W_in, _ = input.shape
+    _, H_out, W_out, _ = offset.shape
+    ref = _get_reference_points(input.shape, k, k, 1, 1)
+    grid = _generate_dilation_grids(input.shape, k, k, 1, 1, group)
+    spatial_norm = torch.tensor([W_in, H_in]).reshape(1, 1, 1, 2).repeat(1, 1, 1, group * k * k)
+    sampling_locations = (ref + grid * offset_scale).repeat(N_, 1, 1, 1, 1).flatten(3, 4)
+    sampling_locations = sampling_locations + offset * offset_scale / spatial_norm
+    P_ = k * k
+    sampling_grids = 2 * sampling_locations - 1
+    input_ = input.view(N_, H_in * W_in, group * group_channels).transpose(1, 2).reshape(
+        N_ * group, group_channels, H_in, W_in)  # fmt: skip
+    grid_ = sampling_grids.view(N_, H_out * W_out, group, P_, 2).transpose(1, 2).flatten(0, 1)
+    sampled = torch.nn.functional.grid_sample(input_, grid_, mode="bilinear", padding_mode="zeros", align_corners=False)
+    mask = mask.view(N_, H_out * W_out, group, P_).transpose(1, 2).reshape(N_ * group, 1, H_out * W_out, P_)
+    output = (sampled * mask).sum(-1).view(N_, group * group_channels, H_out * W_out)
+    return output.transpose(1, 2).reshape(N_, H_out, W_out, -1).contiguous()
+
+
+class InternImageSeg(torch.nn.Module):
+    """c27: a two-stage conv stem (stride 4), then one DCNv3 layer (channels 32, group 4, kernel 3, pad 1)."""
+
+    def __init__(self, channels: int = 32, group: int = 4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, channels, 3, stride=2, padding=1), torch.nn.GELU(),
+            torch.nn.Conv2d(channels, channels, 3, stride=2, padding=1),
+        )  # fmt: skip
+        self.group = group
+        self.offset = torch.nn.Linear(channels, group * 9 * 2)
+        self.mask = torch.nn.Linear(channels, group * 9)
+        self.out = torch.nn.Linear(channels, channels)
+
+    def forward(self, x):
+        y = self.stem(x).permute(0, 2, 3, 1)
+        N, H, W, _ = y.shape
+        offset = self.offset(y)
+        mask = torch.softmax(self.mask(y).reshape(N, H, W, self.group, -1), -1).reshape(N, H, W, -1)
+        z = dcnv3_core_pytorch(y, offset, mask, 3, 1, self.group, y.shape[-1] // self.group)
+        return self.out(z).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("dynamo", [True, False], ids=["default", "torchscript"])
+def test_c27_internimage_dcnv3_dynamic_is_right_or_refused(tmp_path, dynamo):
+    """Either the written file matches PyTorch at the case's second size 1x3x96x160 (within 1e-4), or export()
+    refuses before writing, naming the second size; a guard check that could not capture is in the report."""
+    model, x = InternImageSeg().eval(), torch.randn(1, 3, 128, 128)
+    path = tmp_path / "c27.onnx"
+    try:
+        report = deform_onnx.export(model, (x,), path, dynamo=dynamo, input_names=["x"],
+                                    dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})  # fmt: skip
+    except ExportError as exc:
+        assert "does not hold at a second size" in str(exc) and "no file was written" in str(exc)
+        # The frozen value is named: the padded level size in torch.tensor([W_in, H_in]), the normaliser.
+        assert "value 34 (H/4+2)" in str(exc) and "-> Div" in str(exc)
+        assert list(tmp_path.iterdir()) == []
+        return
+    assert len(report.checked_shapes) == 2
+    x2 = torch.randn(1, 3, 96, 160)
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x2.numpy()})[0]
+    np.testing.assert_allclose(got, model(x2).detach().numpy(), atol=1e-4, rtol=1e-4)

@@ -62,6 +62,8 @@ def export_time_values(axes: list[Axis]) -> dict[int, str]:
             if size // s > 4:
                 values.setdefault(size // s, f"{label}/{s}")
                 values.setdefault(-(-size // s), f"ceil({label}/{s})")
+                # A level padded by one pixel on each side (InternImage pads before its reference points).
+                values.setdefault(size // s + 2, f"{label}/{s}+2")
     if len(spatial) >= 2:
         (lh, h), (lw, w) = spatial[-2], spatial[-1]
         for s in (1, 2, 4, 8, 16, 32, 64):
@@ -173,10 +175,12 @@ def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3, near:
     for name, (array, kind, node) in consts.items():
         if before is not None and name not in before:
             continue  # ONNX Runtime named the failing node: only what it depends on
-        if array.dtype.kind not in "iuf" or array.size == 0 or array.size > 64:
+        if array.dtype.kind not in "iuf" or array.size == 0 or array.size > 4096:
             continue
-        flat = array.reshape(-1)
-        hits = [int(v) for v in flat if float(v).is_integer() and int(v) in values and int(v) > 1]
+        flat = np.unique(array.reshape(-1))
+        if flat.size > 64:
+            continue
+        hits = [int(v) for v in flat if np.isfinite(v) and float(v).is_integer() and int(v) in values and int(v) > 1]
         if not hits:
             continue
         value = max(hits)
@@ -188,8 +192,10 @@ def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3, near:
             found.append(
                 f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r} input {k}{where}"
             )
-        elif (array.dtype.kind in "iu" and value in exact and (before is None or name in before)
+        elif (((value in exact and array.dtype.kind in "iu") or (len(hits) == flat.size and array.size >= 2))
+              and (before is None or name in before)
               and any(u.op_type != "Gather" for u, _ in users.get(name, []))):  # fmt: skip
+            # An exact dynamic size, or a tensor made only of export-time sizes (torch.tensor([W, H]) repeated).
             user = users[name][0][0]
             where = _origin(user) or _origin(node)
             loose.append(f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r}{where}")
@@ -204,5 +210,5 @@ def describe(proto: onnx.ModelProto, axes: list[Axis], near: str | None = None) 
         return "the file keeps a requested dynamic dimension static: " + "; ".join(static)
     sizes = frozen_sizes(proto, axes, near=near)
     if sizes:
-        return "the file holds export-time sizes: " + "; ".join(sizes)
+        return "constants in the file hold export-time sizes (likely frozen there): " + "; ".join(sizes)
     return "no constant in the file holds an export-time size directly (the size is frozen in arithmetic)"
