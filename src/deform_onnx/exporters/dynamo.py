@@ -13,7 +13,7 @@ import torch
 import torchvision  # noqa: F401  (registers torch.ops.torchvision.deform_conv2d)
 
 from ..lowering import METHODS, emit_deform_conv2d, resolve_method
-from ..lowering.builder import IRValueBuilder
+from ..builder.onnxscript import OnnxScriptBuilder
 
 #: The dynamo exporter's own build floor (torch 2.14): lower targets are converted down.
 BUILD_MIN_OPSET = 18
@@ -23,34 +23,6 @@ MIN_OPSET = 14
 #: Lowest target with dynamic shapes: sizes are read with Shape, which has no
 #: 15 -> 14 adapter (torch's own sym_size translation hits the same wall).
 DYNAMIC_MIN_OPSET = 15
-
-
-class OnnxScriptBuilder(IRValueBuilder):
-    """:class:`Builder` over onnxscript's tracing evaluator (inside a dynamo translation)."""
-
-    def __init__(self, opset: int):
-        self.opset = opset
-        import onnxscript
-
-        self._ops = getattr(onnxscript, f"opset{opset}")
-
-    def _emit(self, op_type, inputs, attrs, domain=""):
-        while inputs and inputs[-1] is None:
-            inputs.pop()
-        return getattr(self._ops, op_type)(*inputs, **_ir_tensors(attrs))
-
-    def _constant(self, array):
-        import onnx_ir as ir
-
-        return self._ops.Constant(value=ir.tensor(array))
-
-
-def _ir_tensors(attrs: dict) -> dict:
-    """numpy attribute values (tensor attributes) as onnx-ir tensors."""
-    import numpy as np
-    import onnx_ir as ir
-
-    return {k: ir.tensor(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
 
 
 def _current_build_opset(default: int) -> int:

@@ -42,7 +42,7 @@ def make_symbolic(method: str = "auto"):
     """The TorchScript symbolic for ``aten::grid_sampler`` using ``method``."""
     from torch.onnx import symbolic_helper
 
-    from .torchscript import TorchScriptBuilder
+    from ..builder.torchscript import TorchScriptBuilder
 
     @symbolic_helper.parse_args("v", "v", "i", "i", "b")
     def grid_sampler(g, input, grid, interpolation_mode, padding_mode, align_corners):

@@ -26,7 +26,7 @@ def emit_ms_deform_attn(b, method: str, target_opset: int, value, spatial_shapes
 
 def make_symbolic(method: str = "auto"):
     """The TorchScript symbolic for ``deform_onnx::ms_deform_attn``."""
-    from .torchscript import TorchScriptBuilder
+    from ..builder.torchscript import TorchScriptBuilder
 
     def ms_deform_attn(g, value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
         return emit_ms_deform_attn(TorchScriptBuilder(g), method, g.opset, value, spatial_shapes,

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 
 from ..semantics import DeformConvSpec
-from .builder import Builder, Dim, Value
+from ..builder import Builder, Dim, Value
 
 
 def base_coords(

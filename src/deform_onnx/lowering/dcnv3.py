@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .builder import Builder, Value
+from ..builder import Builder, Value
 from .grid_sampler import GridSampleSpec
 
 

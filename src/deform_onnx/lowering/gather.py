@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..semantics import DeformConvSpec
-from .builder import Builder, Dim, Value
+from ..builder import Builder, Dim, Value
 from .common import (
     add_product,
     base_coords,
@@ -44,7 +44,7 @@ from .common import (
     per_image,
     pick,
 )
-from .forms import wants
+from ..builder.forms import wants
 from .sampler import BilinearCorners, padded_channel_rows, padded_corner
 
 MIN_OPSET = 11

@@ -41,9 +41,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..semantics import DeformConvSpec
-from .builder import Builder, Value
+from ..builder import Builder, Value
 from .common import add_product, base_coords, checked_spatial, coordinate_dtype, output_dims, per_image
-from .forms import wants
+from ..builder.forms import wants
 from .gather import lower_gather
 from .grid_sampler import GridSampleSpec, lower_native
 from .sampler import nan_guard

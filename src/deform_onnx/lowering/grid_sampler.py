@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .builder import Builder, Dim, Value
+from ..builder import Builder, Dim, Value
 from .common import coordinate_dtype, in_input_dtype
 from .sampler import BilinearCorners, nan_guard, padded_channel_rows, padded_corner, padded_nearest
 

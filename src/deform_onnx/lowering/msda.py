@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import onnx
 
-from .builder import Builder, Value
+from ..builder import Builder, Value
 from .common import coordinate_dtype, in_input_dtype
 from .sampler import nan_guard
 

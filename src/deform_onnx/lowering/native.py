@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..semantics import DeformConvSpec
-from .builder import Builder, Value
+from ..builder import Builder, Value
 
 MIN_OPSET = 19
 

@@ -30,8 +30,8 @@ from typing import Callable
 
 import onnx
 
-from .builder import Builder, Dim, Value
-from .forms import wants
+from ..builder import Builder, Dim, Value
+from ..builder.forms import wants
 
 
 #: Zero rows :func:`padded_channel_rows` adds before / after the image along H and W.

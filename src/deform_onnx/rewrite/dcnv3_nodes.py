@@ -86,7 +86,7 @@ def replace_all(nodes: list[ir.Node], method: str, opset: int, unique_name) -> s
     ``unique_name(base)`` names the new values. Raises ``ValueError`` as :func:`spec_for_node`, or for a
     method the opset cannot hold.
     """
-    from ..lowering.builder import TapeBuilder
+    from ..builder import TapeBuilder
 
     if not nodes:
         return None

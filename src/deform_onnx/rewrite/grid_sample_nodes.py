@@ -50,7 +50,7 @@ def spec_for_node(node: ir.Node) -> GridSampleSpec:
 
 def replace_all(nodes: list[ir.Node], opset: int, unique_name) -> None:
     """Replace each node by the gather lowering at ``opset``; ``unique_name(base)`` names the new values."""
-    from ..lowering.builder import TapeBuilder
+    from ..builder import TapeBuilder
 
     for index, node in enumerate(nodes):
         b = TapeBuilder(opset, name_prefix=node.name or f"deform_onnx_grid_sample_{index}")

@@ -7,7 +7,7 @@ import onnx
 import onnx_ir as ir
 
 from ..lowering import Lowering
-from ..lowering.builder import TapeBuilder
+from ..builder import TapeBuilder
 from ..semantics import DeformConvSpec
 from .registry import ROLES, SourceOp, lookup
 
