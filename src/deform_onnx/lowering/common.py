@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
 from ..semantics import DeformConvSpec
 from ..builder import Builder, Dim, Value
+from ..sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype  # noqa: F401  (re-exported)
 
 
 def base_coords(
@@ -94,28 +94,6 @@ def checked_spatial(b: Builder, t: Value | None, Ho: Dim, Wo: Dim) -> Value | No
     # Leading 0s copy N and C. (Not two Slices of one Shape: onnxscript's optimizer
     # fuses those into a Split that it places after their users, an unsorted graph.)
     return b.op("Reshape", t, b.op("Concat", b.i64([0, 0]), hw, axis=0))
-
-
-def coordinate_dtype(b: Builder, x: Value, offset: Value) -> tuple[Value, Value]:
-    """``(ref, offset)``: a value of the dtype sampling coordinates are computed in, and the offset in it.
-
-    float32 for float16 inputs (a float16 pixel coordinate resolves only 1
-    pixel at width 2048, 0.5 at 1024); the input itself otherwise.
-    """
-    if b.dtype(x) == np.float16:
-        off = b.op("Cast", offset, to=onnx.TensorProto.FLOAT)
-        return off, off
-    return x, offset
-
-
-def in_coordinate_dtype(b: Builder, x: Value, value: Value) -> Value:
-    """``value`` (of the input's dtype) in the coordinate dtype: float32 when ``x`` is float16."""
-    return b.op("Cast", value, to=onnx.TensorProto.FLOAT) if b.dtype(x) == np.float16 else value
-
-
-def in_input_dtype(b: Builder, x: Value, value: Value) -> Value:
-    """``value`` (of the coordinate dtype) back in the input's dtype: float16 when ``x`` is float16."""
-    return b.op("Cast", value, to=onnx.TensorProto.FLOAT16) if b.dtype(x) == np.float16 else value
 
 
 #: Largest static batch that the lowerings unroll image by image (:func:`per_image`).

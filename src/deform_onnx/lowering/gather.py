@@ -45,7 +45,7 @@ from .common import (
     pick,
 )
 from ..builder.forms import wants
-from .sampler import BilinearCorners, padded_channel_rows, padded_corner
+from ..sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
 
 MIN_OPSET = 11
 

@@ -46,7 +46,7 @@ from .common import add_product, base_coords, checked_spatial, coordinate_dtype,
 from ..builder.forms import wants
 from .gather import lower_gather
 from .grid_sampler import GridSampleSpec, lower_native
-from .sampler import nan_guard
+from ..sampler.gather import nan_guard
 
 MIN_OPSET = 16
 #: Largest static H or W sampled with bilinear GridSample (output error about 2e-5

@@ -43,8 +43,8 @@ from __future__ import annotations
 import onnx
 
 from ..builder import Builder, Value
-from .common import coordinate_dtype, in_input_dtype
-from .sampler import nan_guard
+from ..sampler.coords import coordinate_dtype, in_input_dtype
+from ..sampler.gather import nan_guard
 
 #: Lowest default-domain opset of :func:`lower_gather` (Gather, Where, Clip-free Min/Max, MatMul).
 MIN_OPSET = 11
