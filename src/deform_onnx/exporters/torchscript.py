@@ -114,7 +114,8 @@ def unregister() -> None:
 def _symbolics(method: str) -> dict:
     """TorchScript op name -> (symbolic, opsets): every op of the family at every opset from 11, and the
     ATen ops torch lacks at low opsets (:mod:`.aten_gaps`) only below torch's own symbolic."""
-    from . import aten_gaps, grid_sample, msda
+    from ..ops.msda import binding as msda
+    from . import aten_gaps, grid_sample
 
     every = range(MIN_OPSET, MAX_OPSET + 1)
     return {

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from . import LOWERINGS, METHODS, Lowering, resolve_method
-from . import grid_sampler, msda
+from ..ops.msda import lower as msda
+from . import grid_sampler
 
 GRID_SAMPLE_LOWERINGS: dict[str, Lowering] = {
     "native": Lowering("native", grid_sampler.NATIVE_MIN_OPSET, grid_sampler.lower_native, "ONNX GridSample op"),

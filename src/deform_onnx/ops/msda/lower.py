@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import onnx
 
-from ..builder import Builder, Value
-from ..sampler.coords import coordinate_dtype, in_input_dtype
-from ..sampler.gather import nan_guard
+from ...builder import Builder, Value
+from ...sampler.coords import coordinate_dtype, in_input_dtype
+from ...sampler.gather import nan_guard
 
 #: Lowest default-domain opset of :func:`lower_gather` (Gather, Where, Clip-free Min/Max, MatMul).
 MIN_OPSET = 11

@@ -8,7 +8,7 @@ its own split, transposes and a ``[N*M, D, Lq, P]`` intermediate. Calling
 (a ``torch.library`` custom op; eager: :func:`ms_deform_attn_reference`),
 which both exporters translate (``deform_onnx.register()`` /
 ``translation_table()`` / ``export``) into the fused gather lowering of
-:mod:`deform_onnx.lowering.msda`: four ``Gather`` + ``MatMul`` over all levels
+:mod:`deform_onnx.ops.msda.lower`: four ``Gather`` + ``MatMul`` over all levels
 at once, from opset 11.
 """
 
@@ -70,7 +70,7 @@ def ms_deform_attn(
 
     Returns:
         ``[N, Lq, M*D]``: :func:`ms_deform_attn_reference` in eager mode; exported as the
-        fused lowering (:mod:`deform_onnx.lowering.msda`).
+        fused lowering (:mod:`deform_onnx.ops.msda.lower`).
 
     Raises:
         ValueError: ``spatial_shapes`` does not add up to ``S``.

@@ -1,14 +1,14 @@
-"""``deform_onnx::ms_deform_attn`` (:mod:`deform_onnx.ops.ms_deform_attn`) in both exporters.
+"""``deform_onnx::ms_deform_attn`` (:mod:`deform_onnx.ops.msda.op`) in both exporters.
 
-Every method resolves to the one fused lowering (:mod:`deform_onnx.lowering.msda`,
+Every method resolves to the one fused lowering (:mod:`deform_onnx.ops.msda.lower`,
 opset >= 11): ONNX has no native MSDA op, and the per-level GridSample form is
 what the plain PyTorch code already exports to.
 """
 
 from __future__ import annotations
 
-from ..lowering.registry import resolve
-from ..ops.ms_deform_attn import OP_NAME
+from ...lowering.registry import resolve
+from .op import OP_NAME
 
 TORCHSCRIPT_OP = OP_NAME
 
@@ -26,7 +26,7 @@ def emit_ms_deform_attn(b, method: str, target_opset: int, value, spatial_shapes
 
 def make_symbolic(method: str = "auto"):
     """The TorchScript symbolic for ``deform_onnx::ms_deform_attn``."""
-    from ..builder.torchscript import TorchScriptBuilder
+    from ...builder.torchscript import TorchScriptBuilder
 
     def ms_deform_attn(g, value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
         return emit_ms_deform_attn(TorchScriptBuilder(g), method, g.opset, value, spatial_shapes,
