@@ -86,7 +86,7 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
         )
 
     from ..ops.msda import binding as msda
-    from . import grid_sample
+    from ..ops.grid_sample import binding as grid_sample
 
     table = {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}
     table.update(grid_sample.translations(method, opset, _current_build_opset, OnnxScriptBuilder))

@@ -115,7 +115,8 @@ def _symbolics(method: str) -> dict:
     """TorchScript op name -> (symbolic, opsets): every op of the family at every opset from 11, and the
     ATen ops torch lacks at low opsets (:mod:`.aten_gaps`) only below torch's own symbolic."""
     from ..ops.msda import binding as msda
-    from . import aten_gaps, grid_sample
+    from ..ops.grid_sample import binding as grid_sample
+    from . import aten_gaps
 
     every = range(MIN_OPSET, MAX_OPSET + 1)
     return {

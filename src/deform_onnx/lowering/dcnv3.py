@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..builder import Builder, Value
-from .grid_sampler import GridSampleSpec
+from ..ops.grid_sample.lower import GridSampleSpec
 
 
 def kernel_points(kernel_h: int, kernel_w: int, dilation_h: int, dilation_w: int,

@@ -45,7 +45,7 @@ from ..builder import Builder, Value
 from .common import add_product, base_coords, checked_spatial, coordinate_dtype, output_dims, per_image
 from ..builder.forms import wants
 from .gather import lower_gather
-from .grid_sampler import GridSampleSpec, lower_native
+from ..ops.grid_sample.lower import GridSampleSpec, lower_native
 from ..sampler.gather import nan_guard
 
 MIN_OPSET = 16

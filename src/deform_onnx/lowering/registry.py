@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 
 from . import LOWERINGS, METHODS, Lowering, resolve_method
 from ..ops.msda import lower as msda
-from . import grid_sampler
+from ..ops.grid_sample import lower as grid_sampler
 
 GRID_SAMPLE_LOWERINGS: dict[str, Lowering] = {
     "native": Lowering("native", grid_sampler.NATIVE_MIN_OPSET, grid_sampler.lower_native, "ONNX GridSample op"),

@@ -22,7 +22,8 @@ import onnx_ir as ir
 from .._io import atomic_path
 from ..lowering import resolve_method
 from ..ops.msda import sources as msda_nodes
-from . import dcnv3_nodes, deform_conv, grid_sample_nodes, mmcv, openvino_node  # noqa: F401  (register the node kinds)
+from ..ops.grid_sample import sources as grid_sample_nodes
+from . import dcnv3_nodes, deform_conv, mmcv, openvino_node  # noqa: F401  (register the node kinds)
 from .model_io import ModelFileError, _check_structure, _from_proto, _keep_value_info, default_opset, read_model
 from .nodes import (
     _all_names,

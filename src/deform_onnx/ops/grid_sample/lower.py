@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..builder import Builder, Dim, Value
-from ..sampler.coords import coordinate_dtype, in_input_dtype
-from ..sampler.gather import BilinearCorners, nan_guard, padded_channel_rows, padded_corner, padded_nearest
+from ...builder import Builder, Dim, Value
+from ...sampler.coords import coordinate_dtype, in_input_dtype
+from ...sampler.gather import BilinearCorners, nan_guard, padded_channel_rows, padded_corner, padded_nearest
 
 #: ATen's enums (``GridSamplerUtils.h``): index = the int ``aten::grid_sampler`` receives.
 TORCH_MODES = ("bilinear", "nearest", "bicubic")

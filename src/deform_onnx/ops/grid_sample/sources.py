@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ..lowering.grid_sampler import GridSampleSpec, check_shapes, lower_gather
-from ..lowering.registry import resolve
+from .lower import GridSampleSpec, check_shapes, lower_gather
+from ...lowering.registry import resolve
 
 
 def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
@@ -50,7 +50,7 @@ def spec_for_node(node: ir.Node) -> GridSampleSpec:
 
 def replace_all(nodes: list[ir.Node], opset: int, unique_name) -> None:
     """Replace each node by the gather lowering at ``opset``; ``unique_name(base)`` names the new values."""
-    from ..builder import TapeBuilder
+    from ...builder import TapeBuilder
 
     for index, node in enumerate(nodes):
         b = TapeBuilder(opset, name_prefix=node.name or f"deform_onnx_grid_sample_{index}")

@@ -1,6 +1,6 @@
 """``F.grid_sample`` in both exporters: the TorchScript symbolic and the dynamo translation.
 
-Both build a :class:`~deform_onnx.lowering.grid_sampler.GridSampleSpec` from
+Both build a :class:`~deform_onnx.ops.grid_sample.lower.GridSampleSpec` from
 ``aten::grid_sampler``'s arguments (``input, grid, interpolation_mode,
 padding_mode, align_corners``; ATen's enum order) and emit the lowering that
 ``method`` resolves to for this op (:func:`deform_onnx.lowering.registry.resolve`).
@@ -10,8 +10,8 @@ exists only from 16, and is overridden so that ``method`` is honoured).
 
 from __future__ import annotations
 
-from ..lowering.grid_sampler import GridSampleSpec, check_shapes
-from ..lowering.registry import resolve
+from .lower import GridSampleSpec, check_shapes
+from ...lowering.registry import resolve
 
 #: TorchScript op name. The dynamo exporter (torch 2.14) records and translates
 #: ``aten.grid_sampler`` (checked); ``aten.grid_sampler_2d``, what a decomposition
@@ -42,7 +42,7 @@ def make_symbolic(method: str = "auto"):
     """The TorchScript symbolic for ``aten::grid_sampler`` using ``method``."""
     from torch.onnx import symbolic_helper
 
-    from ..builder.torchscript import TorchScriptBuilder
+    from ...builder.torchscript import TorchScriptBuilder
 
     @symbolic_helper.parse_args("v", "v", "i", "i", "b")
     def grid_sampler(g, input, grid, interpolation_mode, padding_mode, align_corners):
