@@ -109,7 +109,7 @@ def resolve(op: str, method: str, opset: int) -> Lowering:
 def _dcnv3_lowering(sampler: Lowering) -> Lowering:
     from functools import partial
 
-    from .dcnv3 import lower_dcnv3
+    from ..ops.dcnv3.lower import lower_dcnv3
 
     return Lowering(sampler.name, sampler.min_opset, partial(lower_dcnv3, sampler=sampler.fn),
                     f"DCNv3 on {sampler.summary}")

@@ -23,7 +23,8 @@ from .._io import atomic_path
 from ..lowering import resolve_method
 from ..ops.msda import sources as msda_nodes
 from ..ops.grid_sample import sources as grid_sample_nodes
-from . import dcnv3_nodes, deform_conv, mmcv, openvino_node  # noqa: F401  (register the node kinds)
+from ..ops.dcnv3 import sources as dcnv3_nodes
+from . import deform_conv, mmcv, openvino_node  # noqa: F401  (register the node kinds)
 from .model_io import ModelFileError, _check_structure, _from_proto, _keep_value_info, default_opset, read_model
 from .nodes import (
     _all_names,

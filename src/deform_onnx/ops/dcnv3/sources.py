@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ..lowering.dcnv3 import DCNv3Spec
-from ..lowering.registry import resolve
+from .lower import DCNv3Spec
+from ...lowering.registry import resolve
 
 DOMAIN, OP_TYPE = "mmdeploy", "TRTDCNv3"
 _INTS = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "group",
@@ -86,7 +86,7 @@ def replace_all(nodes: list[ir.Node], method: str, opset: int, unique_name) -> s
     ``unique_name(base)`` names the new values. Raises ``ValueError`` as :func:`spec_for_node`, or for a
     method the opset cannot hold.
     """
-    from ..builder import TapeBuilder
+    from ...builder import TapeBuilder
 
     if not nodes:
         return None

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..lowering.dcnv3 import kernel_points
+from .lower import kernel_points
 
 __all__ = ["dcnv3_core", "dcnv4_core", "DCNv3", "kernel_points"]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..builder import Builder, Value
-from ..ops.grid_sample.lower import GridSampleSpec
+from ...builder import Builder, Value
+from ..grid_sample.lower import GridSampleSpec
 
 
 def kernel_points(kernel_h: int, kernel_w: int, dilation_h: int, dilation_w: int,
