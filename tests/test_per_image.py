@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import deform_onnx
-from deform_onnx.lowering import common
+from deform_onnx.ops.deform_conv import common
 
 from util import Config, DeformLayer, assert_close, make_inputs, reference, run_ort
 

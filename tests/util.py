@@ -22,7 +22,7 @@ import onnxruntime as ort
 import torch
 import torchvision
 
-from deform_onnx.semantics import out_size
+from deform_onnx.ops.deform_conv.spec import out_size
 
 #: float32 parity tolerance (max abs error), from the project rules.
 ATOL = 1e-4
@@ -357,7 +357,7 @@ def _row_config(names: list[str], row: list[int], rng: random.Random) -> Config:
 def samples_with_grid_sample(proto: onnx.ModelProto) -> bool:
     """Whether grid_sample's GridSample form applies to this file's input: static H and W of at most
     ``BILINEAR_MAX_SIZE`` (else its exact gather sampler does, see ``lowering/grid_sample.py``)."""
-    from deform_onnx.lowering.grid_sample import BILINEAR_MAX_SIZE
+    from deform_onnx.ops.deform_conv.lower_grid_sample import BILINEAR_MAX_SIZE
 
     dims = proto.graph.input[0].type.tensor_type.shape.dim[2:4]
     return all(d.HasField("dim_value") and d.dim_value <= BILINEAR_MAX_SIZE for d in dims)

@@ -28,7 +28,7 @@ _EXPORTS = {
     "register": ".exporters.torchscript",
     "unregister": ".exporters.torchscript",
     "resolve_method": ".lowering",
-    "DeformConvSpec": ".semantics",
+    "DeformConvSpec": ".ops.deform_conv.spec",
     "LOWERINGS": ".lowering",
     "METHODS": ".lowering",
     "Target": ".targets",
@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from .exporters.torchscript import register, unregister
     from .lowering import LOWERINGS, METHODS, resolve_method
     from .rewrite import lower
-    from .semantics import DeformConvSpec
+    from .ops.deform_conv.spec import DeformConvSpec
     from .irversion import lowest_ir_version
     from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
     from .targets import TARGET_NAMES, TARGETS, Target, resolve_target

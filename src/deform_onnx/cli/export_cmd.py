@@ -286,7 +286,7 @@ def _plan(
     from .. import api
     from ..exporters import torchscript
     from ..lowering import LOWERINGS, resolve_method
-    from ..semantics import MIN_OPSET
+    from ..ops.deform_conv.spec import MIN_OPSET
 
     if exporter is not None and exporter not in EXPORTERS:
         raise UserError(f"unknown exporter {exporter!r}; choose dynamo or torchscript")

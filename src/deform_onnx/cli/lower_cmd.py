@@ -57,7 +57,7 @@ def lower_command(
         if opset is not None:
             import onnx
 
-            from ..semantics import MIN_OPSET
+            from ..ops.deform_conv.spec import MIN_OPSET
 
             highest = onnx.defs.onnx_opset_version()
             if not MIN_OPSET <= opset <= highest:

@@ -14,7 +14,7 @@ import torch
 
 from ..lowering import emit_deform_conv2d, resolve_method
 from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line, traced_output_dtype  # noqa: F401  (re-exported)
-from ..semantics import MIN_OPSET
+from ..ops.deform_conv.spec import MIN_OPSET
 
 OP_NAME = "torchvision::deform_conv2d"
 #: Highest opset of the TorchScript exporter in this torch.

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..semantics import MIN_OPSET
-from . import gather, grid_sample, native
+from ..ops.deform_conv.spec import MIN_OPSET
+from ..ops.deform_conv import lower_gather as gather, lower_grid_sample as grid_sample, lower_native as native
 
 
 @dataclass(frozen=True)
@@ -71,13 +71,13 @@ def emit_deform_conv2d(
     """Lower one ``torchvision::deform_conv2d`` call, given its arguments as the exporters receive them.
 
     Shared by the TorchScript symbolic and the dynamo translation: builds the
-    :class:`~deform_onnx.semantics.DeformConvSpec` from the builder's static
+    :class:`~deform_onnx.ops.deform_conv.spec.DeformConvSpec` from the builder's static
     shapes (raising ``ValueError`` on inconsistent shapes) and emits ``lowering``.
     ``weight_shape`` overrides the builder's view of the weight's shape (the
     TorchScript exporter completes it from the trace). Returns the
     ``[N, Co, Ho, Wo]`` output value.
     """
-    from ..semantics import DeformConvSpec
+    from ..ops.deform_conv.spec import DeformConvSpec
 
     bias_shape = b.static_shape(bias) if bias is not None else None
     spec = DeformConvSpec.from_shapes(

@@ -1,9 +1,9 @@
 """Rewrite existing ONNX files: replace deformable-convolution nodes by a lowering.
 
-:func:`lower` finds every node kind registered in :mod:`.registry` (one
-module per kind: :mod:`.deform_conv`, :mod:`.mmcv`, :mod:`.openvino_node`;
-``GridSample`` nodes in :mod:`.grid_sample_nodes`), builds a
-:class:`~deform_onnx.semantics.DeformConvSpec` from its attributes and the
+:func:`lower` finds every node kind registered in
+:mod:`deform_onnx.ops.deform_conv.sources` (one module per kind, ``source_*.py``
+there; ``GridSample`` nodes in :mod:`deform_onnx.ops.grid_sample.sources`), builds a
+:class:`~deform_onnx.ops.deform_conv.spec.DeformConvSpec` from its attributes and the
 weight's shape, and replaces the node by the ops of the chosen lowering (the
 same functions the exporters call), using onnx-ir (:mod:`.nodes`). Everything
 else in the model is kept as it was. File IO lives in :mod:`.model_io`, the
@@ -24,7 +24,6 @@ from ..lowering import resolve_method
 from ..ops.msda import sources as msda_nodes
 from ..ops.grid_sample import sources as grid_sample_nodes
 from ..ops.dcnv3 import sources as dcnv3_nodes
-from . import deform_conv, mmcv, openvino_node  # noqa: F401  (register the node kinds)
 from .model_io import ModelFileError, _check_structure, _from_proto, _keep_value_info, default_opset, read_model
 from .nodes import (
     _all_names,
@@ -38,7 +37,7 @@ from .nodes import (
     spec_for_node,  # noqa: F401  (public: the OpenVINO runtime and tests read node specs)
 )
 from .opset import _convert
-from .registry import SOURCE_OPS
+from ..ops.deform_conv.sources import SOURCE_OPS
 
 __all__ = [
     "lower", "lower_file", "lower_model", "read_model", "default_opset", "find_nodes", "spec_for_node",

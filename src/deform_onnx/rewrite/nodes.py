@@ -8,8 +8,8 @@ import onnx_ir as ir
 
 from ..lowering import Lowering
 from ..builder import TapeBuilder
-from ..semantics import DeformConvSpec
-from .registry import ROLES, SourceOp, lookup
+from ..ops.deform_conv.spec import DeformConvSpec
+from ..ops.deform_conv.sources import ROLES, SourceOp, lookup
 
 
 def find_nodes(model: ir.Model) -> list[tuple[ir.Node, SourceOp]]:

@@ -4,7 +4,7 @@ A default-domain ``GridSample`` (opset 16 spelling ``bilinear``/``bicubic``,
 opset 20 spelling ``linear``/``cubic``; 4-D only) is the ``native`` form of
 ``F.grid_sample`` (:mod:`deform_onnx.lowering.registry`): methods ``native``,
 ``grid_sample`` and ``auto`` at opset >= 16 keep it; ``gather`` (and ``auto``
-below 16) replace it by :func:`deform_onnx.lowering.grid_sampler.lower_gather`
+below 16) replace it by :func:`deform_onnx.ops.grid_sample.lower.lower_gather`
 with the node's ``mode``, ``padding_mode`` and ``align_corners``. For
 runtimes without a usable GridSample (TensorRT, old builds, converters).
 """

@@ -20,7 +20,7 @@ Two node kinds, both with the inputs ``value [N, S, M, D]``, ``spatial_shapes [L
 
 Both kernels sample as Deformable DETR's ``ms_deform_attn_im2col_bilinear``: pixel
 ``loc * size - 0.5``, bilinear, corners outside the level contribute 0 — the
-semantics of :mod:`deform_onnx.lowering.msda`, whose single lowering (opset >= 11)
+semantics of :mod:`deform_onnx.ops.msda.lower`, whose single lowering (opset >= 11)
 replaces every such node, whatever the method.
 """
 

@@ -17,7 +17,7 @@ deformable group) is the same as torchvision's.
 
 from __future__ import annotations
 
-from .registry import ConvAttrs, SourceOp, int_attr, pads_attr, pair_attr, register
+from .sources import ConvAttrs, SourceOp, int_attr, pads_attr, pair_attr, register
 
 
 def _parse(attrs, where: str) -> ConvAttrs:

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..semantics import DeformConvSpec
-from ..builder import Builder, Dim, Value
+from .spec import DeformConvSpec
+from ...builder import Builder, Dim, Value
 from .common import (
     add_product,
     base_coords,
@@ -44,8 +44,8 @@ from .common import (
     per_image,
     pick,
 )
-from ..builder.forms import wants
-from ..sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
+from ...builder.forms import wants
+from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
 
 MIN_OPSET = 11
 

@@ -1,7 +1,7 @@
 """Registry of the deformable-convolution node kinds that :func:`deform_onnx.lower` knows.
 
-One :class:`SourceOp` per (domain, op_type), onnx2torch-style: each module of
-this package (``deform_conv.py``, ``mmcv.py``) describes its node kinds once:
+One :class:`SourceOp` per (domain, op_type), onnx2torch-style: each ``source_*.py``
+module of this folder (``source_onnx.py``, ``source_mmcv.py``, ``source_openvino.py``) describes its node kinds once:
 which input plays which role, which attributes exist, and how they map to
 torchvision's arguments. The file rewriter and the OpenVINO conversion
 extension both read these descriptions, so the attribute rules live in one place.
@@ -25,7 +25,7 @@ class ConvAttrs:
     by the node kinds known here. ``padding`` is the begin (top, left) pad,
     ``padding_end`` the (bottom, right) pad (``None``: same as ``padding``).
     ``bilinear_interpolation_pad`` is OpenVINO's name for the border rule:
-    ``True`` is torchvision's (see :class:`~deform_onnx.semantics.DeformConvSpec`).
+    ``True`` is torchvision's (see :class:`~deform_onnx.ops.deform_conv.spec.DeformConvSpec`).
     """
 
     stride: tuple[int, int] = (1, 1)

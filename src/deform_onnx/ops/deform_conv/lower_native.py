@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..semantics import DeformConvSpec
-from ..builder import Builder, Value
+from .spec import DeformConvSpec
+from ...builder import Builder, Value
 
 MIN_OPSET = 19
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..semantics import DeformConvSpec
-from ..builder import Builder, Dim, Value
-from ..sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype  # noqa: F401  (re-exported)
+from .spec import DeformConvSpec
+from ...builder import Builder, Dim, Value
+from ...sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype  # noqa: F401  (re-exported)
 
 
 def base_coords(

@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..semantics import DeformConvSpec
-from ..builder import Builder, Value
+from .spec import DeformConvSpec
+from ...builder import Builder, Value
 from .common import add_product, base_coords, checked_spatial, coordinate_dtype, output_dims, per_image
-from ..builder.forms import wants
-from .gather import lower_gather
-from ..ops.grid_sample.lower import GridSampleSpec, lower_native
-from ..sampler.gather import nan_guard
+from ...builder.forms import wants
+from .lower_gather import lower_gather
+from ..grid_sample.lower import GridSampleSpec, lower_native
+from ...sampler.gather import nan_guard
 
 MIN_OPSET = 16
 #: Largest static H or W sampled with bilinear GridSample (output error about 2e-5
