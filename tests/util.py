@@ -23,6 +23,7 @@ import torch
 import torchvision
 
 from deform_onnx.ops.deform_conv.spec import out_size
+from deform_onnx.ops.registry import LOWERINGS, OPS
 
 #: float32 parity tolerance (max abs error), from the project rules.
 ATOL = 1e-4
@@ -263,7 +264,8 @@ def case_config(case_id: str) -> Config:
 
 #: Opsets of the grid, and where each method is allowed.
 GRID_OPSETS = (11, 12, 16, 17, 19, 20)
-METHOD_MIN_OPSET = {"native": 19, "grid_sample": 16, "gather": 11, "auto": 11}
+#: Read from the op registry (the one place the bounds live): native 19, grid_sample 16, gather and auto 11.
+METHOD_MIN_OPSET = {**{m: low.min_opset for m, low in LOWERINGS.items()}, "auto": OPS["deform_conv2d"].min_opset}
 
 #: Factor levels of the grid (issue 2, section 5). "H"/"W" are size bands; the
 #: size itself is drawn from the band, and "1" is the one-pixel edge case.

@@ -21,7 +21,7 @@ reach the lowerings through this context instead, set around the export by
   converted to LiteRT off by 1.8; apart, within 1.2e-5).
 - ``"no NaN guard"``: the samplers leave out the ``Where(Equal(p, p), ...)``
   that maps a NaN sample coordinate outside the image
-  (:func:`~.sampler.nan_guard`). pnnx traces that ``Equal`` as ``torch.eq``,
+  (:func:`~deform_onnx.sampler.gather.nan_guard`). pnnx traces that ``Equal`` as ``torch.eq``,
   which ncnn has no layer for (measured here: "layer torch.eq not exists or
   registered"). Finite and infinite offsets give the same numbers (the
   ``Clip`` stays); a NaN offset gives whatever the runtime's ``Clip`` and

@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import typer
 
-from . import app
+from ._app import app
 from ._common import (
     CHECK_FAILED, UserError, check_output_folder, console, err_console, make_output_folder, one_line, user_errors,
 )
@@ -285,7 +285,7 @@ def _plan(
     """The exports to run; raises ``UserError``/``ValueError`` for arguments that cannot work."""
     from .. import api
     from ..exporters import torchscript
-    from ..lowering import LOWERINGS, resolve_method
+    from ..ops.registry import LOWERINGS, resolve_method
     from ..ops.deform_conv.spec import MIN_OPSET
 
     if exporter is not None and exporter not in EXPORTERS:

@@ -1,7 +1,7 @@
 """TorchScript exporter (``torch.onnx.export(..., dynamo=False)``): a registered symbolic.
 
 ``register()`` installs a symbolic for ``torchvision::deform_conv2d`` (and
-one for ``aten::grid_sampler``, :mod:`.grid_sample`) at every opset from 11 to
+one for ``aten::grid_sampler``, :mod:`deform_onnx.ops.grid_sample.binding`) at every opset from 11 to
 the exporter's maximum; the symbolic drives the chosen lowering through
 :class:`~deform_onnx.builder.torchscript.TorchScriptBuilder`, an adapter over ``g.op``.
 """
@@ -12,63 +12,13 @@ import contextlib
 
 import torch
 
-from ..lowering import emit_deform_conv2d, resolve_method
 from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line, traced_output_dtype  # noqa: F401  (re-exported)
-from ..ops.deform_conv.spec import MIN_OPSET
-
-OP_NAME = "torchvision::deform_conv2d"
+from ..opsets import TORCHSCRIPT_MIN_OPSET
+from ..ops.deform_conv.binding import TORCHSCRIPT_OP as OP_NAME, make_symbolic  # noqa: F401  (re-exported)
+from ..ops.registry import bindings, check_method
+from . import aten_gaps
 #: Highest opset of the TorchScript exporter in this torch.
 MAX_OPSET: int = torch.onnx._constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
-
-
-def make_symbolic(method: str = "auto"):
-    """Return the symbolic function for ``torchvision::deform_conv2d`` using ``method``."""
-    from torch.onnx import symbolic_helper
-
-    @symbolic_helper.parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
-    def deform_conv2d(
-        g, input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
-        groups, offset_groups, use_mask,
-    ):
-        b = TorchScriptBuilder(g)
-        try:
-            lowering = resolve_method(method, g.opset)
-            if b.dtype(input) is None and b.static_shape(input) is not None:
-                raise ValueError(
-                    "deform_conv2d: input dtype is not supported for ONNX export "
-                    f"({input.type().scalarType()}); use float16, float32 or float64"
-                )
-            return emit_deform_conv2d(
-                b, lowering, input, weight, offset, mask, bias,
-                (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w), groups, offset_groups, use_mask,
-                weight_shape=_weight_shape(g, b, weight),
-            )
-        except ValueError as exc:
-            _keep_error_one_line(exc, g)
-            raise
-
-    return deform_conv2d
-
-
-def _weight_shape(g, b: "TorchScriptBuilder", weight) -> tuple[int | None, ...] | None:
-    """The weight's shape, completed from the trace when ONNX shape inference lost it.
-
-    A weight computed in ``forward`` (``x.new_ones(C, 1, 1, 1)``, a dynamic
-    filter from a Linear layer) has a shape built from ``Shape`` ops; with
-    ``dynamic_axes`` the exporter's shape inference may leave all of it
-    unknown. The traced op's own input still carries the sizes it had when
-    traced; kernel and channel sizes do not change with the dynamic axes.
-    """
-    shape = b.static_shape(weight)
-    if shape is not None and len(shape) == 4 and None not in shape:
-        return shape
-    try:
-        traced = tuple(list(g.original_node.inputs())[1].type().sizes())
-    except (AttributeError, RuntimeError, IndexError, TypeError):
-        return shape
-    if shape is None or len(shape) != len(traced):
-        return traced
-    return tuple(s if s is not None else t for s, t in zip(shape, traced))
 
 
 #: The method of the user's own :func:`register` call, restored after :func:`registered`.
@@ -95,10 +45,7 @@ def register(method: str = "auto") -> None:
     Raises:
         ValueError: unknown method.
     """
-    from ..lowering import METHODS
-
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    check_method(method)
     global _registered_method
     _install(method)
     _registered_method = method
@@ -112,19 +59,13 @@ def unregister() -> None:
 
 
 def _symbolics(method: str) -> dict:
-    """TorchScript op name -> (symbolic, opsets): every op of the family at every opset from 11, and the
-    ATen ops torch lacks at low opsets (:mod:`.aten_gaps`) only below torch's own symbolic."""
-    from ..ops.msda import binding as msda
-    from ..ops.grid_sample import binding as grid_sample
-    from . import aten_gaps
-
-    every = range(MIN_OPSET, MAX_OPSET + 1)
-    return {
-        OP_NAME: (make_symbolic(method), every),
-        grid_sample.TORCHSCRIPT_OP: (grid_sample.make_symbolic(method), every),
-        msda.TORCHSCRIPT_OP: (msda.make_symbolic(method), every),
-        **aten_gaps.SYMBOLICS,
-    }
+    """TorchScript op name -> (symbolic, opsets): every op of the registry that has a binding, at every
+    opset from 11, and the ATen ops torch lacks at low opsets (:mod:`.aten_gaps`) only below torch's own."""
+    every = range(TORCHSCRIPT_MIN_OPSET, MAX_OPSET + 1)
+    table = {}
+    for binding in bindings():
+        table[binding.TORCHSCRIPT_OP] = (binding.make_symbolic(method), every)
+    return {**table, **aten_gaps.SYMBOLICS}
 
 
 def _install(method: str) -> None:

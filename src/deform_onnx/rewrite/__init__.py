@@ -20,7 +20,7 @@ import onnx
 import onnx_ir as ir
 
 from .._io import atomic_path
-from ..lowering import resolve_method
+from ..ops.registry import resolve_method
 from ..ops.msda import sources as msda_nodes
 from ..ops.grid_sample import sources as grid_sample_nodes
 from ..ops.dcnv3 import sources as dcnv3_nodes
@@ -193,14 +193,14 @@ def lower(
     metadata and other opset imports are kept. mmcv domains left unused are
     dropped from the opset imports. mmdeploy's ``TRTDCNv3`` (InternImage's
     DCNv3 plugin) is replaced by standard ops on the sampler the method picks
-    for ``grid_sample`` (:mod:`.dcnv3_nodes`). Default-domain ``GridSample`` nodes
+    for ``grid_sample`` (:mod:`deform_onnx.ops.dcnv3.sources`). Default-domain ``GridSample`` nodes
     (``F.grid_sample``) are rewritten into standard ops on Gather when the
     method resolves to ``gather`` for them (``gather``, or ``auto`` below
-    opset 16) and kept otherwise (:mod:`.grid_sample_nodes`). Multi-scale
+    opset 16) and kept otherwise (:mod:`deform_onnx.ops.grid_sample.sources`). Multi-scale
     deformable attention plugin nodes (mmdeploy's
     ``MMCVMultiScaleDeformableAttention``, TensorRT's
     ``MultiscaleDeformableAttnPlugin_TRT``) are always replaced by the fused
-    MSDA lowering (:mod:`.msda_nodes`).
+    MSDA lowering (:mod:`deform_onnx.ops.msda.sources`).
 
     Args:
         model: a path to an ``.onnx`` file (external data is read into the

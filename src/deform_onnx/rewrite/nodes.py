@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ..lowering import Lowering
+from ..ops.registry import Lowering
 from ..builder import TapeBuilder
 from ..ops.deform_conv.spec import DeformConvSpec
 from ..ops.deform_conv.sources import ROLES, SourceOp, lookup

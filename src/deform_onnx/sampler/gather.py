@@ -1,7 +1,7 @@
 """The gather sampler: what every standard-op lowering that samples points of a map shares.
 
-Deformable convolution (:mod:`.gather`) and ``grid_sample``'s gather form
-(:mod:`.grid_sampler`, and through it DCNv3) sample a map at pixel
+Deformable convolution (:mod:`deform_onnx.ops.deform_conv.lower_gather`) and ``grid_sample``'s gather form
+(:mod:`deform_onnx.ops.grid_sample.lower`, and through it DCNv3) sample a map at pixel
 coordinates computed in floating point, by gathering channel rows of a
 channels-last copy of the map at integer corner indices and weighting them.
 The pieces here are written once for all of them:
@@ -20,7 +20,7 @@ The pieces here are written once for all of them:
 Each op keeps its own coordinate rule (torchvision's ``base + offset`` for
 deformable convolution, ATen's unnormalisation and padding modes for
 ``grid_sample``) and its own contraction. Multi-scale deformable attention
-(:mod:`.msda`) indexes levels of different sizes in one table and keeps its
+(:mod:`deform_onnx.ops.msda.lower`) indexes levels of different sizes in one table and keeps its
 own corner code.
 """
 
@@ -121,7 +121,7 @@ def nan_guard(b: Builder, p: Value, value: Value, fallback: Value) -> Value:
     an integer index is undefined; GridSample returns non-zero values for
     it). ``Equal(p, p)`` is false only for NaN; ``IsNaN`` is not used because
     MNN's converter rejects it. Under the target form ``"no NaN guard"``
-    (:mod:`.forms`; pnnx writes ``Equal`` as ``torch.eq``, which ncnn has no
+    (:mod:`deform_onnx.builder.forms`; pnnx writes ``Equal`` as ``torch.eq``, which ncnn has no
     layer for) this returns ``value``: finite and infinite coordinates give
     the same numbers, a NaN one gives whatever the runtime makes of it.
     """

@@ -10,7 +10,7 @@ position ``centre + (spread + offset) * offset_scale``, normalised for
 mask as given (mmdeploy's kernel does not softmax it), a sum over the points.
 
 The sampler is the ``grid_sample`` op's lowering that ``method`` resolves to
-(:mod:`.registry`): one ``GridSample`` (opset >= 16) or the gather form (>= 11).
+(:mod:`deform_onnx.ops.registry`): one ``GridSample`` (opset >= 16) or the gather form (>= 11).
 Coordinates are computed in the input's dtype (mmdeploy's plugin is float32-only).
 """
 

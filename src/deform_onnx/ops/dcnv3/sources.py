@@ -21,7 +21,7 @@ output size is the convolution's ``(H + 2 pad - dilation (k - 1) - 1) // stride 
 read from the offset (the plugin's ``getOutputDimensions`` writes
 ``(H + 2 pad - dilation (k - 1) + 1) // stride - 1``, one row short at stride 2).
 
-Replaced by :func:`deform_onnx.lowering.dcnv3.lower_dcnv3` on the sampler the
+Replaced by :func:`deform_onnx.ops.dcnv3.lower.lower_dcnv3` on the sampler the
 method resolves to for ``grid_sample`` (GridSample at opset >= 16, gather from 11).
 """
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from .lower import DCNv3Spec
-from ...lowering.registry import resolve
+from ..registry import resolve
 
 DOMAIN, OP_TYPE = "mmdeploy", "TRTDCNv3"
 _INTS = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "group",
@@ -51,7 +51,7 @@ def _where(node: ir.Node) -> str:
 
 
 def spec_for_node(node: ir.Node) -> DCNv3Spec:
-    """The node's :class:`~deform_onnx.lowering.dcnv3.DCNv3Spec`.
+    """The node's :class:`~deform_onnx.ops.dcnv3.lower.DCNv3Spec`.
 
     Raises:
         ValueError: unknown attributes, wrong attribute types or values, or not 3 inputs; the message names the node.

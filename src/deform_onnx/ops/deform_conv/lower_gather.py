@@ -1,9 +1,9 @@
 """Lowering on Gather (opset >= 11): standard ops for runtimes without GridSample.
 
 The bilinear corners are gathered as channel rows from a zero-padded,
-channels-last copy of the input (:func:`~.sampler.padded_channel_rows`:
+channels-last copy of the input (:func:`~deform_onnx.sampler.gather.padded_channel_rows`:
 zero blocks concatenated, one Transpose). Coordinates are clamped so that
-both corners always index the table (:func:`~.sampler.padded_corner`); a
+both corners always index the table (:func:`~deform_onnx.sampler.gather.padded_corner`); a
 corner outside the image reads a zero row, which is torchvision's rule (a
 sample with ``py <= -1`` or ``py >= H`` is 0), so no validity factor or index
 clip is computed per corner.
@@ -23,7 +23,7 @@ passes in cache (BENCHMARKS.md). With a static batch of 2 to
 the taps run image by image (:func:`~.common.per_image`): one image's
 columns alive instead of N's. The
 four corners of a tap are combined by
-:class:`~.sampler.BilinearCorners` (one Gather of the four corners and a
+:class:`~deform_onnx.sampler.gather.BilinearCorners` (one Gather of the four corners and a
 MatMul for rows of 32+ channels, four Gathers and a Sum for narrower ones).
 """
 
@@ -33,6 +33,7 @@ import numpy as np
 
 from .spec import DeformConvSpec
 from ...builder import Builder, Dim, Value
+from ...opsets import DEFORM_CONV_GATHER_MIN_OPSET
 from .common import (
     add_product,
     base_coords,
@@ -47,7 +48,7 @@ from .common import (
 from ...builder.forms import wants
 from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
 
-MIN_OPSET = 11
+MIN_OPSET = DEFORM_CONV_GATHER_MIN_OPSET
 
 
 def lower_gather(
@@ -114,7 +115,7 @@ def _corners(
     """The bilinear sampler of every tap of ``G`` offset groups sharing one index computation.
 
     ``x`` ``[N, C, H, W]`` (for its sizes and dtype); ``rows``: the groups' table
-    ``[N*(H+3)*(W+3)*G, C/G]`` (:func:`~.sampler.padded_channel_rows`); offset
+    ``[N*(H+3)*(W+3)*G, C/G]`` (:func:`~deform_onnx.sampler.gather.padded_channel_rows`); offset
     ``[N, 2*G*K, Ho, Wo]``; mask ``[N, G*K, Ho, Wo]`` or None.
     """
     K, Cg = spec.taps, spec.channels_per_offset_group

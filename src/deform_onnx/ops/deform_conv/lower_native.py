@@ -6,8 +6,9 @@ import numpy as np
 
 from .spec import DeformConvSpec
 from ...builder import Builder, Value
+from ...opsets import DEFORM_CONV_NATIVE_MIN_OPSET
 
-MIN_OPSET = 19
+MIN_OPSET = DEFORM_CONV_NATIVE_MIN_OPSET
 
 
 def lower_native(

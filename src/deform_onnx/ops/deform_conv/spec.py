@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...opsets import DEFORM_CONV_MIN_OPSET
+
 #: Lowest opset any lowering supports (the gather lowering).
-MIN_OPSET = 11
+MIN_OPSET = DEFORM_CONV_MIN_OPSET
 
 
 def out_size(size: int, kernel: int, stride: int, padding: int, dilation: int, padding_end: int | None = None) -> int:

@@ -3,7 +3,7 @@
 Both build a :class:`~deform_onnx.ops.grid_sample.lower.GridSampleSpec` from
 ``aten::grid_sampler``'s arguments (``input, grid, interpolation_mode,
 padding_mode, align_corners``; ATen's enum order) and emit the lowering that
-``method`` resolves to for this op (:func:`deform_onnx.lowering.registry.resolve`).
+``method`` resolves to for this op (:func:`deform_onnx.ops.registry.resolve`).
 The TorchScript symbolic is registered at every opset from 11 (torch's own
 exists only from 16, and is overridden so that ``method`` is honoured).
 """
@@ -11,7 +11,7 @@ exists only from 16, and is overridden so that ``method`` is honoured).
 from __future__ import annotations
 
 from .lower import GridSampleSpec, check_shapes
-from ...lowering.registry import resolve
+from ..registry import resolve
 
 #: TorchScript op name. The dynamo exporter (torch 2.14) records and translates
 #: ``aten.grid_sampler`` (checked); ``aten.grid_sampler_2d``, what a decomposition

@@ -3,7 +3,7 @@
 ``native``: one ONNX ``GridSample`` (opset >= 16; the mode is spelled
 ``bilinear`` below opset 20, ``linear`` from 20, whose GridSample also takes
 N-D inputs). ``gather``: standard ops from opset 11, through the gather
-sampler (:mod:`.sampler`), for runtimes and converters without a usable
+sampler (:mod:`deform_onnx.sampler`), for runtimes and converters without a usable
 GridSample.
 
 Semantics are ATen's CPU kernel (``aten/src/ATen/native/cpu/GridSamplerKernel.cpp``,
@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...builder import Builder, Dim, Value
+from ...opsets import GRID_SAMPLE_GATHER_MIN_OPSET, GRID_SAMPLE_NATIVE_MIN_OPSET
 from ...sampler.coords import coordinate_dtype, in_input_dtype
 from ...sampler.gather import BilinearCorners, nan_guard, padded_channel_rows, padded_corner, padded_nearest
 
@@ -46,8 +47,8 @@ TORCH_PADDINGS = ("zeros", "border", "reflection")
 #: ONNX GridSample's mode names (16: bilinear/bicubic; 20: linear/cubic) -> torch's.
 ONNX_MODES = {"bilinear": "bilinear", "linear": "bilinear", "nearest": "nearest", "bicubic": "bicubic", "cubic": "bicubic"}
 
-NATIVE_MIN_OPSET = 16
-GATHER_MIN_OPSET = 11
+NATIVE_MIN_OPSET = GRID_SAMPLE_NATIVE_MIN_OPSET
+GATHER_MIN_OPSET = GRID_SAMPLE_GATHER_MIN_OPSET
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def lower_gather(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> Val
     """Standard ops from opset 11 (Gather, Clip, Floor/Round, MatMul, elementwise); returns ``[N, C, Ho, Wo]``.
 
     Static or dynamic N, H, W, Ho, Wo. Samples the gather sampler's zero-padded
-    row table (:mod:`.sampler`, shared with deformable convolution): a corner
+    row table (:mod:`deform_onnx.sampler`, shared with deformable convolution): a corner
     outside the image reads a zero row. Coordinates and weights are float32
     for a float16 input (as the deformable-convolution gather lowering does).
     """

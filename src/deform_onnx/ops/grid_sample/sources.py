@@ -2,7 +2,7 @@
 
 A default-domain ``GridSample`` (opset 16 spelling ``bilinear``/``bicubic``,
 opset 20 spelling ``linear``/``cubic``; 4-D only) is the ``native`` form of
-``F.grid_sample`` (:mod:`deform_onnx.lowering.registry`): methods ``native``,
+``F.grid_sample`` (:mod:`deform_onnx.ops.registry`): methods ``native``,
 ``grid_sample`` and ``auto`` at opset >= 16 keep it; ``gather`` (and ``auto``
 below 16) replace it by :func:`deform_onnx.ops.grid_sample.lower.lower_gather`
 with the node's ``mode``, ``padding_mode`` and ``align_corners``. For
@@ -14,7 +14,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from .lower import GridSampleSpec, check_shapes, lower_gather
-from ...lowering.registry import resolve
+from ..registry import resolve
 
 
 def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:

@@ -7,7 +7,7 @@ what the plain PyTorch code already exports to.
 
 from __future__ import annotations
 
-from ...lowering.registry import resolve
+from ..registry import resolve
 from .op import OP_NAME
 
 TORCHSCRIPT_OP = OP_NAME

@@ -27,7 +27,7 @@ corners of every (query, head, level, point) becomes one flat row index
 once, each contracted with its corner weight (bilinear weight x validity x
 attention weight) by one batched ``MatMul`` ``[1, L*P] x [L*P, D]``. Nothing
 is split or stacked, and level sizes may be dynamic. Coordinates are float32
-for a float16 value (as :mod:`.grid_sampler` does).
+for a float16 value (as :mod:`deform_onnx.ops.grid_sample.lower` does).
 
 Measured (``benchmarks/msda.py --quick``, ONNX Runtime CPU, 2 threads, a
 loaded shared machine): level with the per-level GridSample graph (0.99x to
@@ -43,11 +43,12 @@ from __future__ import annotations
 import onnx
 
 from ...builder import Builder, Value
+from ...opsets import MSDA_GATHER_MIN_OPSET
 from ...sampler.coords import coordinate_dtype, in_input_dtype
 from ...sampler.gather import nan_guard
 
 #: Lowest default-domain opset of :func:`lower_gather` (Gather, Where, Clip-free Min/Max, MatMul).
-MIN_OPSET = 11
+MIN_OPSET = MSDA_GATHER_MIN_OPSET
 
 
 def lower_gather(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from ...builder import TapeBuilder
-from ...lowering.registry import OPS, resolve
+from ..registry import OPS, resolve
 
 #: (domain, op_type) -> (attributes it may carry, output layout: "flat" [N, Lq, M*D] or "heads" [N, Lq, M, D]).
 KINDS = {
