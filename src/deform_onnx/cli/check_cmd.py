@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from . import app
+from ._app import app
 from ._common import CHECK_FAILED, UserError, console, err_console, user_errors
 from ._inputs import check_method, load_npz, parse_specs
 

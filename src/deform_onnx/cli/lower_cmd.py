@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from . import app
+from ._app import app
 from ._common import UserError, check_output_folder, console, err_console, one_line, user_errors
 from ._inputs import METHODS, check_method
 
