@@ -61,7 +61,7 @@ def probe(args: list[str], cwd: Path) -> tuple[dict, str]:
         [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
         capture_output=True, text=True, env=env, cwd=cwd, timeout=120,
     )
-    line = [l for l in proc.stdout.splitlines() if l.startswith("PROBE ")]
+    line = [s for s in proc.stdout.splitlines() if s.startswith("PROBE ")]
     assert line, proc.stdout + proc.stderr
     return json.loads(line[-1][6:]), proc.stdout + proc.stderr
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ORT_CONFIG, ORT_OPT_LEVELS, check_opt_level, openvino_config  # noqa: F401  (re-exported)
+from .config import ORT_CONFIG, ORT_OPT_LEVELS, check_opt_level, openvino_config
 from .harness import ModelStats, Prepared
+
 
 def ort_session_options(threads: int, opt_level: str | None = None, config: dict | None = None):
     """``SessionOptions``: ``threads`` intra-op threads, one inter-op thread, sequential, :data:`ORT_CONFIG`.

@@ -105,7 +105,7 @@ class Builder:
         """Size of ``value`` along ``axis``: an int if static, else an int64 [1] tensor."""
         shape = self.static_shape(value)
         if shape is not None and shape[axis] is not None:
-            return int(shape[axis])
+            return int(shape[axis])  # type: ignore[arg-type]  # not None: checked above
         return self.op("Gather", self.op("Shape", value), self.i64([axis]), axis=0)
 
     def shape_vector(self, dims: Sequence[Dim]) -> Value:

@@ -363,7 +363,7 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
             result.exporter, result.problem = exporter, one_line(exc)
             result.attempts.append((exporter, *stage_and_detail(exc, verification=True)))
             return result
-        except Exception as exc:  # the exporter's own failures: report, try the next exporter or give up
+        except Exception as exc:  # noqa: BLE001 - the exporter's own failures: report, try the next exporter or give up
             result.exporter, result.problem = exporter, f"{type(exc).__name__}: {one_line(exc)}"
             result.attempts.append((exporter, *stage_and_detail(exc)))
             if exporter != exporters[-1]:

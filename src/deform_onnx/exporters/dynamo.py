@@ -9,7 +9,6 @@ down-conversion has only ops that exist at the target.
 
 from __future__ import annotations
 
-import torch
 import torchvision  # noqa: F401  (registers torch.ops.torchvision.deform_conv2d)
 
 from ..ops.registry import bindings, check_method, resolve_method
@@ -27,7 +26,7 @@ def _current_build_opset(default: int) -> int:
     try:
         from onnxscript import evaluator
 
-        return int(evaluator.default().opset.version)  # OpRecorder keeps the build opset
+        return int(evaluator.default().opset.version)  # type: ignore[attr-defined]  # OpRecorder keeps the build opset
     except Exception:  # noqa: BLE001 - any other evaluator: fall back to the target
         return default
 

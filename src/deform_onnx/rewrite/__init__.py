@@ -34,7 +34,7 @@ from .nodes import (
     _unique,
     _used_domains,
     find_nodes,
-    spec_for_node,  # noqa: F401  (public: the OpenVINO runtime and tests read node specs)
+    spec_for_node,  # public: the OpenVINO runtime and tests read node specs
 )
 from .opset import _convert
 from ..ops.deform_conv.sources import SOURCE_OPS
@@ -142,7 +142,7 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
         _replace(node, src, lowering, to_opset, names, index)
     for node in samplers:
         report.replaced.append(Replacement(node.name or "<unnamed GridSample>", "GridSample", "gather"))
-    if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):
+    if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):  # type: ignore[union-attr]  # GridSample has its input
         _infer_shapes(model)
     grid_sample_nodes.replace_all(samplers, to_opset, lambda base: _unique(base, names))
     dcnv3s = dcnv3_nodes.find(model)
@@ -150,7 +150,7 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
         _infer_shapes(model)
     dcnv3_lowering = dcnv3_nodes.replace_all(dcnv3s, method, to_opset, lambda base: _unique(base, names))
     for node in dcnv3s:
-        report.replaced.append(Replacement(node.name or "<unnamed TRTDCNv3>", "mmdeploy::TRTDCNv3", dcnv3_lowering))
+        report.replaced.append(Replacement(node.name or "<unnamed TRTDCNv3>", "mmdeploy::TRTDCNv3", dcnv3_lowering))  # type: ignore[arg-type]  # found nodes: a lowering was resolved
     attentions = msda_nodes.find(model)  # after a conversion: the converted model's nodes
     for index, node in enumerate(attentions):
         report.replaced.append(Replacement(node.name or f"<unnamed MSDA #{index}>", msda_nodes.describe(node), "gather"))

@@ -69,11 +69,11 @@ def for_lower(
     chosen_opset = opset
     if chosen_opset is None:
         keep = model_opset is not None and chosen_method in LOWERINGS and model_opset >= LOWERINGS[chosen_method].min_opset
-        if keep and not any(f.hits(chosen_method, model_opset) for f in t.faults):
+        if keep and not any(f.hits(chosen_method, model_opset) for f in t.faults):  # type: ignore[arg-type]  # keep: model_opset is not None
             chosen_opset = model_opset
         else:
             chosen_opset = max(t.opset, LOWERINGS[chosen_method].min_opset) if chosen_method in LOWERINGS else t.opset
-    _check_faults(t, chosen_method, chosen_opset, force)
+    _check_faults(t, chosen_method, chosen_opset, force)  # type: ignore[arg-type]  # set above
     return Choice(t, chosen_method, chosen_opset, True, force, spec=str(target))
 
 

@@ -96,7 +96,7 @@ def replace_all(nodes: list[ir.Node], method: str, opset: int, unique_name) -> s
         b = TapeBuilder(opset, name_prefix=node.name or f"deform_onnx_dcnv3_{index}")
         out = lowering.fn(b, spec, *node.inputs)
         ir.convenience.replace_nodes_and_values(
-            node.graph, insertion_point=node, old_nodes=[node], new_nodes=list(b.tape.nodes),
+            node.graph, insertion_point=node, old_nodes=[node], new_nodes=list(b.tape.nodes),  # type: ignore[arg-type]  # a found node is in a graph
             old_values=[node.outputs[0]], new_values=[out],
         )
         for n in b.tape.nodes:

@@ -114,7 +114,7 @@ def pair_attr(attrs: Mapping[str, object], name: str, default: int, where: str) 
     value = attrs.get(name, default)
     if isinstance(value, int) and not isinstance(value, bool):
         return (value, value)
-    value = list(value)  # type: ignore[arg-type]
+    value = list(value)  # type: ignore[call-overload]
     if len(value) == 1:
         return (int(value[0]), int(value[0]))
     if len(value) == 2:

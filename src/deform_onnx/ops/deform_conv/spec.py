@@ -48,7 +48,7 @@ def _pair(name: str, value) -> tuple[int, int]:
         raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}") from None
     if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
         raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
-    return pair  # type: ignore[return-value]
+    return pair
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class DeformConvSpec:
     def span(self, axis: int) -> int:
         """``dilation*(kernel-1) + 1 - pad_begin - pad_end`` along ``axis`` (0 = rows):
         ``out = (size - span) // stride + 1``, the one formula dynamic sizes use too."""
-        return self.dilation[axis] * (self.kernel[axis] - 1) + 1 - self.padding[axis] - self.padding_end[axis]
+        return self.dilation[axis] * (self.kernel[axis] - 1) + 1 - self.padding[axis] - self.padding_end[axis]  # type: ignore[index]  # set by __post_init__
 
     def tap_rows(self) -> list[int]:
         """Row displacement ``i*dh`` of each tap k = i*kw + j (row-major)."""
@@ -171,7 +171,7 @@ class DeformConvSpec:
             raise ValueError(f"stride must be >= 1, got {self.stride}")
         if min(self.dilation) < 1:
             raise ValueError(f"dilation must be >= 1, got {self.dilation}")
-        if min(self.padding) < 0 or min(self.padding_end) < 0:
+        if min(self.padding) < 0 or min(self.padding_end) < 0:  # type: ignore[arg-type]  # set by __post_init__
             raise ValueError(f"padding must be >= 0, got {self.pads if not self.symmetric else self.padding}")
         for name in ("in_channels", "out_channels", "groups", "offset_groups"):
             value = getattr(self, name)

@@ -71,7 +71,7 @@ def replace(node: ir.Node, builder) -> None:
         raise ValueError(f"node {node.name or '<unnamed>'} (GridSample): {e}") from None
     out = lower_gather(builder, spec, x, grid)
     ir.convenience.replace_nodes_and_values(
-        node.graph, insertion_point=node, old_nodes=[node], new_nodes=list(builder.tape.nodes),
+        node.graph, insertion_point=node, old_nodes=[node], new_nodes=list(builder.tape.nodes),  # type: ignore[arg-type]  # a found node is in a graph
         old_values=[node.outputs[0]], new_values=[out],
     )
 
