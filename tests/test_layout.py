@@ -18,8 +18,11 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "deform_onnx"
 #: Lines a module may have; a longer one should be split by concern.
 MAX_LINES = 500
-#: Modules allowed over :data:`MAX_LINES`, each with the reason (none today).
-LONG_MODULES: dict[str, str] = {}
+#: Modules allowed over :data:`MAX_LINES`, each with the reason.
+LONG_MODULES: dict[str, str] = {
+    # FIXME: 683 lines after issue 21's export changes; split into plan / run / report modules.
+    "deform_onnx.cli.export_cmd": "grew with issue 21 (rows, refusals, file hand-over); split pending",
+}
 
 
 def _module_name(path: Path) -> str:
@@ -120,3 +123,25 @@ def test_module_size(name):
     if name in LONG_MODULES:
         return
     assert lines <= MAX_LINES, f"{name} has {lines} lines (> {MAX_LINES}): split it by concern"
+
+
+def test_public_import_paths_survive_the_layout():
+    """Issue 20, item 5: the public names and module paths users import keep working after the moves."""
+    import importlib
+
+    import deform_onnx
+
+    for name in ("export", "lower", "register", "unregister", "translation_table", "resolve_method",
+                 "DeformConvSpec", "LOWERINGS", "METHODS", "TARGETS", "TARGET_NAMES", "resolve_target",
+                 "DCNv3", "dcnv3_core", "dcnv4_core"):  # fmt: skip
+        assert getattr(deform_onnx, name) is not None, name
+    from deform_onnx.ops import MSDeformAttnCore, ms_deform_attn
+    from deform_onnx.ops.ms_deform_attn import MSDeformAttnCore as via_module  # the old module path
+
+    assert via_module is MSDeformAttnCore
+    assert deform_onnx.ops.ms_deform_attn is ms_deform_attn and callable(ms_deform_attn)  # the function, not a module
+    from deform_onnx.ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core, kernel_points  # noqa: F401
+
+    assert DCNv3 is deform_onnx.DCNv3
+    assert callable(importlib.import_module("deform_onnx.openvino").extension)
+    assert callable(importlib.import_module("deform_onnx.cli").main)
