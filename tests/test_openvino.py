@@ -15,10 +15,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvino`")
 
-import deform_onnx
-import deform_onnx.openvino as dov
-from test_rewrite import mmcv_model
-from util import Config, DeformLayer, assert_close, case_config, make_inputs, reference
+import deform_onnx  # noqa: E402
+import deform_onnx.openvino as dov  # noqa: E402
+from test_rewrite import mmcv_model  # noqa: E402
+from util import Config, DeformLayer, assert_close, case_config, make_inputs, reference  # noqa: E402
 
 
 def run_ov(model, inputs: dict[str, torch.Tensor]) -> np.ndarray:

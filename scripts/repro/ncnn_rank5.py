@@ -24,7 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _run import run
+from _run import run  # noqa: E402
 
 
 def model(mid: list[int]) -> onnx.ModelProto:

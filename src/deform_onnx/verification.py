@@ -131,7 +131,7 @@ def verify(model, args: tuple, data: bytes, rtol: float | None = None, atol: flo
     options.log_severity_level = 3
     try:
         session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises its own NotImplemented / Fail types
+    except Exception as exc:  # noqa: BLE001 - ORT raises its own NotImplemented / Fail types
         missing = _missing_kernel(str(exc), data)
         if missing is None:
             raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ._app import app
 
 # Command modules register themselves on `app` when imported.
-from . import commands  # noqa: F401
+from . import commands  # noqa: E402,F401
 
 
 def main() -> None:

@@ -113,6 +113,6 @@ def _holds(guard: str, frame: dict) -> bool | None:
     """The guard's truth with ``L`` = ``frame``; ``None`` when it reads something else (weights, values)."""
     try:
         # torch writes these guards as Python over L['name'].size()/stride(); nothing else is in scope.
-        return bool(eval(guard, {"__builtins__": _BUILTINS, "math": math}, {"L": frame}))  # torch's own guard text, no builtins
+        return bool(eval(guard, {"__builtins__": _BUILTINS, "math": math}, {"L": frame}))  # noqa: S307
     except Exception:  # noqa: BLE001
         return None

@@ -34,7 +34,7 @@ from .nodes import (
     _unique,
     _used_domains,
     find_nodes,
-    spec_for_node,  # public: the OpenVINO runtime and tests read node specs
+    spec_for_node,  # noqa: F401  (public: the OpenVINO runtime and tests read node specs)
 )
 from .lowerable import nodes_lowered
 from .opset import _convert

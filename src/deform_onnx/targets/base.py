@@ -48,7 +48,7 @@ class Target:
             checked on every emitted graph.
         faults: combinations the runtime mishandles: a ``ValueError`` without ``force``.
         forms: graph forms it asks the lowerings for while they emit
-            (:data:`deform_onnx.builder.forms.EMIT_FORMS`).
+            (:data:`deform_onnx.lowering.forms.EMIT_FORMS`).
         status: ``"measured here"`` when a build of the runtime ran this graph here,
             else what it is read from.
     """
