@@ -23,7 +23,7 @@ from torch.export import Dim
 import deform_onnx
 from deform_onnx import sizes
 from deform_onnx.errors import ExportError, VerificationError
-from deform_onnx.lowering import gather as gather_lowering
+from deform_onnx.ops.deform_conv import lower_gather as gather_lowering
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::UserWarning")
 

@@ -13,20 +13,19 @@ import onnx
 import torch
 
 from . import dynamic_check as _dynamic_check
-from . import sizes as _sizes
 from ._io import write_bytes_atomic
 from .conversion import ConversionError
 from .errors import ExportError, MissingKernelError, VerificationError
+from .irversion import apply_ir_version, check_requested
 from .exporters import dynamo as _dynamo
 from .exporters import torchscript as _torchscript
 from .exporters.calls import capture_errors as _capture_errors
 from .exporters.calls import cause as _cause
 from .exporters.calls import export_dynamo as _export_dynamo
 from .exporters.calls import export_torchscript as _export_torchscript
-from .exporters.guards import FixedDynamicSize
-from .irversion import apply_ir_version, check_requested
-from .lowering import resolve_method
-from .semantics import MIN_OPSET, DeformConvSpec
+from .exporters.guards import FixedDynamicSize, parameter_names
+from .ops.registry import resolve_method
+from .ops.deform_conv.spec import MIN_OPSET, DeformConvSpec
 from .verification import OutputCheck, Tolerance, Verified
 
 __all__ = ["ExportError", "ExportReport", "VerificationError", "check_deform_modules", "export"]
@@ -61,16 +60,11 @@ class ExportReport:
         fallback_reason: why the dynamo exporter was abandoned, if it was.
         export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
         op_types: sorted op types of the main graph.
-        checks: output name -> :class:`OutputCheck` at the example size: the reference used
-            (PyTorch, an upcast float32 copy for float16/bfloat16, a float64 copy for an
-            ill-conditioned float32 model), the file's and PyTorch's own errors against it, the rule
-            that passed it; empty without verify.
-        checked_shapes: the input shapes the file was run at (one list of shapes per size: the
-            example first, then each second size of a dynamic export).
-        size_checks: the :class:`Verified` result at each second size.
-        second_size_seconds: wall time of picking and checking the second sizes.
-        notes: what the checks could not do or found in the reference (the guard check's capture
-            failed, NaN in PyTorch's float16 output, ...).
+        checks: output name -> :class:`OutputCheck` at the example size (reference used, the file's and
+            PyTorch's errors against it, the rule that passed it; README, Verification tolerance).
+        checked_shapes: input shapes the file ran at, per size (the example, then each second size).
+        size_checks: the :class:`Verified` result at each second size; second_size_seconds: their cost.
+        notes: what a check could not do or found in the reference (guard capture failed, NaN, ...).
         onnxruntime: the ONNX Runtime distribution the file was verified in (CPU execution
             provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified.
     """
@@ -173,12 +167,8 @@ def export(
         force: turn a combination the target is known to mishandle into a warning.
         ir_version: IR version of the file; default: the lowest its opsets need
             (:mod:`deform_onnx.irversion`).
-        verify_shapes: sizes a dynamic file is also checked at: a list, each item one shape per
-            tensor input (or one shape for a single-input model), e.g. ``[(2, 3, 160, 96)]``.
-            Default: one size picked from the dynamic axes (:mod:`deform_onnx.sizes`: another
-            batch, H/W moved by a step that keeps the model's stride arithmetic, the first that
-            PyTorch runs). With dynamic axes and ``verify=True`` the file is written only when it
-            also matches PyTorch there.
+        verify_shapes: sizes a dynamic file is also checked at, e.g. ``[(2, 3, 160, 96)]`` (per item one
+            shape per tensor input); default: one picked from the dynamic axes (:mod:`deform_onnx.sizes`).
 
     Returns:
         :class:`ExportReport` (exporter used, repairs, tolerances, max error).
@@ -237,7 +227,7 @@ def _export_eval(
     start = time.perf_counter()
     fallback_reason, repairs, done = None, [], None
     checks = check_deform_modules(model)
-    sized = _SizeCheck.plan(model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes)
+    sized = _dynamic_check.SizeCheck.plan(model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes)
     try:
         if dynamo:
             try:
@@ -262,12 +252,7 @@ def _export_eval(
             proto = _export_torchscript(model, args, opset_version, method, input_names, output_names, dynamic_axes)
             _finish(proto, opset_version, method, ir_version, choice)
             data = proto.SerializeToString()
-            try:
-                done = (proto, data, sized.run(model, args, data, proto, rtol, atol))
-            except ExportError as exc:
-                if fallback_reason is None or isinstance(exc, VerificationError):
-                    raise
-                raise ExportError(f"{exc} (the dynamo exporter was abandoned first: {fallback_reason})") from None
+            done = (proto, data, sized.run(model, args, data, proto, rtol, atol, abandoned=fallback_reason))
         else:
             repairs = done[3]
     except _BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
@@ -298,70 +283,6 @@ def _export_eval(
     sized.fill(report, verified)
     report.path = _write(data, f)
     return report
-
-
-class _SizeCheck:
-    """The checks one export runs on each file: the example size, and each second size of a dynamic export."""
-
-    def __init__(self, verify: bool, axes, second, why: str | None):
-        self.verify, self.axes, self.second, self.why = verify, axes, second, why
-        self.notes: list[str] = []
-        self.guards: list[str] = []
-        self.names: list[str] | None = None
-        self.picked = True  # the second sizes were picked by running the model there
-        self.seconds = 0.0
-        self.done: list[Verified] = []
-
-    @classmethod
-    def plan(cls, model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes) -> _SizeCheck:
-        """Pick the second sizes before the (slow) export; bad ``verify_shapes`` raise ``ValueError`` here."""
-        start = time.perf_counter()
-        forward = _forward_names(model, args)
-        names = input_names or forward
-        axes = _sizes.dynamic_axes_of(args, dynamic_shapes, dynamic_axes, names, forward)
-        second, why = [], None
-        if verify_shapes is not None and not axes:
-            raise ValueError("verify_shapes= needs dynamic axes (dynamic_shapes or dynamic_axes): a static file "
-                             "runs at the example size only")  # fmt: skip
-        if verify and axes:
-            second, why = _sizes.second_inputs(model, args, axes, verify_shapes)
-        if verify and axes and not second:
-            raise ExportError(f"cannot check the dynamic file at a second size: {why}; give verify_shapes= sizes "
-                              "that the model runs, or export without dynamic axes")  # fmt: skip
-        check = cls(verify, axes, second, why)
-        check.picked = verify_shapes is None
-        check.names = names
-        if second and why:
-            check.notes.append(why)
-        check.seconds = time.perf_counter() - start
-        return check
-
-    def run(self, model, args, data, proto, rtol, atol) -> Verified | None:
-        """Static-dimension check, then verify at the example and the second sizes (``None`` without verify)."""
-        problem = _dynamic_check.static_dims_error(proto, self.axes, self.guards, self.names)
-        if problem is not None:
-            raise ExportError(problem + "; no file was written")
-        if not self.verify:
-            return None
-        first, self.done, seconds = _dynamic_check.check_dynamic_file(
-            model, args, data, proto, self.axes, self.second, rtol, atol, pytorch_ran=self.picked
-        )
-        self.seconds += seconds
-        return first
-
-    def fill(self, report: ExportReport, verified: Verified | None) -> None:
-        report.notes = list(dict.fromkeys(self.notes))
-        if verified is None:
-            if self.axes:
-                report.notes.append("verify=False: the dynamic file was not run at a second size")
-            return
-        report.checked_shapes = [list(verified.shapes)] + [list(v.shapes) for v in self.done]
-        report.size_checks = list(self.done)
-        report.second_size_seconds = self.seconds if self.second else 0.0
-        for v in (verified, *self.done):
-            for name, check in v.checks.items():
-                if check.note:
-                    report.notes.append(f"output {name!r}: {check.note}")
 
 
 class _DynamoUnfit(Exception):
@@ -557,17 +478,7 @@ def _write(data: bytes, f) -> Path | None:
 
 def _forward_names(model, args) -> list[str] | None:
     """Input names as the dynamo exporter picks them: ``forward``'s parameter names."""
-    import inspect
-
-    try:
-        params = [
-            p.name
-            for p in inspect.signature(model.forward).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-    except (TypeError, ValueError):
-        return None
-    return params[: len(args)] if len(params) >= len(args) else None
+    return parameter_names(model, len(args))
 
 
 def _dynamic_shapes_to_axes(dynamic_shapes, input_names, model, args) -> dict | None:

@@ -8,14 +8,22 @@ when the file fails there. Both exporters and every fallback go through
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import onnx
 import torch
+
+from . import sizes
+from .exporters.guards import parameter_names
 
 from .errors import ExportError, MissingKernelError, VerificationError
 from .frozen import describe, static_dims
 from .sizes import Axis, shown
 from .verification import Verified, make_session, verify
+
+if TYPE_CHECKING:
+    from .api import ExportReport
+
 
 #: What to do when a size froze (the end of every second-size error).
 ADVICE = (
@@ -78,7 +86,8 @@ def check_dynamic_file(
         except MissingKernelError:
             raise
         except VerificationError as exc:
-            raise ExportError(_second_size_message(proto, axes, shapes, str(exc).removesuffix("; no file was written")))
+            problem = str(exc).removesuffix("; no file was written")
+            raise ExportError(_second_size_message(proto, axes, shapes, problem)) from None
         except ExportError:
             raise
         except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own failure at that size (broadcast, reshape)
@@ -109,3 +118,81 @@ def _second_size_message(proto, axes: list[Axis], shapes, problem: str, node: st
         f"the file does not hold at a second size {shown(shapes)} (dynamic {dims}; export-time {example}): "
         f"{problem}; {describe(proto, axes, node)}; no file was written. What to do: {ADVICE}"
     )
+
+
+class SizeCheck:
+    """The checks one export runs on each file: the example size, and each second size of a dynamic export."""
+
+    def __init__(self, verify: bool, axes, second, why: str | None):
+        self.verify, self.axes, self.second, self.why = verify, axes, second, why
+        self.notes: list[str] = []
+        self.guards: list[str] = []
+        self.names: list[str] | None = None
+        self.picked = True  # the second sizes were picked by running the model there
+        self.seconds = 0.0
+        self.done: list[Verified] = []
+
+    @classmethod
+    def plan(cls, model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes) -> SizeCheck:
+        """Pick the second sizes before the (slow) export; bad ``verify_shapes`` raise ``ValueError`` here."""
+        start = time.perf_counter()
+        forward = parameter_names(model, len(args))
+        names = input_names or forward
+        axes = sizes.dynamic_axes_of(args, dynamic_shapes, dynamic_axes, names, forward)
+        second, why = [], None
+        if verify_shapes is not None and not axes:
+            raise ValueError("verify_shapes= needs dynamic axes (dynamic_shapes or dynamic_axes): a static file "
+                             "runs at the example size only")  # fmt: skip
+        if verify and axes:
+            second, why = sizes.second_inputs(model, args, axes, verify_shapes)
+        if verify and axes and not second:
+            raise ExportError(f"cannot check the dynamic file at a second size: {why}; give verify_shapes= sizes "
+                              "that the model runs, or export without dynamic axes")  # fmt: skip
+        check = cls(verify, axes, second, why)
+        check.picked = verify_shapes is None
+        check.names = names
+        if second and why:
+            check.notes.append(why)
+        check.seconds = time.perf_counter() - start
+        return check
+
+    def run(self, model, args, data, proto, rtol, atol, abandoned: str | None = None) -> Verified | None:
+        """Static-dimension check, then verify at the example and the second sizes (``None`` without verify).
+
+        ``abandoned``: why the dynamo exporter was abandoned before this (TorchScript) file; a second-size
+        or static-dimension error then says it too.
+        """
+        try:
+            return self._run(model, args, data, proto, rtol, atol)
+        except VerificationError:
+            raise
+        except ExportError as exc:
+            if abandoned is None or isinstance(exc, MissingKernelError):
+                raise
+            raise ExportError(f"{exc} (the dynamo exporter was abandoned first: {abandoned})") from None
+
+    def _run(self, model, args, data, proto, rtol, atol) -> Verified | None:
+        problem = static_dims_error(proto, self.axes, self.guards, self.names)
+        if problem is not None:
+            raise ExportError(problem + "; no file was written")
+        if not self.verify:
+            return None
+        first, self.done, seconds = check_dynamic_file(
+            model, args, data, proto, self.axes, self.second, rtol, atol, pytorch_ran=self.picked
+        )
+        self.seconds += seconds
+        return first
+
+    def fill(self, report: ExportReport, verified: Verified | None) -> None:
+        report.notes = list(dict.fromkeys(self.notes))
+        if verified is None:
+            if self.axes:
+                report.notes.append("verify=False: the dynamic file was not run at a second size")
+            return
+        report.checked_shapes = [list(verified.shapes)] + [list(v.shapes) for v in self.done]
+        report.size_checks = list(self.done)
+        report.second_size_seconds = self.seconds if self.second else 0.0
+        for v in (verified, *self.done):
+            for name, check in v.checks.items():
+                if check.note:
+                    report.notes.append(f"output {name!r}: {check.note}")
