@@ -139,7 +139,8 @@ class SizeCheck:
         forward = parameter_names(model, len(args))
         names = input_names or forward
         axes = sizes.dynamic_axes_of(args, dynamic_shapes, dynamic_axes, names, forward)
-        second, why = [], None
+        second: list[tuple] = []
+        why: str | None = None
         if verify_shapes is not None and not axes:
             raise ValueError("verify_shapes= needs dynamic axes (dynamic_shapes or dynamic_axes): a static file "
                              "runs at the example size only")  # fmt: skip

@@ -30,6 +30,7 @@ its stride, or a minimum size).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -231,7 +232,7 @@ def _resize_axis(x: torch.Tensor, axis: int, new: int) -> torch.Tensor:
     return res.reshape(*lead, new).movedim(-1, axis)
 
 
-def inputs_at(args: tuple, shapes: list[tuple[int, ...] | None], seed: int = 0) -> tuple:
+def inputs_at(args: tuple, shapes: Sequence[tuple[int, ...] | None], seed: int = 0) -> tuple:
     """``args`` with each tensor input redrawn at its new shape (``None`` keeps it)."""
     out = []
     t = 0
