@@ -1,0 +1,151 @@
+"""Cases c26 and c27: detector code written as its repositories write it exports dynamic by default.
+
+c26: a Deformable-DETR / DINO encoder (``tests/real_code/deformable_detr_style.py``: ``spatial_shapes =
+torch.as_tensor([(h, w), ...])``, ``level_start_index`` from its cumsum, ``get_reference_points`` looping
+over it with ``torch.linspace``, ``ms_deform_attn_core_pytorch`` splitting ``value`` by ``H_ * W_``).
+c27: InternImage's pure-PyTorch DCNv3 (``tests/real_code/internimage_style.py``: ``_get_reference_points``,
+``_generate_dilation_grids``, ``torch.tensor([W_in, H_in])``) behind a stride-4 stem.
+
+Each is exported once per configuration with dynamic N/H/W at 1x3x128x128 and default arguments
+(then ``dynamo=False`` at opset 11; c27 also ``target="openvino"``), and the written file is run at the
+case's second size and compared with PyTorch eager there (1e-4). Before the export-time rewrites
+(``deform_onnx.exporters.rewriters``) every one of these files failed or differed at the second size.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import deform_onnx
+from deform_onnx.exporters import rewriters
+from real_code.deformable_detr_style import Encoder
+from real_code.internimage_style import SegNet
+from util import ATOL, load_cases
+
+DYNAMIC = {"x": {0: "N", 2: "H", 3: "W"}}
+EXPORTS = {"default": {}, "torchscript-11": {"dynamo": False, "opset_version": 11}}
+
+
+def _case(case_id: str):
+    case = load_cases()[case_id]["input"]
+    return tuple(case["image"]), tuple(case["second_size"])
+
+
+def _export(model, shape, **kwargs) -> tuple[bytes, deform_onnx.ExportReport]:
+    torch.manual_seed(1)
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = deform_onnx.export(model, (torch.randn(shape),), f, input_names=["x"], dynamic_axes=DYNAMIC, **kwargs)
+    return f.getvalue(), report
+
+
+def _eager(model, x: torch.Tensor) -> np.ndarray:
+    with torch.no_grad():
+        return model(x).numpy()
+
+
+def _ort(data: bytes, x: torch.Tensor) -> np.ndarray:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]
+
+
+def _close(got, want, what):
+    err = float(np.abs(got - want).max())
+    assert got.shape == want.shape and np.allclose(got, want, rtol=ATOL, atol=ATOL), f"{what}: max error {err:.3g}"
+
+
+@pytest.fixture(scope="module")
+def c26_model():
+    torch.manual_seed(0)
+    return Encoder(d_model=32, nhead=4, n_levels=3, n_points=2, layers=1).eval()
+
+
+@pytest.fixture(scope="module", params=list(EXPORTS))
+def c26_file(request, c26_model):
+    image, _ = _case("c26")
+    return request.param, *_export(c26_model, image, **EXPORTS[request.param])
+
+
+def test_c26_runs_at_the_second_size(c26_model, c26_file):
+    name, data, report = c26_file
+    _, second = _case("c26")
+    assert report.exporter == ("dynamo" if name == "default" else "torchscript"), report.fallback_reason
+    torch.manual_seed(2)
+    x = torch.randn(second)
+    _close(_ort(data, x), _eager(c26_model, x), f"c26 {name} at {second}")
+
+
+@pytest.fixture(scope="module")
+def c27_model():
+    torch.manual_seed(0)
+    model = SegNet(channels=32, group=4).eval()
+    with torch.no_grad():  # offsets of a few pixels, so sampling leaves the grid (the zero-init of InternImage doesn't)
+        model.dcn.offset.weight.normal_(0, 0.5)
+        model.dcn.offset.bias.normal_(0, 1.0)
+    return model
+
+
+@pytest.fixture(scope="module", params=[*EXPORTS, "openvino"])
+def c27_file(request, c27_model):
+    image, _ = _case("c27")
+    kwargs = {"target": "openvino"} if request.param == "openvino" else EXPORTS[request.param]
+    return request.param, *_export(c27_model, image, **kwargs)
+
+
+def test_c27_runs_at_the_second_size(c27_model, c27_file):
+    name, data, report = c27_file
+    _, second = _case("c27")
+    assert report.exporter == ("torchscript" if name == "torchscript-11" else "dynamo"), report.fallback_reason
+    torch.manual_seed(2)
+    for shape in (second, (2, 3, 160, 96)):
+        x = torch.randn(shape)
+        want = _eager(c27_model, x)
+        _close(_ort(data, x), want, f"c27 {name} on ONNX Runtime at {shape}")
+        if name == "openvino":
+            pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvino`")
+            import onnx
+
+            import deform_onnx.openvino as dov
+
+            compiled = dov.compile(onnx.load_from_string(data))
+            _close(compiled([x.numpy()])[compiled.output(0)], want, f"c27 {name} on OpenVINO at {shape}")
+
+
+# --- the rewrites themselves ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start, end, steps", [(0.5, 127.5, 128), (0.0, 4.0, 5), (1.5, 1.5, 1), (-1.0, 1.0, 2), (0.5, 24.5, 25)])
+def test_linspace_over_a_size_matches_torch(start, end, steps):
+    """The export-time linspace (captured with a symbolic ``steps``) gives ATen's values at other sizes too."""
+
+    class Ramp(torch.nn.Module):
+        def forward(self, x):
+            n = x.shape[1]
+            return torch.linspace(start * n / steps, end * n / steps, n)
+
+    with rewriters.while_exporting():
+        # captured at a size >= 2 (torch.export fixes a dimension whose example is 1), run at 1 too
+        program = torch.export.export(Ramp(), (torch.zeros(1, max(steps, 3)),), dynamic_shapes=({1: torch.export.Dim("n")},))
+    for n in sorted({steps, 1, 2, 7, 2 * steps + 1}):
+        want = torch.linspace(start * n / steps, end * n / steps, n)
+        got = program.module()(torch.zeros(1, n))
+        assert torch.allclose(got, want, rtol=1e-6, atol=1e-6), (n, (got - want).abs().max())
+
+
+def test_rewrites_are_undone_and_cite_their_source():
+    with rewriters.while_exporting() as mode:
+        assert isinstance(torch.overrides._get_current_function_mode(), rewriters.SizeMode)
+        assert mode is torch.overrides._get_current_function_mode()
+    assert not any(isinstance(m, rewriters.SizeMode) for m in torch.overrides._get_current_function_mode_stack())
+    assert {"torch.as_tensor", "torch.tensor", "torch.linspace"} <= set(rewriters.REWRITES)
+    for rewrite in rewriters.REWRITES.values():
+        assert "/" in rewrite.source, rewrite  # repository/path of the pattern it serves
+    with pytest.raises(ValueError, match="already has"):
+        rewriters.register("torch.linspace", "x/y")(lambda *a, **k: NotImplemented)
