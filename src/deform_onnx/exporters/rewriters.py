@@ -35,6 +35,8 @@ instead, so ``torch.export`` sees a size expression, never a data-dependent valu
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,7 +45,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["REWRITES", "Rewrite", "register", "while_exporting"]
+__all__ = ["FUNCTION_REWRITES", "REWRITES", "Rewrite", "register", "register_function", "while_exporting"]
 
 
 @dataclass(frozen=True)
@@ -177,14 +179,61 @@ class SizeMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+#: qualified name of a model-library function -> :class:`Rewrite` (``fn(original, *args, **kwargs)``).
+FUNCTION_REWRITES: dict[str, Rewrite] = {}
+
+
+def register_function(name: str, source: str) -> Callable[[Callable], Callable]:
+    """Decorator: while exporting, every module-level binding of the function ``name``
+    (``"package.module.function"``) in its package's loaded modules calls ``fn(original, *args, **kwargs)``.
+
+    Nothing is imported: a library the model does not use is left alone.
+
+    Raises:
+        ValueError: ``name`` already has a rewrite.
+    """
+
+    def wrap(fn: Callable) -> Callable:
+        if name in FUNCTION_REWRITES:
+            raise ValueError(f"{name} already has an export-time rewrite ({FUNCTION_REWRITES[name].source})")
+        FUNCTION_REWRITES[name] = Rewrite(name, fn, source)
+        return fn
+
+    return wrap
+
+
+@contextlib.contextmanager
+def _functions_rewritten() -> Iterator[list[str]]:
+    """Swap in :data:`FUNCTION_REWRITES` (every binding of the original in its package), restore them on exit."""
+    undo: list[tuple[object, str, object]] = []
+    applied: list[str] = []
+    try:
+        for name, rewrite in FUNCTION_REWRITES.items():
+            module_name, _, attr = name.rpartition(".")
+            original = getattr(sys.modules.get(module_name), attr, None)
+            if original is None:
+                continue
+            replacement = functools.wraps(original)(functools.partial(rewrite.fn, original))
+            root = module_name.split(".")[0]
+            for loaded, module in list(sys.modules.items()):
+                if module is None or not (loaded == root or loaded.startswith(root + ".")):
+                    continue
+                for key, value in list(getattr(module, "__dict__", {}).items()):
+                    if value is original:
+                        setattr(module, key, replacement)
+                        undo.append((module, key, original))
+            applied.append(name)
+        yield applied
+    finally:
+        for module, key, original in reversed(undo):
+            setattr(module, key, original)
+
+
 @contextlib.contextmanager
 def while_exporting() -> Iterator[SizeMode]:
-    """Apply :data:`REWRITES` to torch calls inside the block (both exporters), undone on exit."""
-    from . import size_ranges, size_tensors  # noqa: F401  (register the patterns)
+    """Apply :data:`REWRITES` to torch calls and :data:`FUNCTION_REWRITES` to model libraries inside the block
+    (both exporters), undone on exit."""
+    from . import hf_transformers, size_ranges, size_tensors  # noqa: F401  (register the patterns)
 
-    # torch.export specialises a dynamic dimension whose example is 1 (a batch-1 example with dynamic N)
-    # to 1 and the file keeps it; size-oblivious reasoning keeps it symbolic (torch.fx.experimental._config).
-    from torch.fx.experimental import _config as fx_config
-
-    with SizeMode() as mode:
+    with _functions_rewritten(), SizeMode() as mode:
         yield mode
