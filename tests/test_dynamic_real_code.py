@@ -20,12 +20,12 @@ import warnings
 import numpy as np
 import pytest
 import torch
-
-import deform_onnx
-from deform_onnx.exporters import rewriters
 from real_code.deformable_detr_style import Encoder
 from real_code.internimage_style import SegNet
 from util import ATOL, load_cases
+
+import deform_onnx
+from deform_onnx.exporters import rewriters
 
 DYNAMIC = {"x": {0: "N", 2: "H", 3: "W"}}
 EXPORTS = {"default": {}, "torchscript-11": {"dynamo": False, "opset_version": 11}}
