@@ -150,10 +150,12 @@ class SizeMode(TorchFunctionMode):
         """``obj`` with every recorded 0-d size tensor (also inside lists, tuples, slices) replaced by its size."""
         if isinstance(obj, torch.Tensor):
             return self.scalar(obj)
-        if isinstance(obj, list):
-            return [self.substitute(o) for o in obj]
-        if type(obj) is tuple:  # not torch.Size (it holds sizes already)
-            return tuple(self.substitute(o) for o in obj)
+        if isinstance(obj, list) or type(obj) is tuple:  # not torch.Size (it holds sizes already)
+            tensors = [o for o in obj if isinstance(o, torch.Tensor)]
+            if tensors and not all(self.scalar(o) is not o for o in tensors):
+                return obj  # a list of tensors (torch.stack([H_, x])): sizes only where all are sizes (split)
+            out = [self.substitute(o) for o in obj]
+            return out if isinstance(obj, list) else tuple(out)
         if isinstance(obj, slice):
             return slice(self.substitute(obj.start), self.substitute(obj.stop), self.substitute(obj.step))
         return obj
@@ -174,8 +176,13 @@ class SizeMode(TorchFunctionMode):
                 return out
             # A tensor op's input stays a tensor (``H_ - 0.5``); sizes are substituted where numbers go.
             keep = 0 if func in _FACTORIES else 1
-            args = tuple(args[:keep]) + self.substitute(tuple(args[keep:]))
-            kwargs = {k: self.substitute(v) for k, v in kwargs.items()}
+            sized_args = tuple(args[:keep]) + tuple(self.substitute(a) for a in args[keep:])
+            sized_kwargs = {k: self.substitute(v) for k, v in kwargs.items()}
+            if any(a is not b for a, b in zip(sized_args, args)) or any(sized_kwargs[k] is not v for k, v in kwargs.items()):
+                try:
+                    return func(*sized_args, **sized_kwargs)
+                except TypeError:  # a function that takes tensors only (torch.maximum): the arguments as given
+                    pass
         return func(*args, **kwargs)
 
 
