@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from real_code.deformable_detr_style import Encoder
+from real_code.deformable_detr_style import Encoder, TwoStage
 from real_code.internimage_style import SegNet
 from util import ATOL, load_cases
 
@@ -80,6 +80,36 @@ def test_c26_runs_at_the_second_size(c26_model, c26_file):
     torch.manual_seed(2)
     x = torch.randn(second)
     _close(_ort(data, x), _eager(c26_model, x), f"c26 {name} at {second}")
+
+
+@pytest.fixture(scope="module")
+def two_stage_model(c26_model):
+    torch.manual_seed(4)
+    return TwoStage(c26_model, d_model=32, topk=5).eval()
+
+
+@pytest.fixture(scope="module", params=[pytest.param("default", marks=pytest.mark.slow), "torchscript-11"])
+def two_stage_file(request, two_stage_model):  # the dynamo export repeats c26's (30 s here): slow profile
+    image, _ = _case("c26")
+    return request.param, *_export(two_stage_model, image, **EXPORTS[request.param])
+
+
+def test_two_stage_query_selection_runs_at_the_second_size(two_stage_model, two_stage_file):
+    """Deformable DETR's ``gen_encoder_output_proposals`` (``_cur += H_ * W_``, ``mask[:, _cur:(_cur + H_ * W_)]
+    .view(N_, H_, W_, 1)``, ``linspace(0, H_ - 1, H_)``) and top-k: one ranking in PyTorch and the file at 2x3x160x96."""
+    name, data, report = two_stage_file
+    _, second = _case("c26")
+    assert report.exporter == ("dynamo" if name == "default" else "torchscript"), report.fallback_reason
+    torch.manual_seed(2)
+    x = torch.randn(second)
+    with torch.no_grad():
+        want = [t.numpy() for t in two_stage_model(x)]
+    for scores in want[2]:  # every image's top-(k+1) scores apart by more than twice the tolerance
+        top = np.sort(scores)[::-1][: two_stage_model.two_stage_num_proposals + 1]
+        assert (top[:-1] - top[1:]).min() > 2 * (ATOL + ATOL * np.abs(top).max()), "ambiguous ranking"
+    session = __import__("onnxruntime").InferenceSession(data, providers=["CPUExecutionProvider"])
+    for got, w, what in zip(session.run(None, {"x": x.numpy()}), want, ("scores", "boxes", "all scores")):
+        _close(got, w, f"two-stage {name} {what} at {second}")
 
 
 @pytest.fixture(scope="module")

@@ -163,6 +163,17 @@ def propagate(mode: SizeMode, func, args, kwargs):
         if name == "__float__":
             return float(value) if isinstance(value, int) else torch.sym_float(value)
         return value
+    if name in ("_is_all_true", "all", "any") and len(args) == 1 and not kwargs:
+        # torch._check_tensor_all(cond) (transformers' torch_compilable_check on spatial_shapes, RT-DETRv2,
+        # D-FINE) reads cond._is_all_true().item(): give it the size condition, and compute the tensor with
+        # aten.all/any (aten._is_all_true has no ONNX translation in torch 2.14)
+        combine = operator.or_ if name == "any" else operator.and_
+        flat = list(values.reshape(-1))
+        value = flat[0] if flat else name != "any"
+        for v in flat[1:]:
+            value = combine(value, v)
+        out = torch.any(first) if name == "any" else torch.all(first)
+        return _record_if_integral(mode, out, value)
     if name == "tolist" and len(args) == 1:
         return values.tolist()
     if name == "__iter__":
