@@ -1,3 +1,4 @@
+# ruff: noqa: RUF059  (unused names kept as the repository writes them)
 """Deformable-DETR style encoder, written as fundamentalvision/Deformable-DETR writes it."""
 import torch
 import torch.nn.functional as F

@@ -1,3 +1,4 @@
+# ruff: noqa: F841  (unused names kept as the repository writes them)
 """InternImage's pure-PyTorch DCNv3, written the way OpenGVLab/InternImage writes it.
 
 ``ops_dcnv3/functions/dcnv3_func.py`` (``_get_reference_points``, ``_generate_dilation_grids``,
