@@ -108,6 +108,9 @@ def _constant(value) -> bool:
         return False
 
 
+#: An entry of a size tensor not yet filled in (``torch.empty`` before ``spatial_shapes[level, 0] = height``).
+UNKNOWN = object()
+
 #: Functions whose first argument is a number (a size), not an input tensor.
 _FACTORIES = {torch.arange, torch.zeros, torch.ones, torch.full, torch.empty, torch.randn, torch.rand}
 
@@ -127,15 +130,20 @@ class SizeMode(TorchFunctionMode):
             cell = np.empty((), dtype=object)
             cell[()] = values
             values = cell
+        if len(self._values) >= 4096:  # forget freed tensors now and then
+            self._values = {k: v for k, v in self._values.items() if v[0]() is not None}
         self._values[id(tensor)] = (weakref.ref(tensor), values)
         return tensor
 
-    def values(self, tensor):
-        """The recorded sizes of ``tensor`` (numpy object array) or ``None``."""
+    def values(self, tensor, partial: bool = False):
+        """The recorded sizes of ``tensor`` (numpy object array) or ``None``; with ``partial``, also an
+        array with :data:`UNKNOWN` entries (a size tensor being filled in place)."""
         if not isinstance(tensor, torch.Tensor):
             return None
         entry = self._values.get(id(tensor))
         if entry is None or entry[0]() is not tensor:
+            return None
+        if not partial and any(v is UNKNOWN for v in entry[1].flat):
             return None
         return entry[1]
 

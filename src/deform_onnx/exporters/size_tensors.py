@@ -30,7 +30,7 @@ import operator
 import numpy as np
 import torch
 
-from .rewriters import SizeMode, is_symbolic, is_traced_size, register
+from .rewriters import UNKNOWN, SizeMode, is_symbolic, is_traced_size, register
 
 _SOURCE = (
     "fundamentalvision/Deformable-DETR models/deformable_transformer.py DeformableTransformer.forward; "
@@ -95,6 +95,29 @@ def as_tensor(mode, original, data, *args, **kwargs):
 @register("torch.tensor", _SOURCE)
 def tensor(mode, original, data, *args, **kwargs):
     return _from_sizes(mode, original, data, *args, **kwargs)
+
+
+@register("torch.Tensor.__setitem__", _SOURCE + "; RT-DETR / RT-DETRv2 / D-FINE spatial_shapes[level, 0] = height")
+def setitem(mode, original, target, index, value):
+    """``spatial_shapes[level, 0] = height`` into a small integer tensor (transformers' RT-DETR family builds
+    ``spatial_shapes = torch.empty((L, 2), dtype=torch.long)`` so): remember the size written there."""
+    value = mode.scalar(value)
+    known = mode.values(target, partial=True)
+    if not (is_symbolic(value) or (known is not None and isinstance(value, int))):
+        return NotImplemented
+    if target.is_floating_point() or target.is_complex() or target.dim() > 2 or target.numel() > 64:
+        return NotImplemented
+    index = mode.substitute(index)
+    if any(isinstance(i, torch.Tensor) for i in (index if isinstance(index, tuple) else (index,))):
+        return NotImplemented
+    original(target, index, value)
+    if known is None:
+        known = np.empty(tuple(target.shape), dtype=object)
+        known.fill(UNKNOWN)
+    known = known.copy()
+    known[index] = value
+    mode.record(target, known)
+    return None
 
 
 # --- carrying recorded sizes through integer ops (torch.export only) --------------------------------
