@@ -32,6 +32,7 @@ class MSDeformAttn(nn.Module):
     def __init__(self, d_model=256, n_levels=4, n_heads=8, n_points=4):
         super().__init__()
         self.im2col_step = 64
+        self.fused = False
         self.d_model = d_model
         self.n_levels = n_levels
         self.n_heads = n_heads
@@ -60,7 +61,13 @@ class MSDeformAttn(nn.Module):
                                  + sampling_offsets / offset_normalizer[None, None, None, :, None, :]
         else:
             raise ValueError(f'Last dim of reference_points must be 2 or 4, but get {reference_points.shape[-1]} instead.')
-        output = ms_deform_attn_core_pytorch(value, input_spatial_shapes, sampling_locations, attention_weights)
+        if self.fused:  # deform_onnx's one-op MSDA, called with the CUDA op's arguments
+            from deform_onnx.ops.ms_deform_attn import ms_deform_attn
+
+            output = ms_deform_attn(value, input_spatial_shapes, input_level_start_index, sampling_locations,
+                                    attention_weights)
+        else:
+            output = ms_deform_attn_core_pytorch(value, input_spatial_shapes, sampling_locations, attention_weights)
         output = self.output_proj(output)
         return output
 
