@@ -82,6 +82,27 @@ def test_c26_runs_at_the_second_size(c26_model, c26_file):
     _close(_ort(data, x), _eager(c26_model, x), f"c26 {name} at {second}")
 
 
+@pytest.fixture(scope="module", params=[pytest.param("default", marks=pytest.mark.slow), "torchscript-11"])
+def c26_fused(request):
+    """c26 with ``deform_onnx.ops.ms_deform_attn`` (the CUDA op's arguments) in place of the per-level core."""
+    torch.manual_seed(0)
+    model = Encoder(d_model=32, nhead=4, n_levels=3, n_points=2, layers=1).eval()
+    for module in model.modules():
+        if hasattr(module, "fused"):
+            module.fused = True
+    image, _ = _case("c26")
+    return request.param, model, *_export(model, image, **EXPORTS[request.param])
+
+
+def test_c26_on_the_fused_op_runs_at_the_second_size(c26_fused):
+    name, model, data, report = c26_fused
+    _, second = _case("c26")
+    assert report.exporter == ("dynamo" if name == "default" else "torchscript"), report.fallback_reason
+    torch.manual_seed(2)
+    x = torch.randn(second)
+    _close(_ort(data, x), _eager(model, x), f"c26 fused {name} at {second}")
+
+
 @pytest.fixture(scope="module")
 def two_stage_model(c26_model):
     torch.manual_seed(4)
