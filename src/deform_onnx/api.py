@@ -24,8 +24,8 @@ from .exporters.calls import cause as _cause
 from .exporters.calls import export_dynamo as _export_dynamo
 from .exporters.calls import export_torchscript as _export_torchscript
 from .exporters.guards import FixedDynamicSize
-from .lowering import resolve_method
-from .semantics import MIN_OPSET, DeformConvSpec
+from .ops.registry import resolve_method
+from .ops.deform_conv.spec import MIN_OPSET, DeformConvSpec
 from .verification import Tolerance, Verified
 from .verification import verify as _verify
 
@@ -61,6 +61,8 @@ class ExportReport:
         fallback_reason: why the dynamo exporter was abandoned, if it was.
         export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
         op_types: sorted op types of the main graph.
+        onnxruntime: the ONNX Runtime distribution the file was verified in (CPU execution
+            provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified.
     """
 
     path: Path | None
@@ -76,6 +78,7 @@ class ExportReport:
     fallback_reason: str | None = None
     export_seconds: float = 0.0
     op_types: list[str] = field(default_factory=list)
+    onnxruntime: str | None = None
 
 
 def export(
@@ -258,6 +261,9 @@ def _export_eval(
         report.max_error, report.worst_output, report.tolerances = (
             verified.max_error, verified.worst_output, verified.tolerances,
         )
+        from .ort_distribution import describe  # hook (issue 21): which ONNX Runtime distribution verified it
+
+        report.onnxruntime = describe()
     report.path = _write(data, f)
     return report
 

@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from .config import check_opt_level
 from .memory import peak_memory
 
 
@@ -95,8 +96,6 @@ class Contender:
         Raises:
             ValueError: not an ONNX Runtime contender, or an unknown level.
         """
-        from .runtimes import check_opt_level
-
         if not self.ort:
             raise ValueError(f"{self.key} does not run in ONNX Runtime: it has no optimisation level")
         check_opt_level(level)
@@ -375,6 +374,13 @@ def first_line(e: BaseException) -> str:
 def _version(dist: str) -> str:
     from importlib import metadata
 
+    if dist == "onnxruntime":  # any distribution of the module (onnxruntime-gpu, -openvino, ...), named when not the CPU one
+        from ..ort_distribution import find
+
+        found = find()
+        if found is None:
+            return "not installed"
+        return found.version if found.names == ("onnxruntime",) else f"{found.version} ({', '.join(found.names)})"
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

@@ -43,8 +43,11 @@ class UserError(Exception):
 
 def fail(message: str) -> NoReturn:
     """Print ``error: message`` (first line only) on stderr and exit with code 2."""
+    from rich.markup import escape
+
     first = one_line(message) or "unknown error"
-    err_console.print(f"[bold red]error:[/] {first}", markup=True, highlight=False, soft_wrap=True)
+    # escape: a message may hold brackets that are not markup (pip's extras: 'deform-onnx[example]').
+    err_console.print(f"[bold red]error:[/] {escape(first)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(USER_ERROR)
 
 
@@ -121,7 +124,7 @@ def load_factory(spec: str):
             module = importlib.import_module(module_name)
     except UserError:
         raise
-    except Exception as exc:  # any error while importing user code is the user's
+    except Exception as exc:  # noqa: BLE001 - any error while importing user code is the user's
         raise UserError(f"cannot import {module_name!r}: {type(exc).__name__}: {one_line(exc)}") from None
     factory = module
     for part in attr.split("."):
