@@ -62,7 +62,7 @@ class MSDeformAttn(nn.Module):
         else:
             raise ValueError(f'Last dim of reference_points must be 2 or 4, but get {reference_points.shape[-1]} instead.')
         if self.fused:  # deform_onnx's one-op MSDA, called with the CUDA op's arguments
-            from deform_onnx.ops.ms_deform_attn import ms_deform_attn
+            from deform_onnx.ops import ms_deform_attn
 
             output = ms_deform_attn(value, input_spatial_shapes, input_level_start_index, sampling_locations,
                                     attention_weights)

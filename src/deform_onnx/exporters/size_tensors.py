@@ -25,6 +25,7 @@ so the file computes it from its input's shape, and under ``torch.export`` it re
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import numpy as np
@@ -50,6 +51,16 @@ def _leaves(mode: SizeMode, data, out: list) -> bool:
     return False
 
 
+def _leaf_dtype(value) -> torch.dtype:
+    if isinstance(value, torch.Tensor):
+        return value.dtype
+    if isinstance(value, (bool, torch.SymBool)):
+        return torch.bool
+    if isinstance(value, (int, torch.SymInt)):
+        return torch.int64
+    return torch.get_default_dtype()
+
+
 def _from_sizes(mode: SizeMode, original, data, *args, dtype=None, device=None, **kwargs):
     """``torch.as_tensor(data)`` / ``torch.tensor(data)`` stacked from sizes when ``data`` holds a symbolic one."""
     if args and original is torch.as_tensor:  # as_tensor(data, dtype, device) positionally
@@ -65,11 +76,8 @@ def _from_sizes(mode: SizeMode, original, data, *args, dtype=None, device=None, 
         return NotImplemented
     if kwargs.get("requires_grad") or kwargs.get("pin_memory"):
         return NotImplemented
-    if dtype is None:
-        integral = all(
-            isinstance(v, (int, torch.SymInt)) or (isinstance(v, torch.Tensor) and not v.is_floating_point()) for v in leaves
-        )
-        dtype = torch.int64 if integral else torch.get_default_dtype()
+    if dtype is None:  # as torch.tensor infers it: the promotion of every element's own type
+        dtype = functools.reduce(torch.promote_types, map(_leaf_dtype, leaves))
 
     def build(d):
         if isinstance(d, (list, tuple)):
@@ -89,11 +97,14 @@ def _from_sizes(mode: SizeMode, original, data, *args, dtype=None, device=None, 
 
 @register("torch.as_tensor", _SOURCE)
 def as_tensor(mode, original, data, *args, **kwargs):
+    """``torch.as_tensor(data, dtype, device)``; a nested list holding sizes gives an ``[...]`` tensor stacked
+    from them (dtype as torch infers it: int64 for sizes), else ``NotImplemented`` (torch's own)."""
     return _from_sizes(mode, original, data, *args, **kwargs)
 
 
 @register("torch.tensor", _SOURCE)
 def tensor(mode, original, data, *args, **kwargs):
+    """``torch.tensor(data, *, dtype, device)``: as :func:`as_tensor`."""
     return _from_sizes(mode, original, data, *args, **kwargs)
 
 
