@@ -200,3 +200,26 @@ def test_rewrites_are_undone_and_cite_their_source():
         assert "/" in rewrite.source, rewrite  # repository/path of the pattern it serves
     with pytest.raises(ValueError, match="already has"):
         rewriters.register("torch.linspace", "x/y")(lambda *a, **k: NotImplemented)
+
+
+def test_eager_calls_inside_the_block_are_torchs_own():
+    """Plain numbers take torch's own functions: the verification reference is never rewritten."""
+    with rewriters.while_exporting():
+        shapes = torch.as_tensor([(4, 6), (2, 3)])
+        ramp = torch.linspace(0.5, 3.5, 4)
+        sizes = torch.tensor([3, 5], dtype=torch.int32)
+    assert shapes.dtype == torch.int64 and shapes.tolist() == [[4, 6], [2, 3]]
+    assert torch.equal(ramp, torch.linspace(0.5, 3.5, 4))
+    assert sizes.dtype == torch.int32 and sizes.tolist() == [3, 5]
+
+
+def test_function_rewrites_are_restored():
+    """transformers' ``torch_int`` is swapped in every module that bound it, and put back after."""
+    generic = pytest.importorskip("transformers.utils.generic")
+    rt_detr = pytest.importorskip("transformers.models.rt_detr.modeling_rt_detr")
+    original = generic.torch_int
+    assert rt_detr.torch_int is original
+    with rewriters.while_exporting():
+        assert rt_detr.torch_int is not original and generic.torch_int is not original
+        assert rt_detr.torch_int(7.0) == 7  # plain numbers: the original's answer
+    assert rt_detr.torch_int is original and generic.torch_int is original
