@@ -1,12 +1,15 @@
 """``lower`` for ONNX ``GridSample`` nodes: rewritten into the gather form when the method asks for it.
 
 A default-domain ``GridSample`` (opset 16 spelling ``bilinear``/``bicubic``,
-opset 20 spelling ``linear``/``cubic``; 4-D only) is the ``native`` form of
+opset 20 spelling ``linear``/``cubic``; 4-D, or 5-D from opset 20) is the ``native`` form of
 ``F.grid_sample`` (:mod:`deform_onnx.lowering.registry`): methods ``native``,
 ``grid_sample`` and ``auto`` at opset >= 16 keep it; ``gather`` (and ``auto``
 below 16) replace it by :func:`deform_onnx.lowering.grid_sampler.lower_gather`
-with the node's ``mode``, ``padding_mode`` and ``align_corners``. For
-runtimes without a usable GridSample (TensorRT, old builds, converters).
+with the node's ``mode``, ``padding_mode`` and ``align_corners``. Each node is
+decided on its own (:func:`deform_onnx.lowering.registry.grid_sample_call`):
+a 5-D node below opset 20, or one the target's runtime does not run (5-D,
+cubic), is rewritten too. For runtimes without a usable GridSample
+(TensorRT, old builds, converters).
 """
 
 from __future__ import annotations
@@ -14,14 +17,15 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from ..lowering.grid_sampler import GridSampleSpec, check_shapes, lower_gather
-from ..lowering.registry import resolve
+from ..lowering.registry import grid_sample_call, resolve
 
 
 def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
     """The ``GridSample`` nodes of ``model`` (main graph and subgraphs) that ``method`` at ``opset`` rewrites.
 
     Raises:
-        ValueError: unknown method, or ``native``/``grid_sample`` at an opset below 16 while the model has GridSample.
+        ValueError: unknown method, ``native``/``grid_sample`` at an opset below 16 while the model has GridSample,
+            or a node no form can hold (:func:`~deform_onnx.lowering.registry.grid_sample_call`; names the node).
     """
     found = [
         n for n in ir.traversal.RecursiveGraphIterator(model.graph)
@@ -29,8 +33,18 @@ def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
     ]
     if not found:
         return []
-    lowering = resolve("grid_sample", method, opset)
-    return found if lowering.name == "gather" else []
+    resolve("grid_sample", method, opset)  # method / opset errors first, once
+    chosen = []
+    for node in found:
+        rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else 4
+        try:
+            if grid_sample_call(method, opset, spec_for_node(node), rank).name == "gather":
+                chosen.append(node)
+        except ValueError as e:
+            if str(e).startswith("node "):
+                raise
+            raise ValueError(f"node {node.name or '<unnamed>'} (GridSample): {e}") from None
+    return chosen
 
 
 def spec_for_node(node: ir.Node) -> GridSampleSpec:

@@ -83,10 +83,18 @@ class Choice:
     notes: list[str] = field(default_factory=list)
 
     def emitting(self):
-        """A context in which the lowerings emit the target's forms (a no-op without a target)."""
+        """A context in which the lowerings emit the target's forms (a no-op without a target).
+
+        With a target or method ``auto``, ``"gather where GridSample cannot"`` too: a ``F.grid_sample``
+        call that the chosen opset cannot hold as GridSample (5-D below 20) takes the gather form
+        (``export`` resolves ``auto`` per model before the exporters see it; this keeps it per call).
+        """
         from ..lowering.forms import graph_forms
 
-        return graph_forms(self.target.forms if self.target is not None else ())
+        forms = self.target.forms if self.target is not None else ()
+        if self.target is not None or self.method == "auto":
+            forms = (*forms, "gather where GridSample cannot")
+        return graph_forms(forms)
 
     def check_graph(self, model: onnx.ModelProto) -> list[str]:
         """Check ``model`` against the target's rules.
