@@ -51,6 +51,10 @@ class Target:
             (:data:`deform_onnx.lowering.forms.EMIT_FORMS`).
         status: ``"measured here"`` when a build of the runtime ran this graph here,
             else what it is read from.
+        grid_sample: the ``GridSample`` forms beyond 4-D bilinear/nearest that the runtime runs
+            correctly (:data:`GRID_SAMPLE_EXTRAS`: ``"5-D"``, ``"cubic"``); the other
+            ``F.grid_sample`` calls get the gather form, and the rules ``no 5-D GridSample`` /
+            ``no GridSample cubic`` check the graph (:attr:`rules`). Empty (not measured): gather for both.
     """
 
     name: str
@@ -63,6 +67,25 @@ class Target:
     faults: tuple[Fault, ...] = ()
     status: str = "read"
     forms: tuple[str, ...] = ()
+    grid_sample: tuple[str, ...] = ()
+
+    @property
+    def emit_forms(self) -> tuple[str, ...]:
+        """:attr:`forms` and the forms that send 5-D / bicubic ``F.grid_sample`` calls it cannot run to gather."""
+        extra = [form for kind, form in GRID_SAMPLE_EXTRAS.items() if kind not in self.grid_sample]
+        return (*self.forms, *extra)
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """:attr:`options` and the GridSample rules :attr:`grid_sample` implies: every rule checked on a graph."""
+        extra = [GRID_SAMPLE_RULES[kind] for kind in GRID_SAMPLE_EXTRAS if kind not in self.grid_sample]
+        return (*self.options, *(r for r in extra if r not in self.options))
+
+
+#: GridSample kinds beyond 4-D bilinear/nearest -> the lowering form that avoids them
+#: (:mod:`deform_onnx.lowering.forms`) and the graph rule that finds them (:mod:`.rules`).
+GRID_SAMPLE_EXTRAS = {"5-D": "GridSample 4-D only", "cubic": "no GridSample cubic"}
+GRID_SAMPLE_RULES = {"5-D": "no 5-D GridSample", "cubic": "no GridSample cubic"}
 
 
 @dataclass
@@ -91,7 +114,7 @@ class Choice:
         """
         from ..lowering.forms import graph_forms
 
-        forms = self.target.forms if self.target is not None else ()
+        forms = self.target.emit_forms if self.target is not None else ()
         if self.target is not None or self.method == "auto":
             forms = (*forms, "gather where GridSample cannot")
         return graph_forms(forms)
@@ -109,7 +132,7 @@ class Choice:
 
         if self.target is None:
             return []
-        found = violations(model, self.target.options)
+        found = violations(model, self.target.rules)
         if found and not self.force:
             raise ValueError(
                 f"target {self.target.name!r}: {found[0]}; pass force=True (CLI: --force) to write it anyway"
