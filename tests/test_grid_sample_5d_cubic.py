@@ -20,11 +20,11 @@ import onnx
 import pytest
 import torch
 import torch.nn.functional as F
+from util import load_cases, op_types
 
 import deform_onnx
 from deform_onnx.lowering import sampler_reference as ref
 from deform_onnx.targets import violations
-from util import load_cases, op_types
 
 ATOL = 1e-5
 PADDINGS = ("zeros", "border", "reflection")
@@ -223,14 +223,15 @@ def test_c29_openvino_runs_the_gather_form_and_rejects_5d_gridsample(c29_exports
     compiled = dov.compile(c29_exports["dynamo", None, None, "openvino"][0], device="CPU", precision="f32")
     _assert_matches([np.asarray(v) for v in compiled([x.numpy(), grid.numpy()]).values()], C29_CONFIGS, x, grid,
                     "OpenVINO gather")
-    with pytest.raises(Exception):  # openvinotoolkit/openvino#37770: why the openvino target gets gather
+    # openvinotoolkit/openvino#37770: why the openvino target gets gather
+    with pytest.raises(Exception, match="GridSample is only supported for 4D input"):
         dov.compile(c29_exports["torchscript", 20, "native", None][0], device="CPU", precision="f32")
 
 
 def test_c29_lower_rewrites_5d_gridsample_for_targets_and_low_opsets(c29_exports, c29):
     src = c29_exports["torchscript", 20, "native", None][0]
     assert violations(src, ("no 5-D GridSample",)), "premise: the rule sees 5-D GridSample"
-    for kwargs in (dict(target="openvino"), dict(opset=17), dict(method="gather")):
+    for kwargs in ({"target": "openvino"}, {"opset": 17}, {"method": "gather"}):
         out = deform_onnx.lower(src, **kwargs)
         assert "GridSample" not in op_types(out), kwargs
         _assert_matches(_run(out, *c29), C29_CONFIGS, *c29, f"lower {kwargs}")
@@ -282,7 +283,7 @@ def test_c30_openvino_runs_both_forms(c30_exports, c30):
 def test_c30_lower_rewrites_cubic_for_targets_without_it(c30_exports, c30):
     src = c30_exports["torchscript", 20, "native", None][0]
     assert violations(src, ("no GridSample cubic",))
-    for kwargs in (dict(target="tensorrt"), dict(target="tflite"), dict(method="gather", opset=11)):
+    for kwargs in ({"target": "tensorrt"}, {"target": "tflite"}, {"method": "gather", "opset": 11}):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = deform_onnx.lower(src, **kwargs)
