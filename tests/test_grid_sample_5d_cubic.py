@@ -103,8 +103,7 @@ C29_EXPORTS = {
     ("torchscript", 11, "gather", None): False,
     ("torchscript", 11, "auto", None): False,
     ("torchscript", 16, "auto", None): False,  # GridSample-16 is 4-D only
-    ("torchscript", 17, "gather", None): False,
-    ("dynamo", 17, "auto", None): False,
+    ("torchscript", 17, "auto", None): False,
     ("torchscript", 20, "native", None): True,
     ("dynamo", 20, "grid_sample", None): True,
     ("torchscript", 20, "gather", None): False,
@@ -309,3 +308,37 @@ def test_gather_forms_at_dynamic_sizes(c29, c30, tmp_path):
         grid2 = torch.rand(sizes[0], *[3] * (x.dim() - 2), x.dim() - 2, generator=g) * 2.4 - 1.2
         assert not any(_half_integer_points(grid2, sizes[2:], a) for a in (True, False))
         _assert_matches(_run(onnx.load(str(path)), x2, grid2), configs, x2, grid2, f"{name} dynamic")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_gather_forms_keep_the_dtype(c29, c30, tmp_path, dtype):
+    """float64: within 1e-10 of PyTorch (opset 13: ONNX Runtime has no float64 Clip-11); float16: float32
+    coordinates and weights, compared with PyTorch's float32 result on the same float16 values."""
+    for name, configs, (x, grid) in (("c29", C29_CONFIGS[::5], c29), ("c30", C30_CONFIGS[::2], c30)):
+        x, grid = x.to(dtype), grid.to(dtype)
+        path = tmp_path / f"{name}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            deform_onnx.export(Sampler(configs), (x, grid), path, opset_version=13, method="gather", dynamo=False,
+                               input_names=NAMES, verify=False)
+        got = _run(onnx.load(str(path)), x, grid)
+        assert all(g.dtype == x.numpy().dtype for g in got), name
+        with torch.no_grad():
+            want = [t.double().numpy() for t in Sampler(configs)(x if dtype == torch.float64 else x.float(),
+                                                                  grid if dtype == torch.float64 else grid.float())]
+        atol = 1e-10 if dtype == torch.float64 else 4e-3
+        for cfg, g, w in zip(configs, got, want):
+            np.testing.assert_allclose(g.astype(np.float64), w, rtol=0, atol=atol, err_msg=f"{name} {dtype} {cfg}")
+
+
+def test_bench_suites_run_and_match_pytorch():
+    """`deform-onnx bench --op grid_sample_5d / grid_sample_bicubic`: every contender runs, within 1e-5 of PyTorch."""
+    from deform_onnx import bench
+    from deform_onnx.bench.grid_sample_forms import FormShape
+
+    for op, shape in (("grid_sample_5d", FormShape(1, 2, 5, grid=3)), ("grid_sample_bicubic", FormShape(1, 3, 7))):
+        suite = bench.suite(op)
+        result = bench.run_suite(suite, [shape], runs=1, warmup=0, memory=False)
+        for c in suite.contenders:
+            cell = result.cell(shape, c.key)
+            assert cell.ok and cell.stats.max_abs_err <= ATOL, (op, c.key, cell.status, cell.stats)
