@@ -143,8 +143,7 @@ def lower_gather(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> Val
     Raises:
         ValueError: 5-D bicubic (PyTorch has none either).
     """
-    shape = b.static_shape(x)
-    if shape is not None and len(shape) == 5:
+    if check_shapes(b, x, grid) == 5:  # unknown ranks: 4-D (DCNv3's sampler values; files are checked first)
         from .sampler_3d import lower_gather_3d
 
         return lower_gather_3d(b, spec, x, grid)

@@ -36,7 +36,8 @@ def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
     resolve("grid_sample", method, opset)  # method / opset errors first, once
     chosen = []
     for node in found:
-        rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else 4
+        known = next((v.shape for v in node.inputs[:2] if v is not None and v.shape is not None), None)
+        rank = len(known) if known is not None else 4  # unknown: lower_gather refuses rather than guess
         try:
             if grid_sample_call(method, opset, spec_for_node(node), rank).name == "gather":
                 chosen.append(node)
@@ -80,6 +81,9 @@ def replace(node: ir.Node, builder) -> None:
     spec = spec_for_node(node)
     x, grid = node.inputs[0], node.inputs[1]
     try:
+        if builder.static_shape(x) is None and builder.static_shape(grid) is None:  # 4-D and 5-D differ: never guess
+            raise ValueError("the ranks of its input and grid are unknown (4-D and 5-D lower differently); "
+                             "give the graph's inputs shapes")
         check_shapes(builder, x, grid)
     except ValueError as e:
         raise ValueError(f"node {node.name or '<unnamed>'} (GridSample): {e}") from None
