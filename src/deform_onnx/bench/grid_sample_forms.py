@@ -42,7 +42,7 @@ class FormShape:
         return base if self.grid_size == self.size else f"{base} grid {self.grid_size}"
 
     @classmethod
-    def parse(cls, text: str) -> "FormShape":
+    def parse(cls, text: str) -> FormShape:
         """Parse ``"N,C,S[,grid=G]"``.
 
         Raises:
