@@ -6,7 +6,7 @@ align_corners) it covers (c29: bilinear + nearest = 12 outputs; c30: bicubic
 Expected values are PyTorch's ``F.grid_sample`` on the same tensors: within
 1e-5 (nearest exact; the boundary mask of tests/test_grid_sample_op.py finds
 no half-integer coordinate on these grids, asserted). The numpy references
-(:mod:`deform_onnx.lowering.sampler_reference`) are checked against PyTorch
+(:mod:`deform_onnx.ops.grid_sample.reference`) are checked against PyTorch
 too, and a planted fault in them (the cubic coefficient) must be seen.
 """
 
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from util import load_cases, op_types
 
 import deform_onnx
-from deform_onnx.lowering import sampler_reference as ref
+from deform_onnx.ops.grid_sample import reference as ref
 from deform_onnx.targets import resolve_target, violations
 
 ATOL = 1e-5

@@ -113,7 +113,7 @@ GRID_SAMPLE_5D = Suite(
         "torch": "F.grid_sample on 5-D input, PyTorch CPU eager, torch.inference_mode()",
         "ort-gridsample20": "ONNX Runtime CPU, deform_onnx.export(method='native', opset 20): one GridSample-20 node",
         "ort-gather": "ONNX Runtime CPU, deform_onnx.export(method='gather', opset 11): the trilinear gather form "
-        "(lowering/sampler_3d.py)",
+        "(ops/grid_sample/lower_3d.py)",
     },
     reference="ort-gridsample20",
     ref_name="GridSample-20",
@@ -143,7 +143,7 @@ GRID_SAMPLE_BICUBIC = Suite(
         "ort-gridsample-cubic": "ONNX Runtime CPU, deform_onnx.export(method='grid_sample', opset 17): one "
         "GridSample node, mode bicubic",
         "ort-gather": "ONNX Runtime CPU, deform_onnx.export(method='gather', opset 11): the 16-tap gather form "
-        "(lowering/sampler_cubic.py)",
+        "(ops/grid_sample/lower_cubic.py)",
     },
     reference="ort-gridsample-cubic",
     ref_name="GridSample cubic",

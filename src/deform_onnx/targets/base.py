@@ -48,7 +48,7 @@ class Target:
             checked on every emitted graph.
         faults: combinations the runtime mishandles: a ``ValueError`` without ``force``.
         forms: graph forms it asks the lowerings for while they emit
-            (:data:`deform_onnx.lowering.forms.EMIT_FORMS`).
+            (:data:`deform_onnx.builder.forms.EMIT_FORMS`).
         status: ``"measured here"`` when a build of the runtime ran this graph here,
             else what it is read from.
         grid_sample: the ``GridSample`` forms beyond 4-D bilinear/nearest that the runtime runs
@@ -83,7 +83,7 @@ class Target:
 
 
 #: GridSample kinds beyond 4-D bilinear/nearest -> the lowering form that avoids them
-#: (:mod:`deform_onnx.lowering.forms`) and the graph rule that finds them (:mod:`.rules`).
+#: (:mod:`deform_onnx.builder.forms`) and the graph rule that finds them (:mod:`.rules`).
 GRID_SAMPLE_EXTRAS = {"5-D": "GridSample 4-D only", "cubic": "no GridSample cubic"}
 GRID_SAMPLE_RULES = {"5-D": "no 5-D GridSample", "cubic": "no GridSample cubic"}
 
@@ -112,7 +112,7 @@ class Choice:
         call that the chosen opset cannot hold as GridSample (5-D below 20) takes the gather form
         (``export`` resolves ``auto`` per model before the exporters see it; this keeps it per call).
         """
-        from ..lowering.forms import graph_forms
+        from ..builder.forms import graph_forms
 
         forms = self.target.emit_forms if self.target is not None else ()
         if self.target is not None or self.method == "auto":
