@@ -15,6 +15,7 @@ import torch
 
 from ..conversion import Repair, convert_down
 from . import dynamo as _dynamo
+from .examples import widen_unit_dims
 from .guards import check_guards, parameter_names
 from . import torchscript as _torchscript
 
@@ -97,6 +98,8 @@ def export_dynamo(
     if requested is None and (dynamic_shapes is not None or dynamic_axes) and notes is not None:
         notes.append("the guard check could not map dynamic_axes to forward's inputs (give input_names); "
                      "the second-size check decides")  # fmt: skip
+    # Hook (issue 18): a dynamic axis with an example of 1 is captured at 2 (exporters/examples.py).
+    args = widen_unit_dims(model, args, requested)
     if requested is not None:
         with quiet():
             found = check_guards(model, args, requested, notes)  # FixedDynamicSize: the caller falls back
