@@ -49,14 +49,14 @@ class PredictedDCN(torch.nn.Module):
 
 
 class BakesSize(PredictedDCN):
-    """The model's code turns the export-time H and W into Python numbers, as Deformable DETR splits its
-    levels (``value.split([H_ * W_ for H_, W_ in value_spatial_shapes])`` over a ``torch.as_tensor`` of the
-    shapes): torch.export cannot capture it, the TorchScript trace records the example's H*W."""
+    """The model's code turns the export-time H*W into a Python number through numpy and splits its tokens
+    with it (as Deformable DETR splits its levels by ``H_ * W_``): torch.export specialises it (the guard
+    check falls back), the TorchScript trace records the example's H*W. Neither file holds at another size.
+    (Deformable DETR's own ``torch.as_tensor`` pattern is made dynamic by the export-time rewrites.)"""
 
     def forward(self, x):
         y = self.features(x)
-        shapes = torch.as_tensor([y.shape[-2:]], dtype=torch.long)
-        tokens = y.flatten(2).split([int(h) * int(w) for h, w in shapes], dim=2)[0]
+        tokens = y.flatten(2).split([int(np.prod(y.shape[-2:]))], dim=2)[0]
         return tokens.softmax(-1)
 
 
