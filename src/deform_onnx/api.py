@@ -61,11 +61,10 @@ class ExportReport:
         fallback_reason: why the dynamo exporter was abandoned, if it was.
         export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
         op_types: sorted op types of the main graph.
-        checks: output name -> :class:`OutputCheck` at the example size (reference used, the file's and
-            PyTorch's errors against it, the rule that passed it; README, Verification tolerance).
+        checks: output name -> :class:`OutputCheck` at the example size (reference, errors, rule: README).
         checked_shapes: input shapes the file ran at, per size (the example, then each second size).
-        size_checks: the :class:`Verified` result at each second size; second_size_seconds: their cost.
-        notes: what a check could not do or found in the reference (guard capture failed, NaN, ...).
+        size_checks, second_size_seconds, notes: :class:`Verified` at each second size, their cost, and
+            what a check could not do or found in the reference (guard capture failed, NaN, ...).
         onnxruntime: the ONNX Runtime distribution the file was verified in (CPU execution
             provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified.
     """
@@ -184,9 +183,8 @@ def export(
             no kernel for some node at its dtype (e.g. float64 ``Conv``: the message names
             it and offers ``verify=False``); nothing written.
         VerificationError: ORT and PyTorch outputs differ beyond tolerance (nothing written).
-        ExportError: with dynamic axes, the file keeps a requested dynamic dimension static, or fails
-            or differs at a second size (the message names the size, what froze and what to do;
-            on the dynamo path after the TorchScript fallback failed too); nothing written.
+        ExportError: with dynamic axes, the file keeps a requested dynamic dimension static or fails at a
+            second size (named, with what froze and what to do; dynamo: after the fallback); nothing written.
     """
     # Hook (issue 12): a runtime target picks method/opset; explicit values win.
     from .targets import hooks as _target_hooks
@@ -329,10 +327,8 @@ def _try_dynamo(
         verified = sized.run(model, args, data, proto, rtol, atol)
     except MissingKernelError:
         raise
-    except VerificationError as exc:
+    except ExportError as exc:  # VerificationError, a static dimension, a second size: TorchScript's file may hold
         raise _DynamoUnfit(f"the dynamo export failed its check ({exc})") from None
-    except ExportError as exc:  # a static dimension or a second size (dynamic_check): the TorchScript file may hold
-        raise _DynamoUnfit(f"the dynamo file does not hold: {exc}") from None
     return proto, data, verified, repairs
 
 
