@@ -27,6 +27,13 @@ reach the lowerings through this context instead, set around the export by
   ``Clip`` stays); a NaN offset gives whatever the runtime's ``Clip`` and
   ``GridSample``/``Gather`` make of NaN: runtime-defined values, not 0. Only
   the lowerings' own guards go; the model's other nodes are left as written.
+- ``"integer contraction"``: the grid_sample form contracts each kernel row's
+  sampled columns with a ``MatMul`` whose second input is a 2-D constant
+  weight, accumulated with ``Sum`` (:mod:`.integer_contraction`), so that ONNX
+  Runtime fuses the quantized contraction into ``MatMulIntegerToFloat``
+  (used by :func:`deform_onnx.quantize`).
+
+Nested blocks add their forms to the enclosing block's.
 """
 
 from __future__ import annotations
@@ -38,14 +45,14 @@ from typing import Iterator
 __all__ = ["EMIT_FORMS", "graph_forms", "wants"]
 
 #: The forms a lowering can be asked for while emitting.
-EMIT_FORMS = ("batch 1", "offset groups apart", "no NaN guard")
+EMIT_FORMS = ("batch 1", "offset groups apart", "no NaN guard", "integer contraction")
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 
 
 @contextlib.contextmanager
 def graph_forms(forms) -> Iterator[None]:
     """Ask the lowerings for ``forms`` (names of :data:`EMIT_FORMS`; others are ignored) inside the block."""
-    token = _ACTIVE.set(frozenset(f for f in forms if f in EMIT_FORMS))
+    token = _ACTIVE.set(_ACTIVE.get() | frozenset(f for f in forms if f in EMIT_FORMS))
     try:
         yield
     finally:

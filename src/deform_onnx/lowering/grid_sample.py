@@ -46,6 +46,7 @@ from .common import add_product, base_coords, checked_spatial, coordinate_dtype,
 from .forms import wants
 from .gather import lower_gather
 from .grid_sampler import GridSampleSpec, lower_native
+from .integer_contraction import integer_contraction
 from .sampler import nan_guard
 
 MIN_OPSET = 16
@@ -88,7 +89,10 @@ def lower_grid_sample(
         else:
             x_n, offset_n, mask_n = (None if t is None else b.slice(t, n, n + 1, axis=0) for t in (x, offset, mask))
         out = None
-        for w_i, cols in zip(w_rows, _rows(b, spec, x_n, coord, offset_n, mask_n, H, W, Ho, Wo)):
+        rows = _rows(b, spec, x_n, coord, offset_n, mask_n, H, W, Ho, Wo)
+        if wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
+            rows, out = [], integer_contraction(b, rows, w_rows, groups=groups, Co=Co, Cpg=Cpg, kw=kw, P=P)
+        for w_i, cols in zip(w_rows, rows):
             # cols: [N*G, C/G, kw*Ho*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
             if flat:  # 2-D: one Gemm per kernel row
                 out = add_product(b, out, b.reshape(w_i, [Co, C * kw]), b.reshape(cols, [C * kw, P]))
