@@ -199,6 +199,9 @@ def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_
         )
         step("check", 0, 1)
         quantized = onnx.load(tmp_q)
+        if not quantize_offset_path:
+            float_reads(quantized, set(placement.keep_float) | placement.offset_path)
+            onnx.save(quantized, tmp_q)
         onnx.checker.check_model(quantized)
         notes: list[str] = []
         if trt:
@@ -219,6 +222,39 @@ def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_
         _atomic_copy(tmp_q, dst)
     step("done", 1, 1)
     return report
+
+
+def float_reads(model: onnx.ModelProto, keep: set[str]) -> int:
+    """Let the float nodes ``keep`` read the float tensors the quantizer put a Q/DQ pair on; returns how many.
+
+    ``quantize_static`` puts one ``QuantizeLinear -> DequantizeLinear`` pair on
+    a tensor and sends every consumer through it, so an offset predictor or a
+    sampler that shares its input with a quantized convolution would read the
+    rounded features. Its input is wired back to the tensor before the pair,
+    unless that tensor is the output of a ``Conv``/``MatMul``/``Gemm``: ONNX
+    Runtime fuses a weighted op with its output ``Q`` only when the ``Q`` is its
+    sole consumer (``ConvNodeGroupSelector``), and a second float reader would
+    undo that fusion.
+    """
+    producer = {o: n for n in model.graph.node for o in n.output}
+    inits = {t.name for t in model.graph.initializer}
+    count = 0
+    for node in model.graph.node:
+        if node.name not in keep:
+            continue
+        for k, name in enumerate(node.input):
+            dq = producer.get(name)
+            if dq is None or dq.op_type != "DequantizeLinear":
+                continue
+            q = producer.get(dq.input[0])
+            if q is None or q.op_type != "QuantizeLinear" or q.input[0] in inits:
+                continue
+            source = producer.get(q.input[0])
+            if source is not None and source.op_type in LINEAR_OPS:
+                continue
+            node.input[k] = q.input[0]
+            count += 1
+    return count
 
 
 def _name_nodes(model: onnx.ModelProto) -> None:
@@ -303,7 +339,7 @@ def _measure(report: QuantizeReport, pre: onnx.ModelProto, quantized: onnx.Model
             report.layers.append(LayerError(tensor, node, op, role, *compare(float_run[tensor], q_run[tensor])))
     report.output_cosine = min(compare(float_run[o], q_run[o])[0] for o in outputs)
     shapes = _shapes(pre)
-    shift = 0.0
+    shift, total, count = 0.0, 0.0, 0
     for (sampler, grid), data in zip(placement.grids, data_tensors):
         if grid not in q_run:
             continue
@@ -316,8 +352,10 @@ def _measure(report: QuantizeReport, pre: onnx.ModelProto, quantized: onnx.Model
             delta = delta * (np.array([shape[3], shape[2]], np.float64) / 2.0)
         elif op.startswith("Gather"):  # a changed index moves a corner by at least one pixel
             delta = (delta > 0).astype(np.float64)
-        shift = max(shift, float(delta.max()) if delta.size else 0.0)
+        if delta.size:
+            shift, total, count = max(shift, float(delta.max())), total + float(delta.sum()), count + delta.size
     report.sample_shift_px = shift
+    report.mean_sample_shift_px = total / count if count else 0.0
 
 
 def _shapes(model: onnx.ModelProto) -> dict[str, list]:

@@ -41,7 +41,9 @@ class QuantizeReport:
         layers: per-layer errors (:class:`LayerError`) on the evaluation input.
         output_cosine: the smallest cosine of a graph output to the float model's.
         sample_shift_px: the largest change of a sampling coordinate, in pixels
-            (``0.0`` when the offset path stayed float; ``None`` when not measured).
+            on the evaluation input; with the offset path float this is what the
+            quantized layers upstream pass on to the predictors (``None``: not measured).
+        mean_sample_shift_px: the mean change of a sampling coordinate, in pixels.
         fused: integer kernels ONNX Runtime's optimizer made of the file
             (``QLinearConv``, ``MatMulIntegerToFloat`` ... -> count), for the onnxruntime target.
         notes: anything the caller should know (one line each).
@@ -58,6 +60,7 @@ class QuantizeReport:
     layers: list[LayerError] = field(default_factory=list)
     output_cosine: float = float("nan")
     sample_shift_px: float | None = None
+    mean_sample_shift_px: float | None = None
     fused: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -80,7 +83,8 @@ class QuantizeReport:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        shift = "not measured" if self.sample_shift_px is None else f"{self.sample_shift_px:.3g} px"
+        shift = "not measured" if self.sample_shift_px is None else \
+            f"{self.sample_shift_px:.3g} px (mean {self.mean_sample_shift_px:.3g} px)"
         head = [
             f"{self.src} -> {self.dst} ({self.target}, {self.quantizer}; lowering: {self.method or 'none'}; "
             f"{self.samples} calibration sample(s))",
