@@ -55,3 +55,27 @@ def integer_contraction(b: Builder, rows, w_rows: list[Value], *, groups: int, C
         sums.append(parts[0] if groups == 1 else b.op("Concat", *parts, axis=2))
     total = sums[0] if len(sums) == 1 else b.op("Sum", *sums)
     return b.op("Transpose", total, perm=[0, 2, 1])  # [N, Co, P]
+
+
+def tap_product(b: Builder, cols: Value, w_k: Value, *, groups: int, Cpg: int, Cog: int, P) -> Value:
+    """One tap's product in the gather lowering, on 2-D constant weights (summed by the caller with ``Sum``).
+
+    Args:
+        cols: the tap's sampled rows ``[(N*)Ho*Wo, C]`` (rows (n, y, x), channels (group, channel in group)).
+        w_k: the tap's weight ``[groups, C/groups, Co/groups]``.
+
+    Returns:
+        ``[(N*)Ho*Wo, Co]`` for ``groups == 1``, else ``[N, groups, Ho*Wo, Co/groups]`` (the caller's layouts).
+        Each group is its own ``MatMul`` with a ``[C/groups, Co/groups]`` weight: a batched 3-D weight
+        would need per-channel scales on its last axis, which ONNX Runtime's ``MatMulIntegerToFloat``
+        refuses for batched ``B`` ("b zero point is not valid", measured here).
+    """
+    if groups == 1:
+        return b.op("MatMul", b.reshape(cols, [-1, Cpg]), b.reshape(w_k, [Cpg, Cog]))
+    cols = b.reshape(cols, [-1, P, groups, Cpg])
+    parts = []
+    for g in range(groups):
+        cols_g = b.reshape(b.slice(cols, g, g + 1, axis=2), [-1, P, Cpg])
+        w_g = b.reshape(b.slice(w_k, g, g + 1, axis=0), [Cpg, Cog])
+        parts.append(b.reshape(b.op("MatMul", cols_g, w_g), [-1, 1, P, Cog]))
+    return b.op("Concat", *parts, axis=1)

@@ -70,7 +70,8 @@ def quantize(
       on the inputs of weighted ops only, none on their outputs (NVIDIA,
       "Explicit Quantization" and "Working with Quantized Types", TensorRT
       documentation, docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/);
-      the result is checked by :func:`tensorrt_violations`.
+        biases stay float (TensorRT's DequantizeLinear takes no int32); the
+      result is checked by :func:`tensorrt_violations`.
     - ``"openvino"``: nncf; ``dst`` is an OpenVINO IR (``.xml`` + ``.bin``);
       the offset path goes to nncf's ``IgnoredScope``.
 
@@ -182,6 +183,10 @@ def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_
             "OpTypesToExcludeOutputQuantization": list(LINEAR_OPS) if trt else ["MatMul", "Gemm"],
             "ActivationSymmetric": trt,
             "WeightSymmetric": True,
+            # TensorRT's DequantizeLinear takes INT8/FP8/INT4/FP4, not int32: biases stay float there.
+            "QuantizeBias": not trt,
+            # Per output channel: the last axis of a MatMul weight ([C, Co], or [groups, C/g, Co/g] batched).
+            "QDQOpTypePerChannelSupportToAxis": {"MatMul": -1},
         }
         total = len(samples)
         done = [0]
@@ -377,7 +382,8 @@ def tensorrt_violations(model: onnx.ModelProto, placement: Placement) -> list[st
     ``Conv`` weight ``[K, C, R, S]``; the last axis of a ``MatMul``/``Gemm``
     weight ``[C, K]``) with positive constant scales; both the data and the
     weight input of each quantized weighted op come through a
-    ``DequantizeLinear``; and (this project's placement) no Q/DQ sits on the
+    ``DequantizeLinear``; constants are dequantized from INT8 only (no int32
+    bias: TensorRT's dequantize takes INT8/FP8/INT4/FP4); and (this project's placement) no Q/DQ sits on the
     offset path.
     """
     graph = model.graph
@@ -388,7 +394,11 @@ def tensorrt_violations(model: onnx.ModelProto, placement: Placement) -> list[st
         if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
             continue
         zp = node.input[2] if len(node.input) > 2 else ""
-        if zp:
+        if node.op_type == "DequantizeLinear" and node.input[0] in inits \
+                and inits[node.input[0]].data_type != onnx.TensorProto.INT8:
+            found.append(f"DequantizeLinear {node.name!r}: TensorRT dequantizes INT8 (FP8/INT4/FP4), not "
+                         f"{onnx.TensorProto.DataType.Name(inits[node.input[0]].data_type)}; keep biases float")
+        elif zp:
             z = onnx.numpy_helper.to_array(inits[zp]) if zp in inits else None
             if z is None or z.dtype != np.int8 or np.any(z != 0):
                 found.append(f"{node.op_type} {node.name!r}: zero point must be a constant int8 0 (symmetric)")
