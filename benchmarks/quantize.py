@@ -231,9 +231,9 @@ def markdown(results, meta) -> str:
         r = reports.get("int8")
         if r is not None:
             fused = ", ".join(f"{k} x{v}" for k, v in sorted(r.fused.items())) or "none"
-            lines += ["", f"int8 file: quantized {len(r.quantized)} nodes, kept {len(r.kept_float)} float; "
-                      f"ONNX Runtime integer kernels: {fused}; largest sample shift {r.sample_shift_px:.3g} px "
-                      f"(mean {r.mean_sample_shift_px:.3g} px)."]
+            lines += ["", (f"int8 file: quantized {len(r.quantized)} nodes, kept {len(r.kept_float)} float; "
+                           f"ONNX Runtime integer kernels: {fused}; largest sample shift {r.sample_shift_px:.3g} px "
+                           f"(mean {r.mean_sample_shift_px:.3g} px).")]
         r = reports.get("int8 offset path quantized")
         if r is not None:
             lines.append(f"Offset path quantized too: largest sample shift {r.sample_shift_px:.3g} px "

@@ -20,7 +20,6 @@ from deform_onnx.example import load_photo
 from deform_onnx.quantize import Preprocess, tensorrt_violations
 
 CALIBRATION = ("chelsea", "coffee", "rocket")
-IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 #: The issue's accuracy bar for an INT8 deployment: cosine >= 0.99 to float32 PyTorch on an unseen photo.
 #: Why it can hold: 8-bit activations with MinMax ranges round each quantized tensor by about
 #: range/255/sqrt(12) ~ 0.1-0.3% of its range, i.e. a relative RMS error of a few percent per layer
@@ -43,18 +42,18 @@ def run(path, x: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def files(example, tmp_path_factory):
     """The example exported with native DeformConv, the calibration photos, and its default INT8 file."""
-    model, photo, want = example
+    model, photo, _ = example
     tmp = tmp_path_factory.mktemp("quantize")
     native = tmp / "example_native.onnx"
     deform_onnx.export(model, (photo,), native, method="native", opset_version=19)
     calibration = [load_photo(name=n) for n in CALIBRATION]
     int8 = tmp / "example_int8.onnx"
     report = deform_onnx.quantize(native, int8, calibration, eval_inputs=photo)
-    return dict(tmp=tmp, native=native, calibration=calibration, int8=int8, report=report)
+    return {"tmp": tmp, "native": native, "calibration": calibration, "int8": int8, "report": report}
 
 
 def test_int8_example_keeps_cosine_to_pytorch_on_an_unseen_photo(example, files):
-    model, photo, want = example
+    _, photo, want = example
     got = run(files["int8"], photo.numpy())
     assert cosine(got, want) >= MIN_COSINE
     # The report's own figure is the same comparison against the float file (which matches PyTorch to 1e-5).
@@ -133,7 +132,7 @@ def test_cli_quantizes_from_a_folder_of_images(example, files):
 
     from deform_onnx.cli import app
 
-    model, photo, want = example
+    _, photo, want = example
     folder = files["tmp"] / "photos"
     folder.mkdir()
     for name in CALIBRATION:
@@ -152,9 +151,9 @@ def test_cli_quantizes_from_a_folder_of_images(example, files):
 
 def test_tensorrt_target_follows_explicit_quantization_rules(example, files):
     """Symmetric int8 (zero point 0), Q/DQ on both inputs of each weighted op; a planted fault is refused."""
-    model, photo, want = example
+    _, photo, want = example
     npz = files["tmp"] / "calibration.npz"
-    np.savez(npz, **{"arr_0": np.concatenate([c.numpy() for c in files["calibration"]])})
+    np.savez(npz, arr_0=np.concatenate([c.numpy() for c in files["calibration"]]))
     out = files["tmp"] / "trt_int8.onnx"
     report = deform_onnx.quantize(files["native"], out, npz, target="tensorrt", eval_inputs=photo)
     assert report.samples == 3 and report.method == "gather"  # the tensorrt target's lowering
@@ -201,3 +200,23 @@ def test_bad_input_is_refused_before_work_and_nothing_is_written(files):
                                       "--mean", "0.5,0.5"])
     assert result.exit_code == 2 and "--mean" in result.output
     assert not dst.exists()
+
+
+def test_openvino_target_quantizes_with_nncf_and_keeps_predictors_float(example, files):
+    pytest.importorskip("nncf")
+    import openvino as ov
+
+    _, photo, want = example
+    out = files["tmp"] / "example_int8.xml"
+    report = deform_onnx.quantize(files["native"], out, files["calibration"], target="openvino", eval_inputs=photo)
+    assert out.is_file() and out.with_suffix(".bin").is_file()
+    assert report.quantizer.startswith("nncf") and report.quantized
+    model = ov.Core().read_model(str(out))
+    predictors = {n for n, _, why in report.kept_float if why.startswith("offset path") and n.startswith("node_conv")}
+    assert predictors  # the example's four offset/mask predictors
+    fake_quantized = [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "Convolution"
+                      and op.input_value(0).get_node().get_type_name() == "FakeQuantize"]
+    assert fake_quantized  # the model's own convolutions are INT8
+    assert not [n for n in fake_quantized if n.split("/")[0] in predictors]
+    got = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})([photo.numpy()])[0]
+    assert cosine(got, want) >= MIN_COSINE

@@ -72,7 +72,7 @@ def quantize_command(
             raise UserError(f"--calibration {calibration}: no such file or folder")
         if calibration.is_file() and calibration.suffix != ".npz":
             raise UserError(f"--calibration {calibration}: give an .npz file or a folder of images")
-        preprocess_args = dict(size=_size(size), layout=layout, scale=scale)
+        preprocess_args = {"size": _size(size), "layout": layout, "scale": scale}
         for key, value in (("mean", _floats(mean, "--mean")), ("std", _floats(std, "--std"))):
             if value is not None:
                 preprocess_args[key] = value
@@ -84,9 +84,10 @@ def quantize_command(
         preprocess = Preprocess(**preprocess_args) if calibration.is_dir() else None
         evaluation = None
         if eval_npz is not None:
+            import onnx
+
             from ..quantize.api import _inputs
             from ..quantize.calibration import feeds
-            import onnx
 
             evaluation = feeds(eval_npz, _inputs(onnx.load(str(src), load_external_data=False)))[0]
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

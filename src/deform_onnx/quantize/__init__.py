@@ -20,8 +20,16 @@ from .calibration import Preprocess
 from .placement import Placement, place
 from .report import LayerError, QuantizeReport
 
-__all__ = ["quantize", "QuantizeReport", "LayerError", "Preprocess", "Placement", "place", "TARGETS",
-           "tensorrt_violations"]
+__all__ = [
+    "TARGETS",
+    "LayerError",
+    "Placement",
+    "Preprocess",
+    "QuantizeReport",
+    "place",
+    "quantize",
+    "tensorrt_violations",
+]
 
 
 class _CallableModule(types.ModuleType):

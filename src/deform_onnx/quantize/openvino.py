@@ -4,12 +4,17 @@ nncf places FakeQuantize nodes by its own hardware patterns for the CPU
 plugin; this module only tells it what to leave float: the offset path, the
 samplers and the mask product, found by :func:`.placement.place` on the
 ONNX graph and handed over as an ``nncf.IgnoredScope`` (by node and output
-names, which OpenVINO's ONNX frontend carries over as friendly names).
+names, which OpenVINO's ONNX frontend carries over as friendly names, and
+``<name>/...`` for the parts it splits a node into).
+
+nncf leaves OpenVINO's ``DeformableConvolution`` (the extension's
+conversion of ``DeformConv``) float: it quantizes the model's convolutions.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -51,7 +56,8 @@ def quantize_openvino(src: Path, dst: Path, model: onnx.ModelProto, samples: lis
 
     quantized = nncf.quantize(
         ov_model, nncf.Dataset(samples, transform), subset_size=len(samples),
-        ignored_scope=nncf.IgnoredScope(names=names, validate=False),
+        # OpenVINO splits a node into parts named "<node>/<part>" (a Conv with bias: "<node>/WithoutBiases").
+        ignored_scope=nncf.IgnoredScope(names=names, patterns=[f"^{re.escape(n)}/.*$" for n in names], validate=False),
     )
     step("measure", 0, 1)
     feed = [evaluation[n] for n in order]

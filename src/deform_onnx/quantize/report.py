@@ -86,10 +86,10 @@ class QuantizeReport:
         shift = "not measured" if self.sample_shift_px is None else \
             f"{self.sample_shift_px:.3g} px (mean {self.mean_sample_shift_px:.3g} px)"
         head = [
-            f"{self.src} -> {self.dst} ({self.target}, {self.quantizer}; lowering: {self.method or 'none'}; "
-            f"{self.samples} calibration sample(s))",
-            f"quantized {len(self.quantized)} node(s), kept {len(self.kept_float)} float; "
-            f"output cosine {self.output_cosine:.5f}; largest sample shift {shift}",
+            (f"{self.src} -> {self.dst} ({self.target}, {self.quantizer}; lowering: {self.method or 'none'}; "
+             f"{self.samples} calibration sample(s))"),
+            (f"quantized {len(self.quantized)} node(s), kept {len(self.kept_float)} float; "
+             f"output cosine {self.output_cosine:.5f}; largest sample shift {shift}"),
         ]
         head += [f"  {n} x {why}" for why, n in self.reasons().items()]
         if self.fused:
