@@ -183,6 +183,8 @@ def test_bad_input_is_refused_before_work_and_nothing_is_written(files):
     dst = files["tmp"] / "never.onnx"
     with pytest.raises(ValueError, match="inputs"):
         deform_onnx.quantize(files["native"], dst, [{"image": np.zeros((1, 3, 128, 128), np.float32)}])
+    with pytest.raises(ValueError, match="shape"):
+        deform_onnx.quantize(files["native"], dst, [np.zeros((1, 3, 64, 64), np.float32)])
     with pytest.raises(ValueError, match="preprocess"):
         deform_onnx.quantize(files["native"], dst, files["tmp"])
     with pytest.raises(ValueError, match=r"\.xml"):

@@ -95,7 +95,8 @@ def quantize(
         A :class:`QuantizeReport`.
 
     Raises:
-        ValueError: unknown target or method, ``dst`` equal to ``src`` or of the wrong suffix,
+        ValueError: unknown target or method, ``dst`` equal to ``src`` or of the wrong suffix, a
+            ``src`` that is no ONNX model or has inputs other than float32,
             bad calibration data (see :func:`~deform_onnx.quantize.calibration.feeds`), a model
             with nothing to quantize, or a TensorRT placement rule broken.
         FileNotFoundError: ``src`` or ``dst``'s folder is missing.
@@ -123,6 +124,11 @@ def quantize(
     except Exception as exc:  # noqa: BLE001  (protobuf's own error types)
         raise ValueError(f"src {src}: not an ONNX model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
     inputs = _inputs(model)
+    kinds = {v.name: v.type.tensor_type.elem_type for v in model.graph.input}
+    not_float = [n for n, _ in inputs if kinds.get(n) != onnx.TensorProto.FLOAT]
+    if not_float:
+        raise ValueError(f"src {src}: inputs {not_float} are not float32; quantize a float32 export "
+                         "(the quantizers calibrate float32 graphs)")
     samples = feeds(calibration, inputs, preprocess)
     evaluation = samples[0] if eval_inputs is None else feeds([eval_inputs], inputs)[0]
     if target == "openvino":
@@ -195,13 +201,18 @@ def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_
             done[0] += 1
             step("calibrate", done[0], total)
 
-        logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # the quantizer's Gemm warnings
-        quantize_static(
-            tmp_pre, tmp_q, Reader(samples, on_sample), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-            activation_type=QuantType.QInt8 if trt else QuantType.QUInt8, weight_type=QuantType.QInt8,
-            op_types_to_quantize=list(LINEAR_OPS + LAYOUT_OPS), nodes_to_quantize=placement.quantize,
-            calibrate_method=CalibrationMethod.MinMax, extra_options=extra,
-        )
+        root = logging.getLogger()  # the quantizer logs a warning per float Gemm it skips, on the root logger
+        level = root.level
+        root.setLevel(max(level, logging.ERROR))
+        try:
+            quantize_static(
+                tmp_pre, tmp_q, Reader(samples, on_sample), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                activation_type=QuantType.QInt8 if trt else QuantType.QUInt8, weight_type=QuantType.QInt8,
+                op_types_to_quantize=list(LINEAR_OPS + LAYOUT_OPS), nodes_to_quantize=placement.quantize,
+                calibrate_method=CalibrationMethod.MinMax, extra_options=extra,
+            )
+        finally:
+            root.setLevel(level)
         step("check", 0, 1)
         quantized = onnx.load(tmp_q)
         if not quantize_offset_path:

@@ -98,9 +98,17 @@ def feeds(calibration, inputs: list[tuple[str, list]], preprocess: Preprocess | 
         samples = [_sample(s, names) for s in calibration]
     if not samples:
         raise ValueError("calibration holds no samples: give at least one input (several representative ones are better)")
+    shapes = dict(inputs)
     for i, s in enumerate(samples):
         if set(s) != set(names):
             raise ValueError(f"calibration sample {i} has inputs {sorted(s)}; the model's are {names}")
+        for name, array in s.items():
+            want = shapes[name]
+            if array.ndim != len(want) or not _fits(array.shape, want):
+                raise ValueError(f"calibration sample {i}: input {name!r} has shape {list(array.shape)}, "
+                                 f"the model takes {want}")
+            if np.issubdtype(array.dtype, np.floating) and array.dtype != np.float32:
+                s[name] = array.astype(np.float32)
     return samples
 
 
