@@ -222,3 +222,18 @@ def test_openvino_target_quantizes_with_nncf_and_keeps_predictors_float(example,
     assert not [n for n in fake_quantized if n.split("/")[0] in predictors]
     got = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})([photo.numpy()])[0]
     assert cosine(got, want) >= MIN_COSINE
+
+
+@pytest.mark.parametrize("method", ["grid_sample", "gather"])
+def test_integer_contraction_form_is_the_same_convolution(example, files, method):
+    """The form only regroups the contraction (2-D weights, Sum): float32 results match PyTorch at 1e-4."""
+    from deform_onnx.lowering.forms import graph_forms
+
+    _, photo, want = example
+    with graph_forms(["integer contraction"]):
+        lowered = deform_onnx.lower(files["native"], method=method)
+    ops = {n.op_type for n in lowered.graph.node}
+    assert "Sum" in ops and "DeformConv" not in ops
+    got = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {lowered.graph.input[0].name: photo.numpy()})[0]
+    assert np.abs(got - want).max() <= 1e-4
