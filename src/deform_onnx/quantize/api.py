@@ -167,7 +167,11 @@ def _lower(model: onnx.ModelProto, method: str | None, target: str) -> tuple[onn
 
 def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_channel, quantize_offset_path, step,
                    eval_given) -> QuantizeReport:
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    try:
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    except ImportError as exc:
+        raise ImportError("deform_onnx.quantize needs ONNX Runtime's quantizer: pip install 'deform-onnx[quantize]' "
+                          "(or any onnxruntime distribution)") from exc
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     step("lower", 0, 1)

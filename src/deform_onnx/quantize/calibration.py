@@ -7,6 +7,7 @@ feed dicts once, checked against the model's inputs before any heavy work.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -42,7 +43,10 @@ class Preprocess:
             raise ValueError("mean and std take three values (R, G, B), std non-zero")
 
     def image(self, path: str | os.PathLike, size: tuple[int, int]) -> np.ndarray:
-        """``path`` as a ``[1, 3, H, W]`` (or ``[1, H, W, 3]``) float32 array."""
+        """``path`` as a ``[1, 3, H, W]`` (or ``[1, H, W, 3]``) float32 array (needs scikit-image)."""
+        if importlib.util.find_spec("skimage") is None:
+            raise ModuleNotFoundError("calibration from images needs scikit-image: pip install 'deform-onnx[quantize]'",
+                                      name="skimage")
         import skimage.color
         import skimage.io
         import skimage.transform
