@@ -230,6 +230,10 @@ def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_
                 raise ValueError(f"target 'tensorrt': {found[0]}")
         if not eval_given:
             notes.append("errors measured on the first calibration sample (pass eval_inputs= for a held-out one)")
+        if used is None and any(why.startswith(("Gemm with a computed C", "weight is MatMul's first")) for why in
+                                placement.keep_float.values()):
+            notes.append("the contraction of this already-lowered file stays float: quantize the native file "
+                         "(DeformConv), which is lowered in the integer-contraction form first")
         report = QuantizeReport(src=src, dst=dst, target=target, quantizer=TARGETS[target], method=used,
                                 samples=len(samples), notes=notes)
         ops = {n.name: n.op_type for n in pre.graph.node}

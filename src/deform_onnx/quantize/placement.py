@@ -116,8 +116,9 @@ def place(model: onnx.ModelProto, *, quantize_offset_path: bool = False, allow_c
         model: the float model (after ``quant_pre_process``; node names must be unique and non-empty).
         quantize_offset_path: also quantize the ``Conv``/``MatMul``/``Gemm`` of the offset path and
             weight side (for measuring what it costs; never the default).
-        allow_computed_bias: quantize a ``Gemm`` whose ``C`` is computed (its ``A``, ``B`` inputs;
-            TensorRT quantizes weighted ops by their inputs; ONNX Runtime cannot fuse it).
+        allow_computed_bias: quantize a ``Gemm`` whose ``C`` is computed and a ``MatMul`` whose weight
+            is its first input (TensorRT quantizes weighted ops by their inputs; ONNX Runtime fuses
+            neither, so for it they stay float).
 
     Returns:
         A :class:`Placement`.
@@ -170,6 +171,11 @@ def place(model: onnx.ModelProto, *, quantize_offset_path: bool = False, allow_c
             continue
         if i in float_side and not quantize_offset_path:
             out.keep_float[node.name] = "offset path: its rounding moves the samples"
+            continue
+        if node.op_type == "MatMul" and not allow_computed_bias and _constant(graph, producer, node.input[0], inits) \
+                and not _constant(graph, producer, node.input[1], inits):
+            out.keep_float[node.name] = ("weight is MatMul's first input: ONNX Runtime fuses no int8 first input on x86 "
+                                         "(QDQIsInt8Allowed), so Q/DQ would only add work")
             continue
         if node.op_type == "Gemm" and not allow_computed_bias and len(node.input) > 2 and node.input[2] \
                 and not _constant(graph, producer, node.input[2], inits):
