@@ -77,7 +77,13 @@ def quantize_command(
             if value is not None:
                 preprocess_args[key] = value
 
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         from ..quantize import Preprocess, quantize
 

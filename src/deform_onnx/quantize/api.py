@@ -168,7 +168,12 @@ def _lower(model: onnx.ModelProto, method: str | None, target: str) -> tuple[onn
 def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_channel, quantize_offset_path, step,
                    eval_given) -> QuantizeReport:
     try:
-        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization import (
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
     except ImportError as exc:
         raise ImportError("deform_onnx.quantize needs ONNX Runtime's quantizer: pip install 'deform-onnx[quantize]' "
                           "(or any onnxruntime distribution)") from exc
