@@ -237,3 +237,29 @@ def test_integer_contraction_form_is_the_same_convolution(example, files, method
     got = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {lowered.graph.input[0].name: photo.numpy()})[0]
     assert np.abs(got - want).max() <= 1e-4
+
+
+def test_64_channel_dcnv2_stack_keeps_cosine_on_an_unseen_photo(tmp_path):
+    """The benchmark's 64-channel DCNv2 stack (benchmarks/quantize.py), at 48x48 layers instead of 192x192
+    to stay fast (the bound is the same; the full size is measured in BENCHMARKS.md)."""
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "quantize.py"
+    spec = importlib.util.spec_from_file_location("benchmarks_quantize", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model = bench.dcnv2_stack()
+    photo = bench.photo("astronaut", 96)
+    with torch.no_grad():
+        want = model(photo).numpy()
+    native = tmp_path / "stack_native.onnx"
+    deform_onnx.export(model, (photo,), native, method="native", opset_version=19)
+    out = tmp_path / "stack_int8.onnx"
+    report = deform_onnx.quantize(native, out, [bench.photo(n, 96) for n in CALIBRATION], eval_inputs=photo)
+    assert report.fused.get("MatMulIntegerToFloat") == 9  # 3 layers x 3 kernel rows
+    assert {n for n, op, why in report.kept_float if op == "Conv"} and all(
+        why.startswith("offset path") for _, op, why in report.kept_float if op == "Conv")
+    assert cosine(run(out, photo.numpy()), want) >= MIN_COSINE
