@@ -169,6 +169,12 @@ def test_tensorrt_target_follows_explicit_quantization_rules(example, files):
         if t.name == name:
             t.CopyFrom(onnx.numpy_helper.from_array(np.array(3, np.int8), name))
     assert any("zero point" in v for v in tensorrt_violations(qmodel, placement_of(report)))
+    # And a Q on a weighted op's output (TensorRT's placement quantizes inputs).
+    matmul = next(n for n in qmodel.graph.node if n.name in {q for q, op, _ in report.quantized if op == "MatMul"})
+    scale = next(n.input[1] for n in qmodel.graph.node if n.op_type == "QuantizeLinear")
+    qmodel.graph.node.append(onnx.helper.make_node("QuantizeLinear", [matmul.output[0], scale], ["planted"],
+                                                   name="planted_q"))
+    assert any("planted_q" in v and "output" in v for v in tensorrt_violations(qmodel, placement_of(report)))
 
 
 def placement_of(report):

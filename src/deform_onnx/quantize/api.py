@@ -407,7 +407,8 @@ def tensorrt_violations(model: onnx.ModelProto, placement: Placement) -> list[st
     weight ``[C, K]``) with positive constant scales; both the data and the
     weight input of each quantized weighted op come through a
     ``DequantizeLinear``; constants are dequantized from INT8 only (no int32
-    bias: TensorRT's dequantize takes INT8/FP8/INT4/FP4); and (this project's placement) no Q/DQ sits on the
+    bias: TensorRT's dequantize takes INT8/FP8/INT4/FP4); no ``QuantizeLinear`` on a weighted
+    op's output (its Q/DQ placement recommendations quantize inputs); and (this project's placement) no Q/DQ sits on the
     offset path.
     """
     graph = model.graph
@@ -445,6 +446,11 @@ def tensorrt_violations(model: onnx.ModelProto, placement: Placement) -> list[st
                 if axis % rank != want:
                     found.append(f"{node.op_type} {node.name!r}: per-channel weight axis {axis}, want {want} (output channels)")
     for node in graph.node:
+        if node.op_type == "QuantizeLinear":
+            p = producer.get(node.input[0])
+            if p is not None and p.name in quantized_ops and p.op_type in LINEAR_OPS:
+                found.append(f"QuantizeLinear {node.name!r} on the output of {p.op_type} {p.name!r}: "
+                             "TensorRT's placement quantizes the inputs of weighted ops, not their outputs")
         if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
             for t in node.input[:1]:
                 p = producer.get(t)
