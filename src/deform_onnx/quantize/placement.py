@@ -101,12 +101,20 @@ def _downstream(graph, consumers, starts: set[int]) -> set[int]:
 
 
 def _constant(graph, producer, tensor: str, inits: set[str]) -> bool:
-    """Whether ``tensor`` is an initializer or computed from constants only."""
-    if tensor in inits:
-        return True
-    if tensor not in producer:
-        return False
-    return all(_constant(graph, producer, t, inits) for t in graph.node[producer[tensor]].input if t)
+    """Whether ``tensor`` is an initializer or computed from constants only (iterative: graphs are deep)."""
+    stack, seen = [tensor], set()
+    while stack:
+        t = stack.pop()
+        if t in seen or t in inits:
+            continue
+        seen.add(t)
+        if t not in producer:
+            return False  # a graph input
+        node = graph.node[producer[t]]
+        if node.op_type != "Constant" and not node.input:
+            return False  # e.g. RandomNormal
+        stack.extend(i for i in node.input if i)
+    return True
 
 
 def place(model: onnx.ModelProto, *, quantize_offset_path: bool = False, allow_computed_bias: bool = False) -> Placement:
