@@ -359,7 +359,12 @@ def _measure(report: QuantizeReport, pre: onnx.ModelProto, quantized: onnx.Model
     grid_tensors = [t for _, t in placement.grids]
     data_tensors = [nodes[s].input[SAMPLERS[nodes[s].op_type][0]] for s, _ in placement.grids]
     watch = list(dict.fromkeys([r[0] for r in rows] + grid_tensors))
-    float_run = dict(zip(watch, _session(_with_outputs(pre, watch)).run(watch, evaluation)))
+    shapes = _shapes(pre)
+    unknown = [d for d in dict.fromkeys(data_tensors) if not _static_4d(shapes.get(d))]  # sizes read at run time
+    float_watch = list(dict.fromkeys(watch + unknown))
+    float_run = dict(zip(float_watch, _session(_with_outputs(pre, float_watch)).run(float_watch, evaluation)))
+    for d in unknown:
+        shapes[d] = list(np.shape(float_run[d]))
     q_names = {t for n in quantized.graph.node for t in n.output}
     q_watch = [t for t in watch if t in q_names or t in outputs]
     q_run = dict(zip(q_watch, _session(_with_outputs(quantized, q_watch)).run(q_watch, evaluation)))
@@ -367,7 +372,6 @@ def _measure(report: QuantizeReport, pre: onnx.ModelProto, quantized: onnx.Model
         if tensor in q_run:
             report.layers.append(LayerError(tensor, node, op, role, *compare(float_run[tensor], q_run[tensor])))
     report.output_cosine = min(compare(float_run[o], q_run[o])[0] for o in outputs)
-    shapes = _shapes(pre)
     shift, total, count = 0.0, 0.0, 0
     for (sampler, grid), data in zip(placement.grids, data_tensors):
         if grid not in q_run:
@@ -376,15 +380,19 @@ def _measure(report: QuantizeReport, pre: onnx.ModelProto, quantized: onnx.Model
         op = nodes[sampler].op_type
         if op == "GridSample":  # normalised (x, y) -> pixels: size / 2 per unit (align_corners=0)
             shape = shapes.get(data)
-            if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[2:]):
+            if not _static_4d(shape):
                 continue
             delta = delta * (np.array([shape[3], shape[2]], np.float64) / 2.0)
         elif op.startswith("Gather"):  # a changed index moves a corner by at least one pixel
             delta = (delta > 0).astype(np.float64)
         if delta.size:
             shift, total, count = max(shift, float(delta.max())), total + float(delta.sum()), count + delta.size
-    report.sample_shift_px = shift
-    report.mean_sample_shift_px = total / count if count else 0.0
+    if count:  # else no coordinate tensor survived quantization under its name: not measured
+        report.sample_shift_px, report.mean_sample_shift_px = shift, total / count
+
+
+def _static_4d(shape) -> bool:
+    return shape is not None and len(shape) == 4 and all(isinstance(d, int) and d > 0 for d in shape[2:])
 
 
 def _shapes(model: onnx.ModelProto) -> dict[str, list]:
