@@ -215,6 +215,10 @@ def projection_case(name, model, inputs, tmp, threads, rounds):
     return accuracy, speed, {"int8": report}
 
 
+def px(value) -> str:
+    return "not measured" if value is None else f"{value:.3g} px"
+
+
 def markdown(results, meta) -> str:
     lines = [BEGIN, "", "### Setup", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items()]
@@ -232,12 +236,12 @@ def markdown(results, meta) -> str:
         if r is not None:
             fused = ", ".join(f"{k} x{v}" for k, v in sorted(r.fused.items())) or "none"
             lines += ["", (f"int8 file: quantized {len(r.quantized)} nodes, kept {len(r.kept_float)} float; "
-                           f"ONNX Runtime integer kernels: {fused}; largest sample shift {r.sample_shift_px:.3g} px "
-                           f"(mean {r.mean_sample_shift_px:.3g} px).")]
+                           f"ONNX Runtime integer kernels: {fused}; largest sample shift {px(r.sample_shift_px)} "
+                           f"(mean {px(r.mean_sample_shift_px)}).")]
         r = reports.get("int8 offset path quantized")
         if r is not None:
-            lines.append(f"Offset path quantized too: largest sample shift {r.sample_shift_px:.3g} px "
-                         f"(mean {r.mean_sample_shift_px:.3g} px), output cosine to the float file "
+            lines.append(f"Offset path quantized too: largest sample shift {px(r.sample_shift_px)} "
+                         f"(mean {px(r.mean_sample_shift_px)}), output cosine to the float file "
                          f"{r.output_cosine:.5f} (default placement: {reports['int8'].output_cosine:.5f}).")
     return "\n".join(lines + ["", END])
 
