@@ -233,7 +233,7 @@ def test_openvino_target_quantizes_with_nncf_and_keeps_predictors_float(example,
 @pytest.mark.parametrize("method", ["grid_sample", "gather"])
 def test_integer_contraction_form_is_the_same_convolution(example, files, method):
     """The form only regroups the contraction (2-D weights, Sum): float32 results match PyTorch at 1e-4."""
-    from deform_onnx.lowering.forms import graph_forms
+    from deform_onnx.builder.forms import graph_forms
 
     _, photo, want = example
     with graph_forms(["integer contraction"]):

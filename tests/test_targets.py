@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 import deform_onnx
 from deform_onnx.cli import app
 from deform_onnx.targets import TARGET_NAMES, all_targets, resolve_target, violations
-from deform_onnx.lowering.forms import EMIT_FORMS
+from deform_onnx.builder.forms import EMIT_FORMS
 from deform_onnx.targets.rules import RULES
 from util import DeformLayer, assert_close, case_config, make_inputs, op_types, reference, run_ort
 

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from . import app
+from ._app import app
 from ._common import UserError, console, err_console, user_errors
 
 #: ``--op`` names (spelled here so that parsing imports no heavy package; a test keeps them the harness's).

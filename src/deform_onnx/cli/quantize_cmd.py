@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from . import app
+from ._app import app
 from ._common import UserError, console, user_errors
 
 _TARGETS = ("onnxruntime", "tensorrt", "openvino")  # deform_onnx.quantize.TARGETS (spelled out: no import at parse time)

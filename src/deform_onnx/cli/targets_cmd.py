@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from . import app
+from ._app import app
 from ._common import console
 
 

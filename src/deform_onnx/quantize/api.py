@@ -51,7 +51,7 @@ def quantize(
     Deformable-convolution nodes (``DeformConv``, mmcv's) are first lowered to
     standard ops (``method``, default ``grid_sample``; the target's for
     TensorRT) with the ``"integer contraction"`` form
-    (:mod:`deform_onnx.lowering.integer_contraction`), so that the
+    (:mod:`deform_onnx.ops.deform_conv.integer_contraction`), so that the
     contraction becomes ``MatMul`` on 2-D constant weights, which ONNX Runtime
     fuses into ``MatMulIntegerToFloat``. ``method="native"`` keeps
     ``DeformConv`` (float) and quantizes the rest.
@@ -122,7 +122,7 @@ def quantize(
     try:
         model = onnx.load(str(src))
     except Exception as exc:  # noqa: BLE001  (protobuf's own error types)
-        raise ValueError(f"src {src}: not an ONNX model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+        raise ValueError(f"src {src}: not an ONNX model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from exc
     inputs = _inputs(model)
     kinds = {v.name: v.type.tensor_type.elem_type for v in model.graph.input}
     not_float = [n for n, _ in inputs if kinds.get(n) != onnx.TensorProto.FLOAT]
@@ -154,7 +154,7 @@ def _lower(model: onnx.ModelProto, method: str | None, target: str) -> tuple[onn
     """``model`` with its deformable nodes lowered in the integer-contraction form (or as it is)."""
     if method == "native" or not any(n.op_type in _DEFORM_OPS for n in model.graph.node):
         return model, None
-    from ..lowering.forms import graph_forms
+    from ..builder.forms import graph_forms
     from ..rewrite import lower
     from ..targets import resolve_target
 
@@ -380,7 +380,7 @@ def _measure(report: QuantizeReport, pre: onnx.ModelProto, quantized: onnx.Model
         op = nodes[sampler].op_type
         if op == "GridSample":  # normalised (x, y) -> pixels: size / 2 per unit (align_corners=0)
             shape = shapes.get(data)
-            if not _static_4d(shape):
+            if shape is None or not _static_4d(shape):
                 continue
             delta = delta * (np.array([shape[3], shape[2]], np.float64) / 2.0)
         elif op.startswith("Gather"):  # a changed index moves a corner by at least one pixel

@@ -170,7 +170,7 @@ def _folder(path: Path, inputs: list[tuple[str, list]], preprocess: Preprocess |
     if not images:
         raise ValueError(f"calibration {path}: no images ({', '.join(IMAGE_SUFFIXES)}) in the folder")
     channel_axis = 1 if preprocess.layout == "NCHW" else 3
-    if len(shape) != 4 or shape[channel_axis] not in (3, None) and isinstance(shape[channel_axis], int):
+    if len(shape) != 4 or (isinstance(shape[channel_axis], int) and shape[channel_axis] != 3):
         raise ValueError(f"input {name!r} has shape {shape}; images give [1, 3, H, W] ({preprocess.layout}): "
                          "pass layout='NHWC' or give an .npz")
     size = preprocess.size

@@ -30,7 +30,7 @@ def quantize_openvino(src: Path, dst: Path, model: onnx.ModelProto, samples: lis
                       eval_given: bool) -> QuantizeReport:
     """Quantize ``src`` for OpenVINO with nncf, writing ``dst`` (``.xml``, with its ``.bin``) atomically."""
     try:
-        import nncf
+        import nncf  # type: ignore[import-untyped]
     except ImportError as exc:
         raise ImportError("target 'openvino' needs nncf: pip install 'deform-onnx[quantize]' (or pip install nncf)") from exc
     import openvino as ov

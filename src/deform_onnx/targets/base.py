@@ -84,7 +84,7 @@ class Choice:
 
     def emitting(self):
         """A context in which the lowerings emit the target's forms (a no-op without a target)."""
-        from ..lowering.forms import graph_forms
+        from ..builder.forms import graph_forms
 
         return graph_forms(self.target.forms if self.target is not None else ())
 

@@ -62,7 +62,7 @@ def onnxruntime_target(spec: str = "") -> Target:
         oldest, newest = min(admitted), max(admitted)
         runtime = f"ONNX Runtime {spec}"
     else:
-        oldest = installed_version()
+        oldest = installed_version()  # type: ignore[assignment]  # None: not installed
         runtime = f"ONNX Runtime {oldest} (installed)" if oldest else "ONNX Runtime (not installed: any version)"
         if oldest is None:
             oldest = OLDEST_MEASURED  # unknown: pick what runs everywhere measured
