@@ -205,5 +205,5 @@ def test_cli_targets_and_faults(tmp_path, layer_inputs):
     assert "tensorrt: lowered paths use gather" in result.stdout
     assert "the file as is passes its rules" in result.stdout  # TensorRT has a DeformConv plugin
     result = runner.invoke(app, ["check", str(src), "--target", "directml", "--runtime", "ort"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # check --target exits 1 when the file breaks the rules (3fc1346)
     assert "the file as is breaks" in result.stdout and "DeformConv node(s): DirectML has no DeformConv" in result.stdout

@@ -28,6 +28,8 @@ DEFORM_CONV_MIN_OPSET = DEFORM_CONV_GATHER_MIN_OPSET
 GRID_SAMPLE_NATIVE_MIN_OPSET = 16
 #: The gather form of ``F.grid_sample``.
 GRID_SAMPLE_GATHER_MIN_OPSET = 11
+#: GridSample-20: N-D input (5-D ``F.grid_sample`` as one node), modes spelled ``linear`` / ``cubic``.
+GRID_SAMPLE_ND_MIN_OPSET = 20
 
 # -- multi-scale deformable attention --------------------------------------------------------
 #: The fused gather form, all levels at once.

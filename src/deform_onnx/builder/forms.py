@@ -27,6 +27,16 @@ reach the lowerings through this context instead, set around the export by
   ``Clip`` stays); a NaN offset gives whatever the runtime's ``Clip`` and
   ``GridSample``/``Gather`` make of NaN: runtime-defined values, not 0. Only
   the lowerings' own guards go; the model's other nodes are left as written.
+- ``"GridSample 4-D only"``: 5-D ``F.grid_sample`` calls take the trilinear /
+  nearest gather form instead of GridSample-20 (OpenVINO rejects 5-D
+  GridSample: openvinotoolkit/openvino#37770; TensorRT's is 4-D only).
+- ``"no GridSample cubic"``: bicubic calls take the 16-tap gather form
+  instead of GridSample ``cubic`` (TensorRT's is wrong at opset >= 20; CoreML,
+  onnx2tf have none).
+- ``"gather where GridSample cannot"``: a call the method would write as a
+  GridSample the opset cannot hold (5-D below opset 20) takes the gather
+  form instead of raising. Every target and method ``auto`` set it
+  (:meth:`~deform_onnx.targets.Choice.emitting`): then each call gets the form that holds.
 - ``"integer contraction"``: the grid_sample form contracts each kernel row's
   sampled columns with a ``MatMul`` whose second input is a 2-D constant
   weight, accumulated with ``Sum`` (:mod:`deform_onnx.ops.deform_conv.integer_contraction`), so that ONNX
@@ -45,7 +55,8 @@ from typing import Iterator
 __all__ = ["EMIT_FORMS", "graph_forms", "wants"]
 
 #: The forms a lowering can be asked for while emitting.
-EMIT_FORMS = ("batch 1", "offset groups apart", "no NaN guard", "integer contraction")
+EMIT_FORMS = ("batch 1", "offset groups apart", "no NaN guard", "GridSample 4-D only", "no GridSample cubic",
+              "gather where GridSample cannot", "integer contraction")
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 
 

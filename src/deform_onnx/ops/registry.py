@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping, Protocol
 
+from ..opsets import GRID_SAMPLE_ND_MIN_OPSET
 from .deform_conv import lower_gather, lower_grid_sample, lower_native
 from .dcnv3.lower import lower_dcnv3
 from .grid_sample import lower as grid_sampler
@@ -186,6 +187,42 @@ def resolve(op: str, method: str, opset: int, *, path_min_opset: int | None = No
             usable = []  # no method works at this opset on the caller's path
         fix = f"raise the opset or use one of: {', '.join(usable)}" if usable else f"raise the opset to {lowering.min_opset} or more"
         raise ValueError(f"{entry.spells.format(method)} needs opset >= {lowering.min_opset} but opset {opset} was requested; {fix}")
+    return lowering
+
+
+def grid_sample_call(method: str, opset: int, spec: grid_sampler.GridSampleSpec, rank: int) -> Lowering:
+    """The lowering of one ``F.grid_sample`` call (``rank`` 4 or 5, the input's): :func:`resolve`, then per call.
+
+    The method's GridSample form is kept unless the call cannot be one at
+    ``opset`` (5-D below GridSample-20) or the active target's forms
+    (:mod:`.forms`) say its runtime does not run it: ``"GridSample 4-D only"``
+    (5-D calls), ``"no GridSample cubic"`` (bicubic calls). Those calls take
+    the gather form when the method is ``auto`` or a target is active
+    (``"gather where GridSample cannot"``, set by every target).
+
+    Raises:
+        ValueError: what :func:`resolve` raises; an explicit ``native``/``grid_sample`` for 5-D input below
+            opset 20 without a target; 5-D bicubic with the gather form.
+    """
+    from ..builder.forms import wants
+
+    lowering = resolve("grid_sample", method, opset)
+    if lowering.name == "native":
+        if rank == 5 and wants("GridSample 4-D only"):
+            return GRID_SAMPLE_LOWERINGS["gather"]
+        if spec.mode == "bicubic" and wants("no GridSample cubic"):
+            return GRID_SAMPLE_LOWERINGS["gather"]
+        if rank == 5 and opset < GRID_SAMPLE_ND_MIN_OPSET:
+            if method == "auto" or wants("gather where GridSample cannot"):
+                return GRID_SAMPLE_LOWERINGS["gather"]
+            raise ValueError(
+                f"method {method!r} writes 5-D F.grid_sample as GridSample, which needs opset >= "
+                f"{GRID_SAMPLE_ND_MIN_OPSET} (GridSample-20) but opset {opset} was requested; "
+                f"export at opset {GRID_SAMPLE_ND_MIN_OPSET} or use method 'gather' (or 'auto')"
+            )
+    if rank == 5 and spec.mode == "bicubic" and lowering.name == "gather":
+        raise ValueError("grid_sample: mode 'bicubic' is 4-D only (PyTorch and ONNX Runtime have no 5-D cubic); "
+                         "keep the GridSample node with method 'native' at opset >= 20")
     return lowering
 
 

@@ -95,7 +95,7 @@ def for_check(path, target: str | Target, method: str | None, force: bool = Fals
     model = onnx.load(str(path), load_external_data=False)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     choice = for_lower(t, method, None, opset, force)
-    found = violations(model, t.options)
+    found = violations(model, t.rules)
     deform = sum(n.op_type == "DeformConv" for n in model.graph.node)
     refused = [f for f in t.faults if f.hits("native", opset or 19)] if deform else []
     found += [f"{deform} DeformConv node(s): {f.why}" for f in refused[:1]]

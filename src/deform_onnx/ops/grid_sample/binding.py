@@ -10,12 +10,12 @@ exists only from 16, and is overridden so that ``method`` is honoured).
 
 from __future__ import annotations
 
+from ..registry import grid_sample_call
 from .lower import GridSampleSpec, check_shapes
-from ..registry import resolve
 
 #: TorchScript op name. The dynamo exporter (torch 2.14) records and translates
 #: ``aten.grid_sampler`` (checked); ``aten.grid_sampler_2d``, what a decomposition
-#: would leave, takes the same arguments and is mapped too.
+#: would leave, takes the same arguments and is mapped too (``grid_sampler_3d`` for 5-D).
 TORCHSCRIPT_OP = "aten::grid_sampler"
 
 
@@ -24,11 +24,11 @@ def emit_grid_sampler(b, method: str, target_opset: int, input, grid, interpolat
     """Lower one ``aten::grid_sampler`` call with ``b``; ``target_opset`` picks the lowering.
 
     Raises:
-        ValueError: bicubic mode, a non-4-D input, or a method the opset cannot hold.
+        ValueError: an input neither 4-D nor 5-D, or a method the opset (or the call) cannot hold
+            (:func:`~deform_onnx.ops.registry.grid_sample_call`).
     """
-    lowering = resolve("grid_sample", method, target_opset)
     spec = GridSampleSpec.from_torch(interpolation_mode, padding_mode, align_corners)
-    check_shapes(b, input, grid)
+    lowering = grid_sample_call(method, target_opset, spec, check_shapes(b, input, grid))
     x_dtype, grid_dtype = b.dtype(input), b.dtype(grid)
     if x_dtype is not None and grid_dtype is not None and x_dtype != grid_dtype:
         # PyTorch requires one dtype, so the model computed the grid in the input's dtype; a
@@ -66,4 +66,5 @@ def translations(method: str, opset: int | None, build_opset, builder) -> dict:
             builder(build), method, target, input, grid, interpolation_mode, padding_mode, align_corners
         )
 
-    return {torch.ops.aten.grid_sampler.default: grid_sampler, torch.ops.aten.grid_sampler_2d.default: grid_sampler}
+    return {torch.ops.aten.grid_sampler.default: grid_sampler, torch.ops.aten.grid_sampler_2d.default: grid_sampler,
+            torch.ops.aten.grid_sampler_3d.default: grid_sampler}

@@ -1,4 +1,4 @@
-"""``torch.nn.functional.grid_sample`` (``aten::grid_sampler``, 4-D): its spec and two lowerings.
+"""``torch.nn.functional.grid_sample`` (``aten::grid_sampler``, 4-D and 5-D): its spec and two lowerings.
 
 ``native``: one ONNX ``GridSample`` (opset >= 16; the mode is spelled
 ``bilinear`` below opset 20, ``linear`` from 20, whose GridSample also takes
@@ -25,7 +25,11 @@ The gather lowering computes pixel coordinates in the same float32 steps:
 - ``nearest``: ``round(p)`` half to even (``std::nearbyint``; ONNX ``Round``
   rounds half to even too), 0 outside the image.
 
-``bicubic`` is not lowered (:class:`GridSampleSpec` raises ``ValueError``).
+5-D input (``[N, C, D, H, W]``, grid ``[N, Do, Ho, Wo, 3]``): ``native`` is
+GridSample-20 (N-D; opset >= 20), ``gather`` the trilinear / nearest form of
+:mod:`.lower_3d`. ``bicubic`` (4-D only, as in PyTorch): ``native`` is
+GridSample ``cubic`` (``bicubic`` below opset 20), ``gather`` the 16-tap form
+of :mod:`.lower_cubic`. Which form each call gets: :func:`deform_onnx.ops.registry.grid_sample_call`.
 A NaN coordinate samples 0 (ATen's result there is undefined: it casts NaN
 to an integer index).
 """
@@ -37,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...builder import Builder, Dim, Value
-from ...opsets import GRID_SAMPLE_GATHER_MIN_OPSET, GRID_SAMPLE_NATIVE_MIN_OPSET
+from ...opsets import GRID_SAMPLE_GATHER_MIN_OPSET, GRID_SAMPLE_NATIVE_MIN_OPSET, GRID_SAMPLE_ND_MIN_OPSET
 from ...sampler.coords import coordinate_dtype, in_input_dtype
 from ...sampler.gather import BilinearCorners, nan_guard, padded_channel_rows, padded_corner, padded_nearest
 
@@ -55,8 +59,11 @@ GATHER_MIN_OPSET = GRID_SAMPLE_GATHER_MIN_OPSET
 class GridSampleSpec:
     """One ``grid_sample`` call: ``input [N, C, H, W]``, ``grid [N, Ho, Wo, 2]`` (x, y in [-1, 1]) -> ``[N, C, Ho, Wo]``.
 
+    Or 5-D: ``input [N, C, D, H, W]``, ``grid [N, Do, Ho, Wo, 3]`` (x, y, z) -> ``[N, C, Do, Ho, Wo]``
+    (bilinear, i.e. trilinear, and nearest; bicubic is 4-D only, as in PyTorch).
+
     Raises:
-        ValueError: ``mode='bicubic'`` (not lowered), or an unknown mode or padding mode.
+        ValueError: an unknown mode or padding mode.
     """
 
     mode: str = "bilinear"
@@ -64,13 +71,8 @@ class GridSampleSpec:
     align_corners: bool = False
 
     def __post_init__(self):
-        if self.mode == "bicubic":
-            raise ValueError(
-                "grid_sample mode 'bicubic' is not supported: deform-onnx lowers mode 'bilinear' and 'nearest' only; "
-                "use one of those, or keep the model's own GridSample (opset >= 16) without deform-onnx"
-            )
-        if self.mode not in ("bilinear", "nearest"):
-            raise ValueError(f"unknown grid_sample mode {self.mode!r}; use 'bilinear' or 'nearest'")
+        if self.mode not in TORCH_MODES:
+            raise ValueError(f"unknown grid_sample mode {self.mode!r}; use one of {', '.join(TORCH_MODES)}")
         if self.padding_mode not in TORCH_PADDINGS:
             raise ValueError(f"unknown grid_sample padding_mode {self.padding_mode!r}; use one of {', '.join(TORCH_PADDINGS)}")
 
@@ -89,20 +91,42 @@ class GridSampleSpec:
         return cls(ONNX_MODES[mode], padding_mode, bool(align_corners))
 
 
-def check_shapes(b: Builder, x: Value, grid: Value) -> None:
-    """Raise ``ValueError`` unless ``x`` is 4-D and ``grid`` is ``[N, Ho, Wo, 2]`` (where the ranks are known)."""
+def check_shapes(b: Builder, x: Value, grid: Value) -> int:
+    """The input's rank (4 or 5; 4 when unknown), after checking ``grid`` against it where ranks are known.
+
+    Raises:
+        ValueError: input neither 4-D nor 5-D, or a grid that is not ``[N, H_out, W_out, 2]`` (4-D input) /
+            ``[N, D_out, H_out, W_out, 3]`` (5-D input).
+    """
     xs, gs = b.static_shape(x), b.static_shape(grid)
-    if xs is not None and len(xs) != 4:
-        raise ValueError(f"grid_sample: input has rank {len(xs)}; only 4-D input (2-D sampling) is lowered")
-    if gs is not None and (len(gs) != 4 or gs[3] not in (2, None)):
-        raise ValueError(f"grid_sample: grid has shape {list(gs)}; expected [N, H_out, W_out, 2]")
+    if xs is not None and len(xs) not in (4, 5):
+        raise ValueError(f"grid_sample: input has rank {len(xs)}; 4-D (2-D sampling) and 5-D (3-D sampling) are lowered")
+    rank = len(xs) if xs is not None else (len(gs) if gs is not None and len(gs) in (4, 5) else 4)
+    if gs is not None and (len(gs) != rank or gs[-1] not in (rank - 2, None)):
+        want = "[N, H_out, W_out, 2]" if rank == 4 else "[N, D_out, H_out, W_out, 3]"
+        raise ValueError(f"grid_sample: grid has shape {list(gs)} for a {rank}-D input; expected {want}")
+    return rank
+
+
+#: GridSample-20 takes N-D input (16 to 19: 4-D only) and spells the modes linear / cubic.
+ND_MIN_OPSET = GRID_SAMPLE_ND_MIN_OPSET
 
 
 def lower_native(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> Value:
-    """One ONNX ``GridSample`` (opset >= 16) with the spec's attributes; returns ``[N, C, Ho, Wo]``."""
+    """One ONNX ``GridSample`` with the spec's attributes; returns ``[N, C, Ho, Wo]`` (``[N, C, Do, Ho, Wo]``).
+
+    Opset >= 16 (4-D), >= 20 for 5-D input (GridSample-20). The mode is
+    ``bilinear``/``bicubic`` below opset 20 and ``linear``/``cubic`` from 20.
+
+    Raises:
+        ValueError: 5-D input below opset 20.
+    """
+    shape = b.static_shape(x)
+    if shape is not None and len(shape) == 5 and b.opset < ND_MIN_OPSET:
+        raise ValueError(f"grid_sample: 5-D input as GridSample needs opset >= {ND_MIN_OPSET}, not {b.opset}")
     mode = spec.mode
-    if mode == "bilinear" and b.opset >= 20:
-        mode = "linear"
+    if b.opset >= ND_MIN_OPSET:
+        mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     return b.op("GridSample", x, grid, mode=mode, padding_mode=spec.padding_mode, align_corners=int(spec.align_corners))
 
 
@@ -113,7 +137,21 @@ def lower_gather(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> Val
     row table (:mod:`deform_onnx.sampler`, shared with deformable convolution): a corner
     outside the image reads a zero row. Coordinates and weights are float32
     for a float16 input (as the deformable-convolution gather lowering does).
+
+    5-D input: :func:`.lower_3d.lower_gather_3d` (trilinear / nearest);
+    bicubic: :func:`.lower_cubic.lower_gather_cubic` (16 taps).
+
+    Raises:
+        ValueError: 5-D bicubic (PyTorch has none either).
     """
+    if check_shapes(b, x, grid) == 5:  # unknown ranks: 4-D (DCNv3's sampler values; files are checked first)
+        from .lower_3d import lower_gather_3d
+
+        return lower_gather_3d(b, spec, x, grid)
+    if spec.mode == "bicubic":
+        from .lower_cubic import lower_gather_cubic
+
+        return lower_gather_cubic(b, spec, x, grid)
     N, C, H, W = (b.dim(x, i) for i in range(4))
     Ho, Wo = b.dim(grid, 1), b.dim(grid, 2)
     coord, grid = coordinate_dtype(b, x, grid)
@@ -145,10 +183,7 @@ def source_index(b: Builder, spec: GridSampleSpec, g: Value, size: Dim, like: Va
     Zero padding returns ``p`` itself (the sampler clamps it; NaN samples 0);
     border and reflection return coordinates in ``[0, size - 1]`` (NaN -> 0).
     """
-    scale = _size_const(b, size, -1 if spec.align_corners else 0, 0.5, like)
-    p = b.op("Mul", b.op("Add", g, b.float_const(1.0, like)), scale)
-    if not spec.align_corners:
-        p = b.op("Sub", p, b.float_const(0.5, like))
+    p = unnormalize(b, spec, g, size, like)
     if spec.padding_mode == "zeros":
         return p
     if spec.padding_mode == "reflection":
@@ -156,6 +191,13 @@ def source_index(b: Builder, spec: GridSampleSpec, g: Value, size: Dim, like: Va
     last = _size_const(b, size, -1, 1.0, like)
     clipped = b.op("Clip", p, b.float_const(0.0, like), last)
     return nan_guard(b, p, clipped, b.float_const(0.0, like))
+
+
+def unnormalize(b: Builder, spec: GridSampleSpec, g: Value, size: Dim, like: Value) -> Value:
+    """Pixel coordinate of normalised ``g`` before any padding rule (ATen's ``grid_sampler_unnormalize``, vectorised)."""
+    scale = _size_const(b, size, -1 if spec.align_corners else 0, 0.5, like)
+    p = b.op("Mul", b.op("Add", g, b.float_const(1.0, like)), scale)
+    return p if spec.align_corners else b.op("Sub", p, b.float_const(0.5, like))
 
 
 def _reflect(b: Builder, p: Value, size: Dim, align_corners: bool, like: Value) -> Value:

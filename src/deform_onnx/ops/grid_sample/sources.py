@@ -1,27 +1,31 @@
 """``lower`` for ONNX ``GridSample`` nodes: rewritten into the gather form when the method asks for it.
 
 A default-domain ``GridSample`` (opset 16 spelling ``bilinear``/``bicubic``,
-opset 20 spelling ``linear``/``cubic``; 4-D only) is the ``native`` form of
+opset 20 spelling ``linear``/``cubic``; 4-D, or 5-D from opset 20) is the ``native`` form of
 ``F.grid_sample`` (:mod:`deform_onnx.ops.registry`): methods ``native``,
 ``grid_sample`` and ``auto`` at opset >= 16 keep it; ``gather`` (and ``auto``
 below 16) replace it by :func:`deform_onnx.ops.grid_sample.lower.lower_gather`
-with the node's ``mode``, ``padding_mode`` and ``align_corners``. For
-runtimes without a usable GridSample (TensorRT, old builds, converters).
+with the node's ``mode``, ``padding_mode`` and ``align_corners``. Each node is
+decided on its own (:func:`deform_onnx.ops.registry.grid_sample_call`):
+a 5-D node below opset 20, or one the target's runtime does not run (5-D,
+cubic), is rewritten too. For runtimes without a usable GridSample
+(TensorRT, old builds, converters).
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
+from ..registry import grid_sample_call, resolve
 from .lower import GridSampleSpec, check_shapes, lower_gather
-from ..registry import resolve
 
 
 def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
     """The ``GridSample`` nodes of ``model`` (main graph and subgraphs) that ``method`` at ``opset`` rewrites.
 
     Raises:
-        ValueError: unknown method, or ``native``/``grid_sample`` at an opset below 16 while the model has GridSample.
+        ValueError: unknown method, ``native``/``grid_sample`` at an opset below 16 while the model has GridSample,
+            or a node no form can hold (:func:`~deform_onnx.ops.registry.grid_sample_call`; names the node).
     """
     found = [
         n for n in ir.traversal.RecursiveGraphIterator(model.graph)
@@ -29,8 +33,19 @@ def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
     ]
     if not found:
         return []
-    lowering = resolve("grid_sample", method, opset)
-    return found if lowering.name == "gather" else []
+    resolve("grid_sample", method, opset)  # method / opset errors first, once
+    chosen = []
+    for node in found:
+        known = next((v.shape for v in node.inputs[:2] if v is not None and v.shape is not None), None)
+        rank = len(known) if known is not None else 4  # unknown: lower_gather refuses rather than guess
+        try:
+            if grid_sample_call(method, opset, spec_for_node(node), rank).name == "gather":
+                chosen.append(node)
+        except ValueError as e:
+            if str(e).startswith("node "):
+                raise
+            raise ValueError(f"node {node.name or '<unnamed>'} (GridSample): {e}") from None
+    return chosen
 
 
 def spec_for_node(node: ir.Node) -> GridSampleSpec:
@@ -66,6 +81,9 @@ def replace(node: ir.Node, builder) -> None:
     spec = spec_for_node(node)
     x, grid = node.inputs[0], node.inputs[1]
     try:
+        if builder.static_shape(x) is None and builder.static_shape(grid) is None:  # 4-D and 5-D differ: never guess
+            raise ValueError("the ranks of its input and grid are unknown (4-D and 5-D lower differently); "
+                             "give the graph's inputs shapes")
         check_shapes(builder, x, grid)
     except ValueError as e:
         raise ValueError(f"node {node.name or '<unnamed>'} (GridSample): {e}") from None
