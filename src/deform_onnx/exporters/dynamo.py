@@ -113,9 +113,10 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
             (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w), groups, offset_groups, use_mask,
         )
 
-    from . import grid_sample, msda
+    from . import aten_detectors, grid_sample, msda
 
     table = {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}
     table.update(grid_sample.translations(method, opset, _current_build_opset, OnnxScriptBuilder))
     table.update(msda.translations(method, opset, _current_build_opset, OnnxScriptBuilder))
+    table.update(aten_detectors.dynamo_translations(_current_build_opset, OnnxScriptBuilder))
     return table
