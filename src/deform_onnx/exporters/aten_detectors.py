@@ -141,9 +141,9 @@ def emit_isin(b: Builder, elements: Value, test_elements: Value, invert: bool) -
     torch's algorithm, not the result. Semantics from ``torch.isin``.
     """
     flat = b.op("Reshape", test_elements, b.i64([-1]))
-    if b.value_dtype(flat) is not None and b.value_dtype(elements) is not None:
-        if b.value_dtype(flat) != b.value_dtype(elements):
-            flat = b.cast_like(flat, elements)
+    want, have = b.value_dtype(elements), b.value_dtype(flat)
+    if want is not None and have is not None and want != have:
+        flat = b.cast_like(flat, elements)
     hits = b.op("Cast", b.op("Equal", b.unsqueeze(elements, [-1]), flat), to=6)  # int32: ReduceMax has no bool
     if b.opset >= 18:
         found = b.op("ReduceMax", hits, b.i64([-1]), keepdims=0)
