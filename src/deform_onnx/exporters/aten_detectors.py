@@ -6,8 +6,8 @@ Registered through :data:`deform_onnx.exporters.aten_gaps.SYMBOLICS` (TorchScrip
 - ``aten::scaled_dot_product_attention`` at opsets 11-13 (torch's TorchScript
   symbolic starts at 14): transformers' default ``attn_implementation="sdpa"``
   (RT-DETR, Deformable DETR, DINO, Grounding DINO decoders' self-attention).
-- ``aten::isin`` at every TorchScript opset (torch has none): Grounding DINO's
-  ``generate_masks_with_special_tokens_and_transfer_map``.
+- ``aten::isin``, ``aten::cummax`` and ``aten::cummin`` at every opset, both exporters (torch
+  has none): Grounding DINO's ``generate_masks_with_special_tokens_and_transfer_map``.
 - ``aten::_upsample_bicubic2d_aa`` / ``aten::_upsample_bilinear2d_aa`` at every
   TorchScript opset (``F.interpolate(..., antialias=True)``; RF-DETR's
   backbone): two ``MatMul`` by weight matrices computed as ATen's kernels do.
@@ -161,6 +161,79 @@ def _isin_symbolic(g, elements, test_elements, assume_unique=False, invert=False
     return emit_isin(TorchScriptBuilder(g), elements, test_elements, bool(sh._maybe_get_const(invert, "b")))
 
 
+# -- cummax / cummin ----------------------------------------------------------------------------
+def emit_cum_extreme(b: Builder, x: Value, dim: int, largest: bool, dtype) -> tuple[Value, Value]:
+    """``torch.cummax(x, dim)`` (``largest``) or ``torch.cummin``: ``(values, indices)``, ``x``'s shape.
+
+    ``values[..., i, ...] = max_{j <= i} x[..., j, ...]``, ``indices`` (int64) the last ``j``
+    reaching it (ATen's ``cummax_cummin_helper`` keeps ``>=`` / ``<=`` matches: ties take the
+    later index). As ``n x n`` masked reductions over ``dim`` (``n`` its size; Grounding DINO
+    calls it over the text tokens, a few hundred at most). ``dtype`` (numpy) picks the fill
+    value of the masked entries (the dtype's lowest/highest, ``-inf``/``inf`` for floats).
+    NaN is not propagated as ATen does.
+
+    Raises:
+        ValueError: unknown rank.
+    """
+    shape = b.static_shape(x)
+    if shape is None:
+        raise ValueError("cummax/cummin: the input's rank must be known at export")
+    rank = len(shape)
+    d = dim % rank if rank else 0
+    if rank == 0:
+        return x, b.i64(0)
+    n = shape[d]
+    dt = np.dtype(dtype)
+    info = np.finfo(dt) if dt.kind == "f" else np.iinfo(dt)
+    fill = (-np.inf if largest else np.inf) if dt.kind == "f" else (info.min if largest else info.max)
+    trailing = list(range(2, 2 + rank - 1 - d))
+    if n is not None:
+        lower = np.tril(np.ones((n, n), dtype=bool))
+        mask = b.const(lower.reshape(lower.shape + (1,) * len(trailing)))
+        cols = b.i64(np.arange(n).reshape((1, n) + (1,) * len(trailing)))
+    else:
+        size = b.scalar(b.dim(x, d))
+        rng = b.op("Range", b.i64(0), size, b.i64(1))
+        mask = b.op("Not", b.op("Greater", b.unsqueeze(rng, [0]), b.unsqueeze(rng, [1])))
+        cols = b.unsqueeze(rng, [0])
+        if trailing:
+            mask, cols = b.unsqueeze(mask, trailing), b.unsqueeze(cols, trailing)
+    wide = b.unsqueeze(x, [d])  # axis d: i (output position), axis d + 1: j (input position)
+    filled = b.op("Where", mask, wide, b.const(np.asarray(fill, dtype=dt)))
+    reduce = "ReduceMax" if largest else "ReduceMin"
+    values = _reduce(b, reduce, filled, d + 1)
+    hit = b.op("And", mask, b.op("Equal", filled, b.unsqueeze(values, [d + 1])))
+    indices = _reduce(b, "ReduceMax", b.op("Where", hit, cols, b.i64(-1)), d + 1)
+    return values, indices
+
+
+def _reduce(b: Builder, op: str, x: Value, axis: int) -> Value:
+    if b.opset >= 18:
+        return b.op(op, x, b.i64([axis]), keepdims=0)
+    return b.op(op, x, axes=[axis], keepdims=0)
+
+
+_TS_DTYPES = {"Long": np.int64, "Int": np.int32, "Float": np.float32, "Double": np.float64, "Half": np.float16}
+
+
+def _make_cum_symbolic(largest: bool):
+    def symbolic(g, self, dim):
+        from torch.onnx import symbolic_helper as sh
+
+        from .torchscript import TorchScriptBuilder, _keep_error_one_line
+
+        try:
+            dtype = _TS_DTYPES.get(self.type().scalarType())
+            if dtype is None:
+                raise ValueError(f"cummax/cummin of {self.type().scalarType()} tensors is not supported here")
+            return emit_cum_extreme(TorchScriptBuilder(g), self, int(sh._maybe_get_const(dim, "i")), largest, dtype)
+        except ValueError as exc:
+            _keep_error_one_line(exc, g)
+            raise
+
+    return symbolic
+
+
 # -- antialiased resize ------------------------------------------------------------------------
 def _filter_bilinear(x: np.ndarray) -> np.ndarray:
     x = np.abs(x)
@@ -286,6 +359,8 @@ def torchscript_symbolics(min_opset: int, max_opset: int) -> dict:
     return {
         "aten::scaled_dot_product_attention": (_sdpa_symbolic, range(min_opset, 14)),
         "aten::isin": (_isin_symbolic, every),
+        "aten::cummax": (_make_cum_symbolic(True), every),
+        "aten::cummin": (_make_cum_symbolic(False), every),
         "aten::_upsample_bicubic2d_aa": (_make_resize_aa_symbolic("bicubic"), every),
         "aten::_upsample_bilinear2d_aa": (_make_resize_aa_symbolic("bilinear"), every),
     }
@@ -306,4 +381,20 @@ def dynamo_translations(build_opset, builder_cls) -> dict:
         as_int = b.op("Cast", self, to=6)  # int32: ReduceMin has no bool
         return b.op("Cast", b.op("ReduceMin", as_int, keepdims=0), to=9)  # no axes: all of them
 
-    return {torch.ops.aten._is_all_true.default: is_all_true}
+    def isin(elements, test_elements, assume_unique: bool = False, invert: bool = False):
+        return emit_isin(builder_cls(build_opset(18)), elements, test_elements, invert)
+
+    def cum(largest):
+        def fn(self, dim: int):
+            b = builder_cls(build_opset(18))
+            return emit_cum_extreme(b, self, dim, largest, b.value_dtype(self))
+
+        return fn
+
+    aten = torch.ops.aten
+    return {
+        aten._is_all_true.default: is_all_true,
+        aten.isin.Tensor_Tensor: isin,
+        aten.cummax.default: cum(True),
+        aten.cummin.default: cum(False),
+    }
