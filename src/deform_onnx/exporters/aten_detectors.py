@@ -8,6 +8,8 @@ Registered through :data:`deform_onnx.exporters.aten_gaps.SYMBOLICS` (TorchScrip
   (RT-DETR, Deformable DETR, DINO, Grounding DINO decoders' self-attention).
 - ``aten::isin``, ``aten::cummax`` and ``aten::cummin`` at every opset, both exporters (torch
   has none): Grounding DINO's ``generate_masks_with_special_tokens_and_transfer_map``.
+- ``aten::eye`` with ``dtype=torch.bool`` (TorchScript): torch writes a bool ``EyeLike`` that
+  ONNX Runtime cannot run; here ``EyeLike`` in float, then ``Cast``.
 - ``aten::_upsample_bicubic2d_aa`` / ``aten::_upsample_bilinear2d_aa`` at every
   TorchScript opset (``F.interpolate(..., antialias=True)``; RF-DETR's
   backbone): two ``MatMul`` by weight matrices computed as ATen's kernels do.
@@ -234,6 +236,31 @@ def _make_cum_symbolic(largest: bool):
     return symbolic
 
 
+# -- eye(dtype=bool) ----------------------------------------------------------------------------
+def _eye_symbolic(g, *args):
+    """``torch.eye(n[, m], dtype=torch.bool)`` as ``EyeLike`` in float then ``Cast`` to bool.
+
+    torch's own symbolic writes a bool ``EyeLike``, which ONNX Runtime has no kernel for
+    (Grounding DINO's text attention mask: ``torch.eye(seq_len, dtype=torch.bool)``);
+    other dtypes go to torch's symbolic unchanged.
+    """
+    from torch.onnx import symbolic_helper as sh
+    from torch.onnx._internal.torchscript_exporter import symbolic_opset9
+
+    args = list(args)
+    dtype_at = len(args) - 4  # (n[, m], dtype, layout, device, pin_memory)
+    if dtype_at < 1 or sh._is_none(args[dtype_at]) or sh._maybe_get_const(args[dtype_at], "i") != 11:
+        return symbolic_opset9.eye(g, *args)  # 11: c10::ScalarType::Bool
+    args[dtype_at] = g.op("Constant", value_t=torch_tensor(6))  # c10::ScalarType::Float
+    return g.op("Cast", symbolic_opset9.eye(g, *args), to_i=9)
+
+
+def torch_tensor(value):
+    import torch
+
+    return torch.tensor(value)
+
+
 # -- antialiased resize ------------------------------------------------------------------------
 def _filter_bilinear(x: np.ndarray) -> np.ndarray:
     x = np.abs(x)
@@ -361,6 +388,7 @@ def torchscript_symbolics(min_opset: int, max_opset: int) -> dict:
         "aten::isin": (_isin_symbolic, every),
         "aten::cummax": (_make_cum_symbolic(True), every),
         "aten::cummin": (_make_cum_symbolic(False), every),
+        "aten::eye": (_eye_symbolic, every),
         "aten::_upsample_bicubic2d_aa": (_make_resize_aa_symbolic("bicubic"), every),
         "aten::_upsample_bilinear2d_aa": (_make_resize_aa_symbolic("bilinear"), every),
     }
