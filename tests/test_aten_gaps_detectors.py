@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from util import run_ort
 
 import deform_onnx
 from deform_onnx.exporters.aten_detectors import aa_weights
-from util import run_ort
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
