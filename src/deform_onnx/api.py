@@ -13,9 +13,12 @@ import onnx
 import torch
 
 from ._io import write_bytes_atomic
+from .bfloat16 import choose_opset as _bfloat16_opset
+from .bfloat16 import (
+    verify_model as _verify,  # float32 reference for bfloat16 models (bfloat16.py)
+)
 from .conversion import ConversionError
 from .errors import ExportError, MissingKernelError, VerificationError
-from .irversion import apply_ir_version, check_requested
 from .exporters import dynamo as _dynamo
 from .exporters import torchscript as _torchscript
 from .exporters.calls import capture_errors as _capture_errors
@@ -23,10 +26,10 @@ from .exporters.calls import cause as _cause
 from .exporters.calls import export_dynamo as _export_dynamo
 from .exporters.calls import export_torchscript as _export_torchscript
 from .exporters.guards import FixedDynamicSize
+from .irversion import apply_ir_version, check_requested
 from .lowering import resolve_method
 from .semantics import MIN_OPSET, DeformConvSpec
 from .verification import Tolerance, Verified
-from .verification import verify as _verify
 
 __all__ = ["ExportError", "ExportReport", "VerificationError", "check_deform_modules", "export"]
 
@@ -173,6 +176,7 @@ def export(
 
     choice = _target_hooks.for_export(target, method, opset_version, dynamo, force)
     method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
+    opset_version = _bfloat16_opset(model, args, opset_version, dynamo)  # bfloat16: opset 22 (bfloat16.py)
     if opset_version is None:
         opset_version = DEFAULT_NATIVE_OPSET if method == "native" else DEFAULT_OPSET
     check_requested(ir_version, opset_version)  # hook (issue 12): fail before the export
@@ -435,7 +439,7 @@ def _validate(proto: onnx.ModelProto, opset: int, method: str) -> None:
             raise ExportError(f"DeformConv nodes remain after lowering with {method!r}: {left}")
     try:
         onnx.checker.check_model(proto, full_check=True)
-    except onnx.checker.ValidationError as exc:
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise ExportError(f"the exported model is not valid ONNX: {str(exc).splitlines()[0]}") from None
 
 
