@@ -14,11 +14,10 @@ import torch
 
 from ._io import write_bytes_atomic
 from .bfloat16 import choose_opset as _bfloat16_opset
-from .bfloat16 import (
-    verify_model as _verify,  # float32 reference for bfloat16 models (bfloat16.py)
-)
+from .bfloat16 import verify_model as _verify  # float32 reference for bfloat16 models
 from .conversion import ConversionError
 from .errors import ExportError, MissingKernelError, VerificationError
+from .irversion import apply_ir_version, check_requested
 from .exporters import dynamo as _dynamo
 from .exporters import torchscript as _torchscript
 from .exporters.calls import capture_errors as _capture_errors
@@ -26,7 +25,6 @@ from .exporters.calls import cause as _cause
 from .exporters.calls import export_dynamo as _export_dynamo
 from .exporters.calls import export_torchscript as _export_torchscript
 from .exporters.guards import FixedDynamicSize
-from .irversion import apply_ir_version, check_requested
 from .lowering import resolve_method
 from .semantics import MIN_OPSET, DeformConvSpec
 from .verification import Tolerance, Verified
