@@ -24,13 +24,31 @@ def _converter_reason(exc: BaseException) -> str:
 
 
 def _converts(proto: onnx.ModelProto, opset: int) -> bool:
-    from onnx import version_converter
-
     try:
-        version_converter.convert_version(proto, opset)
+        _convert_proto(proto, opset, _default_opset(proto))
     except Exception:  # noqa: BLE001
         return False
     return True
+
+
+#: ``ir.Model.meta`` key: the down-conversion adapters :func:`_convert` applied (one line each).
+REPAIRS = "deform_onnx.repairs"
+
+
+def _convert_proto(proto: onnx.ModelProto, target: int, current: int | None) -> tuple[onnx.ModelProto, list]:
+    """Down: export's :func:`deform_onnx.conversion.convert_down` (onnx's converter plus the adapters it
+    lacks: ``Split`` 18->17, ``Pad`` 18->17, ...); up: onnx's converter alone."""
+    from onnx import version_converter
+
+    from ..conversion import convert_down
+
+    if current is not None and target < current:
+        return convert_down(proto, target)
+    return version_converter.convert_version(proto, target), []
+
+
+def _default_opset(proto: onnx.ModelProto) -> int | None:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
 def _convert(model: ir.Model, target: int, current: int | None, hide_grid_samples: bool = False) -> ir.Model:
@@ -61,7 +79,7 @@ def _convert(model: ir.Model, target: int, current: int | None, hide_grid_sample
         node.domain = ""
     model.opset_imports.pop(_HIDDEN, None)
     try:
-        converted_proto = version_converter.convert_version(proto, target)
+        converted_proto, repairs = _convert_proto(proto, target, current)
     except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError/IndexError/...
         hint = "choose another opset"
         if current is not None and target < current:
@@ -74,6 +92,7 @@ def _convert(model: ir.Model, target: int, current: int | None, hide_grid_sample
     proto = converted_proto
     converted = ir.serde.deserialize_model(proto)
     converted.meta[_VALUE_INFO] = model.meta.get(_VALUE_INFO)
+    converted.meta[REPAIRS] = [str(r) for r in repairs]
     for node in ir.traversal.RecursiveGraphIterator(converted.graph):
         if node.domain == _HIDDEN:
             node.domain = ""
