@@ -156,6 +156,28 @@ def test_antialiased_resize(kw, opset):
     np.testing.assert_allclose(run_ort(data, {"x": x}), Resize(**kw)(x).numpy(), rtol=1e-5, atol=1e-5)
 
 
+class ResizeToInput(torch.nn.Module):
+    """RF-DETR's pattern: a parameter resized to a size computed from the image's shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.randn(1, 4, 9, 9))
+
+    def forward(self, x):
+        size = (x.shape[2] // 14, x.shape[3] // 14)
+        return x.mean() + F.interpolate(self.pos, size=size, mode="bicubic", antialias=True, align_corners=False)
+
+
+def test_antialiased_resize_to_a_traced_size():
+    """Static graph: the traced size serves; with a dynamic axis the file would be wrong elsewhere: refused."""
+    x = torch.randn(1, 3, 112, 84)
+    model = ResizeToInput()
+    data, _ = _export(model, (x,), 11, ["x"])
+    np.testing.assert_allclose(run_ort(data, {"x": x}), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="static output size"):
+        _export(model, (x,), 11, ["x"], dynamic_axes={"x": {2: "H"}})
+
+
 def test_aa_weights_rows_are_a_partition_of_unity():
     """Each output's weights sum to 1 (normalised as ATen does); a plant: bicubic's a=-0.5 has negative lobes."""
     w = aa_weights("bicubic", 23, 7, False, None, np.float64)

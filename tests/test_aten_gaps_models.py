@@ -4,6 +4,7 @@ float32 1e-4, and again here):
 
 - RT-DETR at opsets 11 and 12 (TorchScript: SDPA below 14 from ``aten_detectors``) and 17 (dynamo);
 - RT-DETRv2 at 17 on the dynamo path without a fallback (``aten._is_all_true``);
+- RF-DETR at 11 (its DINOv2 backbone's position embedding: antialiased bicubic resize);
 - Grounding DINO at 11 (``isin``, ``cummax``/``cummin``, ``eye(dtype=bool)``; the BERT text
   backbone is built from a tiny config, ``input_ids`` given directly: no tokenizer needed).
   Measured by hand too: 12 (TorchScript) and 17 (dynamo, 36 s: too slow for the suite) pass.
@@ -110,3 +111,19 @@ def test_grounding_dino_at_opset_11(photo):
     model = Detections(transformers.GroundingDinoForObjectDetection(config)).eval()
     ids = torch.tensor([[1, 5, 7, 3, 9, 3, 2]])  # ids 1, 2, 3 stand for [CLS], [SEP], "."
     _check(model, (photo, ids), 11, "torchscript", ["x", "ids"])
+
+
+def test_rf_detr_at_opset_11():
+    """RF-DETR (tiny windowed DINOv2 backbone, 112x112: the position embedding is resized, bicubic antialiased)."""
+    backbone = transformers.RfDetrDinov2Config(
+        hidden_size=32, num_hidden_layers=4, num_attention_heads=2, image_size=56, patch_size=14, num_windows=2,
+        window_block_indexes=[0, 2], out_features=["stage1", "stage2", "stage3", "stage4"], mlp_ratio=2,
+    )
+    config = transformers.RfDetrConfig(
+        backbone_config=backbone, d_model=32, decoder_ffn_dim=64, decoder_layers=2, num_queries=10, group_detr=1,
+        decoder_self_attention_heads=2, decoder_cross_attention_heads=2, intermediate_size=32, decoder_n_points=2,
+    )
+    photo = load_photo((112, 112))
+    torch.manual_seed(0)
+    model = Detections(unit_scale(transformers.RfDetrForObjectDetection(config), photo, seed=3)).eval()
+    _check(model, (photo,), 11, "torchscript", ["x"])

@@ -317,17 +317,21 @@ def aa_weights(mode: str, in_size: int, out_size: int, align_corners: bool, scal
 
 
 def emit_resize_aa(b: Builder, x: Value, mode: str, out_hw: tuple[int, int], align_corners: bool,
-                   scales: tuple[float | None, float | None]) -> Value:
+                   scales: tuple[float | None, float | None], in_shape=None) -> Value:
     """``F.interpolate(x, mode=mode, antialias=True)`` on ``[N, C, H, W]`` -> ``[N, C, Ho, Wo]``.
 
     A separable filter with data-independent weights: ``Wh [Ho, H] @ x @ Ww[Wo, W]^T``
     (two ``MatMul``, weights from :func:`aa_weights`), width first as ATen does.
+    ``in_shape``: the input's sizes where the builder has lost them (traced sizes of a graph
+    without dynamic axes).
 
     Raises:
         ValueError: input rank not 4, or a dynamic input/output size (the weights are
             computed at export; export with a fixed image size).
     """
     shape = b.static_shape(x)
+    if shape is None or len(shape) != 4 or shape[2] is None or shape[3] is None:
+        shape = in_shape  # the traced sizes, where the graph has no dynamic axis (``_traced_sizes``)
     if shape is None or len(shape) != 4 or shape[2] is None or shape[3] is None:
         raise ValueError(
             f"antialiased {mode} resize needs a 4-D input with static H and W (got shape {shape}); "
@@ -339,6 +343,31 @@ def emit_resize_aa(b: Builder, x: Value, mode: str, out_hw: tuple[int, int], ali
     ww = aa_weights(mode, w, out_hw[1], align_corners, scales[1], dt)
     y = b.op("MatMul", x, b.const(np.ascontiguousarray(ww.T)))  # [N, C, H, Wo]
     return b.op("MatMul", b.const(wh), y)  # [Ho, H] @ [N, C, H, Wo] -> [N, C, Ho, Wo]
+
+
+def _traced_sizes(g, output: bool, index: int = 0) -> list[int] | None:
+    """Sizes of the traced node's input/output ``index`` when every graph input has a static shape.
+
+    transformers computes resize sizes from the image's shape (RF-DETR's position embedding:
+    ``size=(new_height, new_width)`` after a reshape chain that ONNX shape inference loses);
+    the trace records them as ``Shape`` arithmetic. With no dynamic axis anywhere in the
+    graph, the traced sizes are the only ones the file will see. ``None`` otherwise.
+    """
+    node = getattr(g, "original_node", None)
+    if node is None:
+        return None
+    try:
+        for value in g.graph.inputs():  # the model's inputs and parameters
+            sizes = value.type().varyingSizes() if value.type().kind() == "TensorType" else []
+            if sizes is None or any(d is None for d in sizes):
+                return None
+        values = list(node.outputs() if output else node.inputs())
+        sizes = values[index].type().varyingSizes()
+    except (AttributeError, RuntimeError, IndexError):
+        return None
+    if sizes is None or any(d is None for d in sizes):
+        return None
+    return [int(d) for d in sizes]
 
 
 def _make_resize_aa_symbolic(mode: str):
@@ -368,10 +397,16 @@ def _make_resize_aa_symbolic(mode: str):
                 output_size = sh._maybe_get_const(output_size, "is")
                 scale_hw = (opt_float(scales[0]), opt_float(scales[1])) if scales else (None, None)
             if not isinstance(output_size, (list, tuple)) or len(output_size) != 2:
-                raise ValueError(f"antialiased {mode} resize needs a static output size; export with a fixed size")
+                traced = _traced_sizes(g, output=True)
+                output_size = traced[2:] if traced is not None and len(traced) == 4 else None
+            if output_size is None:
+                raise ValueError(
+                    f"antialiased {mode} resize needs a static output size (its weights are computed at export); "
+                    "export without dynamic axes"
+                )
             return emit_resize_aa(
                 b, input, mode, (int(output_size[0]), int(output_size[1])),
-                bool(sh._maybe_get_const(align_corners, "b")), scale_hw,
+                bool(sh._maybe_get_const(align_corners, "b")), scale_hw, _traced_sizes(g, output=False),
             )
         except ValueError as exc:
             _keep_error_one_line(exc, g)
