@@ -20,6 +20,9 @@ def _converter_reason(exc: BaseException) -> str:
     found = re.search(r"No Adapter (From|To) Version \$?(\d+) for (\w+)", str(exc))
     if found:
         return f"no adapter {found.group(1).lower()} version {found.group(2)} for {found.group(3)}"
+    found = re.search(r"no adapter for (\w+) \((from|to) opset (\d+)\)", str(exc))  # ConversionError's wording
+    if found:
+        return f"no adapter {found.group(2)} version {found.group(3)} for {found.group(1)}"
     return _first_line(exc)
 
 
