@@ -98,3 +98,17 @@ def test_lower_file_reads_and_writes_external_data(small_limit, model, tmp_path)
     with torch.no_grad():
         want = m(x).numpy()
     np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_check_reads_external_data(small_limit, model, tmp_path):
+    """deform-onnx check on such a file: every path runs and matches (ONNX Runtime and OpenVINO, as is and lowered)."""
+    from typer.testing import CliRunner
+
+    from deform_onnx.cli import app
+
+    m, x = model
+    path = tmp_path / "big.onnx"
+    deform_onnx.export(m, (x,), path, opset_version=19, method="native", input_names=["x"])
+    result = CliRunner().invoke(app, ["check", str(path), "--input-shape", "x=1,8,8,8"])
+    assert result.exit_code == 0, result.output
+    assert "all paths that ran match" in result.output and "lower(auto)" in result.output
