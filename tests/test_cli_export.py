@@ -93,6 +93,22 @@ def test_main_job_exits_0_and_prints_the_table(main_job):
     assert "mean |offset|" in result.stdout
 
 
+def test_readme_shows_the_main_job_as_it_prints(main_job):
+    """README's expected output (issue 21: it said 229 / 1386 nodes): the same rows, exporters and node counts."""
+    from pathlib import Path
+
+    result, _ = main_job
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    shown = readme[readme.index("What the main job prints"):]
+    shown = shown[shown.index("```") + 3:].split("```", 1)[0]
+    want, got = _rows(shown), _rows(result.stdout)
+    assert set(want) == set(got), (want, got)
+    for method, cells in got.items():
+        assert want[method][:4] == cells[:4], (method, want[method], cells)  # method, opset, exporter, nodes
+        assert want[method][-1] == cells[-1]  # ok
+    assert "checked in ONNX Runtime:" in shown
+
+
 def test_main_job_files_match_pytorch(main_job):
     result, out = main_job
     assert result.exit_code == 0

@@ -62,6 +62,8 @@ class ExportReport:
         fallback_reason: why the dynamo exporter was abandoned, if it was.
         export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
         op_types: sorted op types of the main graph.
+        onnxruntime: the ONNX Runtime distribution the file was verified in (CPU execution
+            provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified.
     """
 
     path: Path | None
@@ -77,6 +79,7 @@ class ExportReport:
     fallback_reason: str | None = None
     export_seconds: float = 0.0
     op_types: list[str] = field(default_factory=list)
+    onnxruntime: str | None = None
 
 
 def export(
@@ -266,6 +269,9 @@ def _export_eval(
         report.max_error, report.worst_output, report.tolerances = (
             verified.max_error, verified.worst_output, verified.tolerances,
         )
+        from .ort_distribution import describe  # hook (issue 21): which ONNX Runtime distribution verified it
+
+        report.onnxruntime = describe()
     report.path = _write(data, f) if sink is None else sink.commit()
     return report
 

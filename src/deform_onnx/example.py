@@ -180,7 +180,12 @@ def load_photo(size: int | tuple[int, int] = EXAMPLE_SIZE, name: str = "astronau
 
     Raises:
         ValueError: ``name`` is not a colour image of ``skimage.data``.
+        ModuleNotFoundError: scikit-image is not installed (the message names the
+            ``deform-onnx[example]`` extra).
     """
+    from ._extras import require_skimage
+
+    require_skimage()
     import skimage.data
     import skimage.transform
 

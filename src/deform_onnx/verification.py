@@ -120,10 +120,13 @@ def verify(model, args: tuple, data: bytes, rtol: float | None = None, atol: flo
     Raises:
         ExportError: ONNX Runtime has no kernel for some node at its dtype
             (named, with ``verify=False`` as the way out), or the inputs do not fit.
+        ModuleNotFoundError: no ONNX Runtime distribution is installed (the message names
+            the ``deform-onnx[onnxruntime]`` extra).
         VerificationError: an output's shape or values differ beyond its tolerance.
     """
-    import onnxruntime as ort
+    from .ort_distribution import require
 
+    ort = require()  # whichever distribution provides it (onnxruntime, -gpu, -openvino, ...): all have the CPU EP
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
@@ -171,14 +174,25 @@ def _missing_kernel(text: str, data: bytes) -> str | None:
     match = re.search(r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'", text)
     if match is None:
         return None
-    op, version, node_name = match.groups()
+    op, _kernel_version, node_name = match.groups()  # the kernel's since-version (Conv(11)), not the file's opset
     dtype = _node_input_dtype(data, node_name)
     of = f"{dtype} " if dtype else ""
+    opset = _file_opset(data)
+    at = f"opset {opset}, " if opset is not None else ""
     return (
-        f"ONNX Runtime (CPU) has no {of}kernel for {op} (opset {version}, node {node_name!r}), so the "
-        f"exported file cannot be verified here; pass verify=False to write it unverified "
+        f"ONNX Runtime (CPU) has no {of}kernel for {op} ({at}node {node_name!r}), so the "
+        f"exported file cannot be verified here; pass verify=False (CLI: --no-verify) to write it unverified "
         f"(runtimes with {of}{op}: see README, Runtime support), or export the model in float32"
     )
+
+
+def _file_opset(data: bytes) -> int | None:
+    """The file's default-domain opset (what the message names; ORT's text names its kernel's version)."""
+    try:
+        proto = onnx.load_from_string(data)
+    except Exception:  # noqa: BLE001 - only used to word the message
+        return None
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
 def _node_input_dtype(data: bytes, node_name: str) -> str | None:

@@ -375,6 +375,13 @@ def first_line(e: BaseException) -> str:
 def _version(dist: str) -> str:
     from importlib import metadata
 
+    if dist == "onnxruntime":  # any distribution of the module (onnxruntime-gpu, -openvino, ...), named when not the CPU one
+        from ..ort_distribution import find
+
+        found = find()
+        if found is None:
+            return "not installed"
+        return found.version if found.names == ("onnxruntime",) else f"{found.version} ({', '.join(found.names)})"
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

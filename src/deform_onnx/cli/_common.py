@@ -43,8 +43,11 @@ class UserError(Exception):
 
 def fail(message: str) -> NoReturn:
     """Print ``error: message`` (first line only) on stderr and exit with code 2."""
+    from rich.markup import escape
+
     first = one_line(message) or "unknown error"
-    err_console.print(f"[bold red]error:[/] {first}", markup=True, highlight=False, soft_wrap=True)
+    # escape: a message may hold brackets that are not markup (pip's extras: 'deform-onnx[example]').
+    err_console.print(f"[bold red]error:[/] {escape(first)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(USER_ERROR)
 
 

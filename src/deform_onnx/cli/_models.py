@@ -46,7 +46,39 @@ def model_kind(spec: str | None) -> str:
             f"bad model {spec!r}: give MODULE:FACTORY (e.g. mypackage.models:build_model), "
             "a TorchScript archive (model.pt) or a torch.export archive (model.pt2)"
         )
+    _check_module_exists(spec.partition(":")[0], spec)
     return "factory"
+
+
+def _check_module_exists(module: str, spec: str) -> None:
+    """A ``.py`` file that exists, or a top-level package found from the current folder (not imported).
+
+    Raises:
+        UserError: the file or the package is missing (answered before torch is imported).
+    """
+    import importlib.util
+    import sys
+
+    if not module:
+        return  # load_factory names the malformed spec
+    if module.endswith(".py"):
+        path = Path(module)
+        if path.is_dir():
+            raise UserError(f"cannot import {module!r}: is a directory, not a .py file")
+        if not path.is_file():
+            raise UserError(f"cannot import {module!r}: no such file")
+        return
+    top = module.split(".")[0]
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise UserError(f"cannot import {module!r}: no module named {top!r} (from {cwd}); give MODULE:FACTORY "
+                        "with MODULE a .py file or a module importable from the current folder")  # fmt: skip
 
 
 def load_model(spec: str | None, kind: str):
@@ -132,16 +164,18 @@ def _dims(shape) -> str:
 
 
 def from_specs(specs: list[InputSpec], dtype: str) -> ExampleInputs:
-    """Tensors for ``--input-shape`` specs: the photo for ``N,3,H,W``, seeded normal noise otherwise."""
+    """Tensors for ``--input-shape`` specs: the photo for ``N,3,H,W`` (with scikit-image), seeded normal noise otherwise."""
     import torch
 
+    from .._extras import has_skimage
     from ..example import load_photo
 
     names, tensors, parts = [], [], []
     gen = torch.Generator().manual_seed(0)
+    photo = has_skimage()  # without the [example] extra an image input is noise too (the title says which)
     for i, spec in enumerate(specs):
         shape, want = spec.shape, getattr(torch, spec.dtype or dtype)
-        if len(shape) == 4 and shape[1] == 3 and i == 0:
+        if photo and len(shape) == 4 and shape[1] == 3 and i == 0:
             t = load_photo((shape[2], shape[3])).expand(shape[0], -1, -1, -1).contiguous()
             what = f"the astronaut photo {_dims(shape)}"
         else:

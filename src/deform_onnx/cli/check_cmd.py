@@ -7,11 +7,15 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from . import app
 from ._common import CHECK_FAILED, UserError, console, err_console, user_errors
 from ._inputs import check_method, load_npz, parse_specs
+
+#: How ``deform_onnx.targets.hooks.for_check`` words a rule the file as is breaks.
+BREAKS = "the file as is breaks"
 
 #: Offsets are drawn as randn * OFFSET_SCALE so that many samples fall outside the image.
 OFFSET_SCALE = 2.0
@@ -176,12 +180,17 @@ def check_command(
     (rows "..., border input") moves every sample into the 1-pixel band around the image,
     where border rules differ (OpenVINO's bilinear_interpolation_pad=false:
     up to ~1.4), when the offsets are graph inputs. Exit code 1 if a
-    path that ran exceeds --tolerance (or nothing ran), 2 on a bad file or option.
+    path that ran exceeds --tolerance (or nothing ran), or the file breaks a rule
+    of --target; 2 on a bad file or option.
     """
     rule_notes: list[str] = []
     with user_errors(ValueError, OSError):
         if method is not None:
             check_method(method)
+        if model_path.is_dir():
+            raise UserError(f"{model_path}: is a directory, not an ONNX file")
+        if not model_path.is_file():
+            raise UserError(f"{model_path}: no such file")
         if target is not None:  # hook (issue 12): the target's method and rules
             from ..targets import hooks as target_hooks
 
@@ -206,7 +215,10 @@ def check_command(
     from ..runtimes import reference, run_paths
     from ..runtimes.border import BAND, border_feeds
 
+    from ..runtimes import lowered_here
+
     deformable = bool(find_nodes(model))
+    to_lower = bool(lowered_here(model, method, target, force))  # what run_paths and lower() decide
     with user_errors(ValueError):
         border, border_why = border_feeds(model, feeds, seed) if deformable else (None, "")
     paths = dict(runtimes=runtimes, method=method, target=target, force=force, precision=precision, timeout=timeout)
@@ -226,6 +238,10 @@ def check_command(
         table.add_column(col, justify="right" if col in ("max abs err", "latency ms") else "left")
     bad = _add_rows(table, results, want, tolerance)
     console.print(table)
+    if any(r.runtime == "onnxruntime" and r.ran for r in results):
+        from ..ort_distribution import describe
+
+        console.print(f"onnxruntime rows: {describe()}, CPU execution provider", highlight=False)
     if border is not None:  # its own rows: a border-rule mismatch shows even when the random input hides it
         shown = border_label if border_want is not None else "none"
         border_table = Table(title=f"border input, {BAND}: reference = {shown}")
@@ -237,11 +253,18 @@ def check_command(
         console.print(border_table)
     elif deformable:
         console.print(f"border input: none ({border_why})", highlight=False)
-    if not deformable:
-        console.print("no deformable-convolution nodes: lower() would not change this file, so it has no lower() rows",
-                      highlight=False)
+    if not to_lower:
+        some = bool(lowered_here(model, "gather"))  # gather lowers every kind of node any method does
+        what = f"no node that lower(method={method!r}) replaces" if some else "no deformable-convolution nodes"
+        console.print(f"{what}: lower() would not change this file, so it has no lower() rows", highlight=False)
     for note in rule_notes:
         console.print(f"[yellow]target:[/yellow] {note}", highlight=False)
+    broken = [n for n in rule_notes if BREAKS in n]
+    if broken:  # the file as given does not suit the target, whatever its rows say
+        err_console.print(f"[red]error:[/] {model_path.name} breaks {len(broken)} rule(s) of target {target!r}: "
+                          f"{escape(broken[0].partition(BREAKS)[2].strip())} (lower --target {target} writes a file that "
+                          "keeps them, where it can)", highlight=False, soft_wrap=True)  # fmt: skip
+        raise typer.Exit(CHECK_FAILED)
     if want is None:
         console.print(ref_label, highlight=False, soft_wrap=True)
     ran = [r for r in results if r.ran]

@@ -50,6 +50,8 @@ def lower_command(
             raise UserError(f"-o {dst} is the input file; pass --in-place to overwrite it")
         if src.is_dir():
             raise UserError(f"{src}: is a directory, not an ONNX file")
+        if not src.is_file():
+            raise UserError(f"{src}: no such file")
         if dst.is_dir():
             raise UserError(f"-o {dst}: is a directory; give a file path such as {dst / 'model_lowered.onnx'}")
         if method is not None:

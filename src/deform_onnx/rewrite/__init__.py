@@ -34,6 +34,7 @@ from .nodes import (
     find_nodes,
     spec_for_node,  # noqa: F401  (public: the OpenVINO runtime and tests read node specs)
 )
+from .lowerable import nodes_lowered
 from .opset import REPAIRS, _convert
 from .registry import SOURCE_OPS
 
@@ -114,12 +115,10 @@ def lower_model(
 def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir.Model, LowerReport]:
     current = default_opset(model)
     report = LowerReport(opset_before=current, opset_after=current)
-    nodes = find_nodes(model)
     to_opset = opset if opset is not None else current
     samplers = grid_sample_nodes.nodes_to_lower(model, method, to_opset) if to_opset is not None else []
-    dcnv3s = dcnv3_nodes.find(model)
-    attentions = msda_nodes.find(model)
-    if not nodes and not samplers and not dcnv3s and not attentions and (opset is None or opset == current):
+    # The one decision of which nodes a method lowers (check and run_paths ask it too).
+    if not nodes_lowered(model, method, to_opset) and (opset is None or opset == current):
         return model, report
     if to_opset is None:
         raise ValueError("the model imports no default-domain opset; pass opset=N (CLI: --opset N)")

@@ -107,7 +107,8 @@ def run_paths(
     Paths: ONNX Runtime as is; ONNX Runtime after ``lower(method=...)``;
     OpenVINO with :func:`deform_onnx.openvino.extension` ("extension"); OpenVINO
     after ``lower()``. A model without deformable nodes gets no ``lower()``
-    paths (they would run the same file) and its OpenVINO path is "as is". A
+    paths (they would run the same file; :func:`lowered_here` decides, as ``lower()`` does) and
+    its OpenVINO path is "as is". A
     path that cannot run gets ``reason`` (one line) instead of outputs.
 
     Args:
@@ -131,9 +132,11 @@ def run_paths(
             raise ValueError(f"unknown runtime {name!r}; choose from {', '.join(sorted(RUNTIME_NAMES))}")
         if RUNTIME_NAMES[name] not in wanted:
             wanted.append(RUNTIME_NAMES[name])
-    deformable = bool(find_nodes(read_model(model)))
+    parsed = read_model(model)
+    deformable = bool(find_nodes(parsed))  # OpenVINO then runs with the extension
+    to_lower = bool(lowered_here(parsed, method, target, force))  # the same decision as lower()'s
     lowered, lower_reason = None, None
-    if deformable:
+    if to_lower:
         try:
             lowered = lower(model, method=method, target=target, force=force)
         except Exception as e:  # noqa: BLE001 - reported in the table
@@ -145,7 +148,7 @@ def run_paths(
 
         missing = (ort_mod if runtime == "onnxruntime" else ov_mod).available()
         as_is = "extension" if runtime == "openvino" and deformable else "as is"
-        paths = [(as_is, model)] + ([(f"lower({method})", lowered)] if deformable else [])
+        paths = [(as_is, model)] + ([(f"lower({method})", lowered)] if to_lower else [])
         for path, source in paths:
             result = PathResult(runtime, path)
             results.append(result)
@@ -166,6 +169,28 @@ def run_paths(
             except Exception as e:  # noqa: BLE001 - reported in the table
                 result.reason = runtime_reason(e)
     return results
+
+
+def lowered_here(model, method: str, target: str | None = None, force: bool = False) -> list:
+    """The nodes ``lower(model, method=..., target=...)`` replaces (:func:`deform_onnx.rewrite.lowerable.nodes_lowered`
+    at the opset the target keeps or picks); a method or target that fails here leaves the decision to ``lower()``.
+    """
+    from ..rewrite.lowerable import nodes_lowered
+    from ..rewrite.model_io import default_opset
+
+    opset = None
+    if target is not None:
+        from ..targets.hooks import for_lower
+
+        try:
+            choice = for_lower(target, method, None, default_opset(model), force)
+            method, opset = choice.method, choice.opset
+        except ValueError:
+            pass
+    try:
+        return nodes_lowered(model, method, opset)
+    except ValueError:
+        return [None]  # lower() will say why (its row shows the reason)
 
 
 #: Longest reason a table row shows; the rest of a runtime's message is cut.

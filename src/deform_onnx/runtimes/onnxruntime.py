@@ -10,10 +10,16 @@ __all__ = ["available", "session", "has_deform_conv_kernel"]
 
 def available() -> str | None:
     """``None`` if onnxruntime can be imported, else the reason (one line)."""
+    from ..ort_distribution import MISSING
+
     try:
         import onnxruntime  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name == "onnxruntime":
+            return MISSING
+        return f"onnxruntime is not usable: {e} (pip install 'deform-onnx[onnxruntime]')"
     except Exception as e:  # noqa: BLE001
-        return f"onnxruntime is not usable: {e} (pip install onnxruntime)"
+        return f"onnxruntime is not usable: {e} (pip install 'deform-onnx[onnxruntime]')"
     return None
 
 
