@@ -251,11 +251,11 @@ def _eye_symbolic(g, *args):
     dtype_at = len(args) - 4  # (n[, m], dtype, layout, device, pin_memory)
     if dtype_at < 1 or sh._is_none(args[dtype_at]) or sh._maybe_get_const(args[dtype_at], "i") != 11:
         return symbolic_opset9.eye(g, *args)  # 11: c10::ScalarType::Bool
-    args[dtype_at] = g.op("Constant", value_t=torch_tensor(6))  # c10::ScalarType::Float
+    args[dtype_at] = g.op("Constant", value_t=_torch_tensor(6))  # c10::ScalarType::Float
     return g.op("Cast", symbolic_opset9.eye(g, *args), to_i=9)
 
 
-def torch_tensor(value):
+def _torch_tensor(value):
     import torch
 
     return torch.tensor(value)
