@@ -14,7 +14,7 @@ Registered through :data:`deform_onnx.exporters.aten_gaps.SYMBOLICS` (TorchScrip
   TorchScript opset (``F.interpolate(..., antialias=True)``; RF-DETR's
   backbone): two ``MatMul`` by weight matrices computed as ATen's kernels do.
 - ``aten._is_all_true`` in the dynamo table (RT-DETRv2, D-FINE, OneFormer:
-  ``torch._assert_async(x.all())`` patterns that torch.export records).
+  transformers' ``torch_compilable_check``, i.e. ``torch._check_tensor_all``, which torch.export records).
 """
 
 from __future__ import annotations
