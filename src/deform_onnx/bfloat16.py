@@ -130,9 +130,14 @@ def _from_bits(a: np.ndarray) -> np.ndarray:
 def _run_onnxruntime(data: bytes, inputs: list[torch.Tensor]) -> tuple[list[np.ndarray] | None, str]:
     """Outputs (float32 for bfloat16 ones), or ``(None, why not)`` when ONNX Runtime has no kernel."""
     import onnx
-    import onnxruntime as ort
 
+    from .ort_distribution import require
     from .verification import _missing_kernel
+
+    try:
+        ort = require()
+    except ModuleNotFoundError:
+        return None, "ONNX Runtime is not installed"
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
