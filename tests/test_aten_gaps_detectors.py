@@ -199,3 +199,19 @@ def test_is_all_true_on_the_dynamo_path():
     data, report = _export(AllTrue(), (x,), 17, ["x"], dynamo=True)
     assert report.exporter == "dynamo" and report.fallback_reason is None
     np.testing.assert_allclose(run_ort(data, {"x": x}), (x * 2).numpy())
+
+
+def test_only_our_value_errors_pass_through_the_dynamo_path():
+    """A lowering's ValueError (raised in deform_onnx) is the user's error; one raised by torch's own
+    translations (OneFormer's Swin view at 17) lets export fall back to TorchScript instead."""
+    from deform_onnx.exporters.aten_detectors import emit_sdpa
+    from deform_onnx.exporters.calls import _raised_here
+
+    try:
+        emit_sdpa(None, None, None, None, None, False, 0.5, False, None, False)
+    except ValueError as exc:
+        assert _raised_here(exc)
+    try:
+        int("not a number")
+    except ValueError as exc:
+        assert not _raised_here(exc)

@@ -166,9 +166,24 @@ def _lowering_value_errors(wrapper: type[BaseException]):
         inner = exc
         while inner.__cause__ is not None:
             inner = inner.__cause__
-        if isinstance(inner, ValueError):
+        if isinstance(inner, ValueError) and _raised_here(inner):
             raise ValueError(str(inner)) from None
         raise
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside deform_onnx (a lowering's refusal), not by torch's own
+    translations (e.g. OneFormer's Swin backbone: "Cannot view a tensor with shape ..." from
+    torch's ``aten.view`` translation: the TorchScript fallback exports it)."""
+    import os
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(package)
 
 
 def export_torchscript(
