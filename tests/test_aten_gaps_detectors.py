@@ -207,11 +207,8 @@ def test_only_our_value_errors_pass_through_the_dynamo_path():
     from deform_onnx.exporters.aten_detectors import emit_sdpa
     from deform_onnx.exporters.calls import _raised_here
 
-    try:
+    with pytest.raises(ValueError) as ours:
         emit_sdpa(None, None, None, None, None, False, 0.5, False, None, False)
-    except ValueError as exc:
-        assert _raised_here(exc)
-    try:
+    with pytest.raises(ValueError) as theirs:
         int("not a number")
-    except ValueError as exc:
-        assert not _raised_here(exc)
+    assert _raised_here(ours.value) and not _raised_here(theirs.value)
