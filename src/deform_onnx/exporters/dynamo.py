@@ -78,7 +78,9 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
         ``method`` resolves per op: for grid_sample, ``native`` and
         ``grid_sample`` mean one ``GridSample`` node, opset >= 16), and
         ``deform_onnx.ms_deform_attn`` (:mod:`deform_onnx.ops`; one fused
-        lowering whatever the method, opset >= 11).
+        lowering whatever the method, opset >= 11), and ATen ops torch's torchlib
+        lacks (``aten._is_all_true``, ``aten.isin``, ``aten.cummax``/``cummin``:
+        :mod:`.aten_detectors`).
 
     Raises:
         ValueError: unknown method, an opset below :data:`MIN_OPSET` (14; the
