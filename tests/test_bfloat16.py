@@ -10,6 +10,7 @@ Conv, OpenVINO CPU runs the file. Without OpenVINO: a one-line ``MissingKernelEr
 
 from __future__ import annotations
 
+import io
 import sys
 
 import onnx
@@ -96,6 +97,19 @@ def test_without_openvino_a_missing_kernel_error(c31, monkeypatch, tmp_path):
     assert "\n" not in str(info.value) and not (tmp_path / "a.onnx").exists()
     report = deform_onnx.export(model, (x,), tmp_path / "b.onnx", verify=False)
     assert report.opset == 22 and (tmp_path / "b.onnx").is_file()
+
+
+@pytest.mark.parametrize("method", ["gather", "native"])
+def test_other_methods(c31, method):
+    """gather runs on OpenVINO in bfloat16 too; native DeformConv does not (no conversion rule): one line."""
+    model, x = c31
+    if method == "gather":
+        report = deform_onnx.export(model, (x,), io.BytesIO(), method=method)
+        assert report.opset == 22 and report.max_error <= 8e-2
+        return
+    with pytest.raises(MissingKernelError, match="DeformConv.*verify=False") as info:
+        deform_onnx.export(model, (x,), io.BytesIO(), method=method)
+    assert "\n" not in str(info.value)
 
 
 def test_verification_sees_a_wrong_file(c31, exported):

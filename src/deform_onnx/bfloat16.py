@@ -167,7 +167,17 @@ def _run_openvino(data: bytes, inputs: list[torch.Tensor], ort_reason: str) -> l
             "be verified here: pip install openvino, or pass verify=False to write it unverified"
         ) from None
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(model=data), "CPU")
+    try:
+        compiled = core.compile_model(core.read_model(model=data), "CPU")
+    except RuntimeError as exc:  # e.g. native DeformConv: no conversion rule without deform_onnx.openvino's extension
+        import re
+
+        found = re.search(r"No conversion rule found for operations: ([\w\-, ]*\w)", str(exc))
+        why = f"no conversion rule for {found.group(1).strip()}" if found else str(exc).strip().splitlines()[-1][:200]
+        raise MissingKernelError(
+            f"{ort_reason}, and OpenVINO cannot run the bfloat16 file either ({why}), so it cannot be verified here; "
+            "pass verify=False to write it unverified, or choose method='grid_sample' or 'gather'"
+        ) from None
     request = compiled.create_infer_request()
     feeds = []
     for t in inputs:
