@@ -5,8 +5,8 @@ checker raises onnx's raw ``InferenceError``. torchvision's ``deform_conv2d`` ha
 bfloat16 CPU kernel, so the PyTorch reference is a float32 copy of the model on the
 upcast inputs; the file runs in bfloat16. ONNX Runtime's CPU provider has no bfloat16
 ``Conv`` (nor ``Add``: measured with onnxruntime 1.32), OpenVINO's CPU plugin runs the
-file (measured on c31 as tests/test_bfloat16.py builds it: 2.0e-2 max error against the float32 model, within the bfloat16
-tolerance 8e-2 of :mod:`deform_onnx.verification`). Verification therefore tries ONNX
+file (measured on c31 as tests/test_bfloat16.py builds it: 2.0e-2 max error against the
+float32 model, within the bfloat16 tolerance 8e-2 of :mod:`deform_onnx.verification`). Verification therefore tries ONNX
 Runtime, then OpenVINO; with neither it raises a one-line :class:`MissingKernelError`.
 """
 
