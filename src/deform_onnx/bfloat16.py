@@ -113,8 +113,8 @@ def verify_bfloat16(model: torch.nn.Module, args: tuple, data: bytes, rtol=None,
             worst, worst_name = err, name
         if not np.all(diff <= tol.atol + tol.rtol * np.abs(e.astype(np.float64))):
             raise VerificationError(
-                f"output {name!r} differs from the float32 model: max abs error {err:.3g} (atol={tol.atol}, rtol={tol.rtol}, "
-                "bfloat16); no file was written"
+                f"output {name!r} differs from the float32 model: max abs error {err:.3g} "
+                f"(atol={tol.atol}, rtol={tol.rtol}, bfloat16); no file was written"
             )
     return Verified(worst, worst_name, tolerances)
 
