@@ -101,10 +101,10 @@ class ExternalSink:
         sub.mkdir()
         return sub / "model.onnx"
 
-    def load_torchscript(self, path: Path) -> onnx.ModelProto:
+    def load_torchscript(self, path) -> onnx.ModelProto:
         """The TorchScript exporter's file (and its data files) as a stripped proto; the files are removed."""
         proto = onnx.load(str(path), load_external_data=True)
-        shutil.rmtree(path.parent, ignore_errors=True)
+        shutil.rmtree(Path(path).parent, ignore_errors=True)
         return self.strip(proto)
 
     def save(self, proto: onnx.ModelProto) -> str:
@@ -126,6 +126,10 @@ class ExternalSink:
     def commit(self) -> Path:
         """Move the data file, then the ``.onnx``, into place; remove the temporary folder."""
         data_src, data_dst = self.folder / self.data_name, self.path.parent / self.data_name
+        umask = os.umask(0)
+        os.umask(umask)
+        for p in (data_src, self.folder / self.path.name):  # as open() would make them (onnx writes 0o600)
+            os.chmod(p, 0o666 & ~umask)
         os.replace(data_src, data_dst)
         try:
             os.replace(self.folder / self.path.name, self.path)

@@ -195,7 +195,8 @@ def export_torchscript(
     path (the exporter itself then uses external data), and the proto returned references the
     sink's data file.
     """
-    buffer = io.BytesIO() if sink is None else sink.torchscript_path()
+    # A str, not a Path: torch passes only a str on as the location of external data.
+    buffer = io.BytesIO() if sink is None else str(sink.torchscript_path())
     with _torchscript.registered(method), quiet():
         torch.onnx.export(
             model,
