@@ -84,6 +84,12 @@ def _convert(model: ir.Model, target: int, current: int | None, hide_grid_sample
     try:
         converted_proto, repairs = _convert_proto(proto, target, current)
     except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError/IndexError/...
+        if "Failed to serialize proto" in str(e):  # over 2 GiB: onnx's C++ converter takes one message
+            raise ValueError(
+                f"the model is over protobuf's 2 GiB limit, and onnx's version converter takes it as one message: "
+                f"it cannot be converted from opset {current} to {target} here; export it at opset {target} instead "
+                "(deform_onnx.export writes large models with external data), or lower it without --opset"
+            ) from None
         hint = "choose another opset"
         if current is not None and target < current:
             lowest = next((o for o in range(target + 1, current) if _converts(proto, o)), current)
