@@ -182,7 +182,7 @@ class GuardedAlign(torch.nn.Module):
         offset = out[:, : self.split] * self.scale
         mask = torch.sigmoid(out[:, self.split :])
         if offset.abs().mean() > 50:
-            warnings.warn("offset mean is larger than 50 pixels: alignment is likely broken")
+            warnings.warn("offset mean is larger than 50 pixels: alignment is likely broken")  # noqa: B028 (the model code as written)
         return self.dcn(x, offset, mask)
 
 

@@ -182,7 +182,7 @@ def test_c18_file_with_a_computed_weight_lowers(method):
 
 def test_kernel_size_unknowable_is_a_clear_error():
     """A weight of unknown shape, 9 taps (3x3? 1x9? 9x1?): the error names the fix."""
-    from deform_onnx.semantics import DeformConvSpec
+    from deform_onnx.ops.deform_conv.spec import DeformConvSpec
 
     with pytest.raises(ValueError, match="kernel size is unknown.*9 taps.*static shape"):
         DeformConvSpec.from_shapes((1, 8, 9, 9), None, (1, 18, 9, 9), groups=1, offset_groups=1)
@@ -234,7 +234,7 @@ def test_c19_offset_of_the_wrong_size_fails_at_run_time(kind, method):
 
 
 def test_static_offset_size_mismatch_is_an_export_error():
-    from deform_onnx.semantics import DeformConvSpec
+    from deform_onnx.ops.deform_conv.spec import DeformConvSpec
 
     with pytest.raises(ValueError, match="offset height 20 does not match the output height 10"):
         DeformConvSpec.from_shapes((2, 8, 10, 10), (8, 8, 3, 3), (2, 18, 20, 10), padding=1)

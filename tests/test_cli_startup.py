@@ -61,7 +61,7 @@ def probe(args: list[str], cwd: Path) -> tuple[dict, str]:
         [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
         capture_output=True, text=True, env=env, cwd=cwd, timeout=120,
     )
-    line = [l for l in proc.stdout.splitlines() if l.startswith("PROBE ")]
+    line = [s for s in proc.stdout.splitlines() if s.startswith("PROBE ")]
     assert line, proc.stdout + proc.stderr
     return json.loads(line[-1][6:]), proc.stdout + proc.stderr
 
@@ -89,7 +89,7 @@ def test_probe_sees_torch_when_a_command_runs(tmp_path):
 def test_cli_method_names_are_the_lowerings():
     """The CLI spells the method names out (no numpy at parse time); they must stay the registry's."""
     from deform_onnx.cli._inputs import METHODS
-    from deform_onnx.lowering import METHODS as REGISTRY
+    from deform_onnx.ops.registry import METHODS as REGISTRY
 
     assert METHODS == REGISTRY
 

@@ -22,6 +22,7 @@ import torchvision
 import deform_onnx
 import deform_onnx._io
 from deform_onnx import api
+from deform_onnx.ops.registry import LOWERINGS, OPS
 from util import (
     Config,
     DeformLayer,
@@ -46,7 +47,7 @@ NAMES = ["x", "offset", "mask"]
 
 DYNAMO_OPSETS = range(api.DYNAMO_MIN_OPSET, 21)  # 14..20: the dynamo path's floor, see api.py
 TORCHSCRIPT_OPSETS = range(11, 21)
-MIN_OPSET = {"auto": 11, "gather": 11, "grid_sample": 16, "native": 19}
+MIN_OPSET = {"auto": OPS["deform_conv2d"].min_opset, **{m: low.min_opset for m, low in LOWERINGS.items()}}  # the registry's
 
 
 #: "auto" on the (slower) dynamo path only where it changes its choice and at the

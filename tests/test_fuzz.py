@@ -21,7 +21,6 @@ import math
 from dataclasses import dataclass
 
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 

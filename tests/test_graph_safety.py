@@ -26,6 +26,7 @@ import onnx
 import pytest
 
 import deform_onnx
+from deform_onnx.ops.registry import LOWERINGS
 from util import Config, DeformLayer, check, export, make_inputs, method_opsets
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
@@ -86,7 +87,7 @@ CONFIGS = {
     "dcnv1": Config(N=1, C_in=4, C_out=4, H=6, W=8, kernel=(3, 3), padding=(1, 0), mask=False, bias=False),
 }
 METHODS = ("native", "grid_sample", "gather")
-TORCHSCRIPT = [(m, o) for m in METHODS for o in range(11, 21) if o >= {"native": 19, "grid_sample": 16}.get(m, 11)]
+TORCHSCRIPT = [(m, o) for m in METHODS for o in range(11, 21) if o >= LOWERINGS[m].min_opset]
 assert set(TORCHSCRIPT) >= {(m, o) for m in METHODS for o in method_opsets(m)}
 
 
@@ -284,7 +285,7 @@ def test_standard_lowerings_use_only_directml_ops(gid, graph):
 _GRID_SAMPLE_OPS = {"Add", "And", "Cast", "Clip", "Concat", "Constant", "Div", "Equal", "Gather", "Gemm", "GridSample",
                     "MatMul", "Mul", "Range", "Reshape", "Shape", "Slice", "Sub", "Transpose", "Where"}  # fmt: skip
 # Expand: the gather sampler's zero border (blocks of zeros concatenated to the input).
-# Gemm: the per-tap / per-row products accumulated (lowering.common.add_product).
+# Gemm: the per-tap / per-row products accumulated (ops.deform_conv.common.add_product).
 _GATHER_OPS = {"Add", "And", "Cast", "Clip", "Concat", "Constant", "Div", "Equal", "Floor", "Gather", "Gemm", "Greater",
                "Less", "MatMul", "Mul", "Expand", "Range", "Reshape", "Shape", "Slice", "Sub", "Sum", "Transpose",
                "Unsqueeze", "Where"}  # fmt: skip

@@ -239,8 +239,8 @@ def test_grid_of_another_dtype_is_cast_to_the_input_dtype():
     Deformable DETR; PyTorch itself requires one dtype) is cast, since ORT has no mixed GridSample kernel."""
     import onnx_ir as ir
 
-    from deform_onnx.exporters.grid_sample import emit_grid_sampler
-    from deform_onnx.lowering.builder import TapeBuilder
+    from deform_onnx.ops.grid_sample.binding import emit_grid_sampler
+    from deform_onnx.builder import TapeBuilder
 
     x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 2, 4, 5]))
     grid = ir.Value(name="grid", type=ir.TensorType(ir.DataType.DOUBLE), shape=ir.Shape([1, 3, 3, 2]))

@@ -13,7 +13,7 @@ pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvin
 
 import deform_onnx  # noqa: E402
 from deform_onnx.exporters.torchscript import MAX_OPSET  # noqa: E402
-from deform_onnx.lowering import LOWERINGS  # noqa: E402
+from deform_onnx.ops.registry import LOWERINGS  # noqa: E402
 from test_openvino import run_ov  # noqa: E402
 from util import assert_close, reference  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""A static batch is lowered image by image (lowering.common.per_image): same numbers, one image's columns alive.
+"""A static batch is lowered image by image (ops.deform_conv.common.per_image): same numbers, one image's columns alive.
 
 Each image of 64x64 output pixels or more gets its own sampling and contraction
 (the memory of ONNX Runtime's DeformConv, which works one image at a time); a
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import deform_onnx
-from deform_onnx.lowering import common
+from deform_onnx.ops.deform_conv import common
 
 from util import Config, DeformLayer, assert_close, make_inputs, reference, run_ort
 

@@ -22,7 +22,8 @@ import onnxruntime as ort
 import torch
 import torchvision
 
-from deform_onnx.semantics import out_size
+from deform_onnx.ops.deform_conv.spec import out_size
+from deform_onnx.ops.registry import LOWERINGS, OPS
 
 #: float32 parity tolerance (max abs error), from the project rules.
 ATOL = 1e-4
@@ -263,7 +264,8 @@ def case_config(case_id: str) -> Config:
 
 #: Opsets of the grid, and where each method is allowed.
 GRID_OPSETS = (11, 12, 16, 17, 19, 20)
-METHOD_MIN_OPSET = {"native": 19, "grid_sample": 16, "gather": 11, "auto": 11}
+#: Read from the op registry (the one place the bounds live): native 19, grid_sample 16, gather and auto 11.
+METHOD_MIN_OPSET = {**{m: low.min_opset for m, low in LOWERINGS.items()}, "auto": OPS["deform_conv2d"].min_opset}
 
 #: Factor levels of the grid (issue 2, section 5). "H"/"W" are size bands; the
 #: size itself is drawn from the band, and "1" is the one-pixel edge case.
@@ -357,7 +359,7 @@ def _row_config(names: list[str], row: list[int], rng: random.Random) -> Config:
 def samples_with_grid_sample(proto: onnx.ModelProto) -> bool:
     """Whether grid_sample's GridSample form applies to this file's input: static H and W of at most
     ``BILINEAR_MAX_SIZE`` (else its exact gather sampler does, see ``lowering/grid_sample.py``)."""
-    from deform_onnx.lowering.grid_sample import BILINEAR_MAX_SIZE
+    from deform_onnx.ops.deform_conv.lower_grid_sample import BILINEAR_MAX_SIZE
 
     dims = proto.graph.input[0].type.tensor_type.shape.dim[2:4]
     return all(d.HasField("dim_value") and d.dim_value <= BILINEAR_MAX_SIZE for d in dims)

@@ -27,10 +27,10 @@ _EXPORTS = {
     "lower": ".rewrite",
     "register": ".exporters.torchscript",
     "unregister": ".exporters.torchscript",
-    "resolve_method": ".lowering",
-    "DeformConvSpec": ".semantics",
-    "LOWERINGS": ".lowering",
-    "METHODS": ".lowering",
+    "resolve_method": ".ops.registry",
+    "DeformConvSpec": ".ops.deform_conv.spec",
+    "LOWERINGS": ".ops.registry",
+    "METHODS": ".ops.registry",
     "Target": ".targets",
     "TARGETS": ".targets",
     "TARGET_NAMES": ".targets",
@@ -47,9 +47,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from .api import ExportError, ExportReport, VerificationError, export
     from .exporters.dynamo import translation_table
     from .exporters.torchscript import register, unregister
-    from .lowering import LOWERINGS, METHODS, resolve_method
+    from .ops.registry import LOWERINGS, METHODS, resolve_method
     from .rewrite import lower
-    from .semantics import DeformConvSpec
+    from .ops.deform_conv.spec import DeformConvSpec
     from .irversion import lowest_ir_version
     from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
     from .targets import TARGET_NAMES, TARGETS, Target, resolve_target

@@ -26,8 +26,8 @@ from .exporters.calls import cause as _cause
 from .exporters.calls import export_dynamo as _export_dynamo
 from .exporters.calls import export_torchscript as _export_torchscript
 from .exporters.guards import FixedDynamicSize
-from .lowering import resolve_method
-from .semantics import MIN_OPSET, DeformConvSpec
+from .ops.registry import resolve_method
+from .ops.deform_conv.spec import MIN_OPSET, DeformConvSpec
 from .verification import Tolerance, Verified
 
 __all__ = ["ExportError", "ExportReport", "VerificationError", "check_deform_modules", "export"]

@@ -61,10 +61,11 @@ from .runtimes import (
     ort_profile,
     ort_session,
 )
+from .grid_sample_forms import GRID_SAMPLE_5D, GRID_SAMPLE_BICUBIC
 from .sampling import GRID_SAMPLE, MSDA, GridSampleShape, MSDAShape
 
 #: ``--op`` name -> suite.
-SUITES: dict[str, Suite] = {s.op: s for s in (SUITE, GRID_SAMPLE, MSDA)}
+SUITES: dict[str, Suite] = {s.op: s for s in (SUITE, GRID_SAMPLE, MSDA, GRID_SAMPLE_5D, GRID_SAMPLE_BICUBIC)}
 
 
 def suite(op: str) -> Suite:

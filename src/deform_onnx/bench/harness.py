@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from .config import check_opt_level
 from .memory import peak_memory
 
 
@@ -95,8 +96,6 @@ class Contender:
         Raises:
             ValueError: not an ONNX Runtime contender, or an unknown level.
         """
-        from .runtimes import check_opt_level
-
         if not self.ort:
             raise ValueError(f"{self.key} does not run in ONNX Runtime: it has no optimisation level")
         check_opt_level(level)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import ORT_CONFIG, ORT_OPT_LEVELS, openvino_config
+
 # -- peak memory in a fresh process -------------------------------------------
 _CHILD = textwrap.dedent(
     r'''
@@ -100,8 +102,6 @@ def peak_memory(job: dict, inputs: Path, threads: int, timeout: float = 600) -> 
     Raises:
         RuntimeError: the child process failed (its last stderr line is in the message).
     """
-    from .runtimes import ORT_CONFIG, ORT_OPT_LEVELS, openvino_config
-
     with np.load(inputs) as data:
         names = list(data.files)
     level = job.get("opt_level")

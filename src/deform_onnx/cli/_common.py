@@ -124,7 +124,7 @@ def load_factory(spec: str):
             module = importlib.import_module(module_name)
     except UserError:
         raise
-    except Exception as exc:  # any error while importing user code is the user's
+    except Exception as exc:  # noqa: BLE001 - any error while importing user code is the user's
         raise UserError(f"cannot import {module_name!r}: {type(exc).__name__}: {one_line(exc)}") from None
     factory = module
     for part in attr.split("."):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ._common import UserError
 
-#: Lowering names (``deform_onnx.lowering.METHODS``, spelled out so that an argument error
+#: Lowering names (``deform_onnx.ops.registry.METHODS``, spelled out so that an argument error
 #: answers without importing numpy; tests/test_cli_startup.py keeps the two equal).
 METHODS = ("auto", "native", "grid_sample", "gather")
 

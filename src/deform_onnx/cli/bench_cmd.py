@@ -8,11 +8,11 @@ from typing import List, Optional
 
 import typer
 
-from . import app
+from ._app import app
 from ._common import UserError, console, err_console, user_errors
 
 #: ``--op`` names (spelled here so that parsing imports no heavy package; a test keeps them the harness's).
-OPS = ("deform_conv", "grid_sample", "msda")
+OPS = ("deform_conv", "grid_sample", "msda", "grid_sample_5d", "grid_sample_bicubic")
 #: ``--ort-opt-level`` names (likewise: ``deform_onnx.bench.ORT_OPT_LEVELS``).
 ORT_OPT_LEVELS = ("disabled", "basic", "extended", "layout", "all")
 #: ``--quick``: fewer shapes and rounds, for a first look (about a minute).
@@ -26,7 +26,8 @@ def bench_command(
     op: str = typer.Option(
         "deform_conv", "--op",
         help="What to time: deform_conv (torchvision deform_conv2d), grid_sample (F.grid_sample bilinear zeros), "
-        "msda (multi-scale deformable attention, a Deformable-DETR encoder layer).",
+        "msda (multi-scale deformable attention, a Deformable-DETR encoder layer), grid_sample_5d (5-D trilinear: "
+        "GridSample-20 vs the gather form), grid_sample_bicubic (GridSample cubic vs the 16-tap gather form).",
     ),
     quick: bool = typer.Option(
         False, "--quick", help=f"The op's small shape set, {QUICK_WARMUP} warm-up + {QUICK_RUNS} rounds (default: its BENCHMARKS.md shapes, {FULL_RUNS} rounds)."

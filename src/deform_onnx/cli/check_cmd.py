@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from . import app
+from ._app import app
 from ._common import CHECK_FAILED, UserError, console, err_console, user_errors
 from ._inputs import check_method, load_npz, parse_specs
 

@@ -17,7 +17,7 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from . import app
+from ._app import app
 from ._common import (
     CHECK_FAILED, UserError, check_output_folder, console, err_console, fail, make_output_folder, one_line,
     user_errors,
@@ -325,8 +325,8 @@ def _plan(
     name: str, method: str | None, opset: int | None, exporter: str | None, output: Path, dynamic: bool
 ) -> list[Job]:
     """The exports to run; raises ``UserError``/``ValueError`` for arguments that cannot work (no torch needed)."""
-    from ..lowering import LOWERINGS, resolve_method
-    from ..semantics import MIN_OPSET
+    from ..ops.registry import LOWERINGS, resolve_method
+    from ..ops.deform_conv.spec import MIN_OPSET
     from . import _limits
 
     if exporter is not None and exporter not in EXPORTERS:
@@ -465,7 +465,7 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
             result.exporter, result.problem = exporter, _cli_wording(one_line(exc))
             result.attempts.append((exporter, *stage_and_detail(exc)))
             return
-        except Exception as exc:  # the exporter's own failures: report, try the next exporter or give up
+        except Exception as exc:  # noqa: BLE001 - the exporter's own failures: report, try the next exporter or give up
             result.exporter, result.problem = exporter, f"{type(exc).__name__}: {one_line(exc)}"
             result.attempts.append((exporter, *stage_and_detail(exc)))
             if exporter != exporters[-1]:

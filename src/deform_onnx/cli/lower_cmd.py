@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from . import app
+from ._app import app
 from ._common import UserError, check_output_folder, console, err_console, one_line, user_errors
 from ._inputs import METHODS, check_method
 
@@ -59,7 +59,7 @@ def lower_command(
         if opset is not None:
             import onnx
 
-            from ..semantics import MIN_OPSET
+            from ..ops.deform_conv.spec import MIN_OPSET
 
             highest = onnx.defs.onnx_opset_version()
             if not MIN_OPSET <= opset <= highest:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from . import app
+from ._app import app
 from ._common import console
 
 
@@ -33,8 +33,10 @@ def targets_command(
         rows.append((
             t.name,
             t.runtime,
-            f"{t.method}@{t.opset}" + (f" (forms: {', '.join(t.forms)})" if t.forms else ""),
-            "; ".join([*t.options, *refused]) or "-",
+            f"{t.method}@{t.opset}" + (f" (forms: {', '.join(t.forms)})" if t.forms else "")
+            + f"; F.grid_sample 5-D: {'GridSample-20' if '5-D' in t.grid_sample else 'gather'}, "
+            f"bicubic: {'GridSample cubic' if 'cubic' in t.grid_sample else 'gather'}",
+            "; ".join([*t.rules, *refused]) or "-",
             t.reason,
             f"{t.source} [{t.status}]",
         ))  # fmt: skip

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ..lowering.builder import Builder, Value
+from ..builder import Builder, Value
 
 
 # -- scaled_dot_product_attention ------------------------------------------------------------
@@ -117,7 +117,7 @@ def _sdpa_symbolic(g, query, key, value, attn_mask=None, dropout_p=0.0, is_causa
                    enable_gqa=False):
     from torch.onnx import symbolic_helper as sh
 
-    from .torchscript import TorchScriptBuilder, _keep_error_one_line
+    from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line
 
     mask = None if sh._is_none(attn_mask) else attn_mask
     mask_is_bool = mask is not None and mask.type().scalarType() == "Bool"
@@ -158,7 +158,7 @@ def emit_isin(b: Builder, elements: Value, test_elements: Value, invert: bool) -
 def _isin_symbolic(g, elements, test_elements, assume_unique=False, invert=False):
     from torch.onnx import symbolic_helper as sh
 
-    from .torchscript import TorchScriptBuilder
+    from ..builder.torchscript import TorchScriptBuilder
 
     return emit_isin(TorchScriptBuilder(g), elements, test_elements, bool(sh._maybe_get_const(invert, "b")))
 
@@ -222,7 +222,7 @@ def _make_cum_symbolic(largest: bool):
     def symbolic(g, self, dim):
         from torch.onnx import symbolic_helper as sh
 
-        from .torchscript import TorchScriptBuilder, _keep_error_one_line
+        from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line
 
         try:
             dtype = _TS_DTYPES.get(self.type().scalarType())
@@ -376,7 +376,7 @@ def _make_resize_aa_symbolic(mode: str):
         # (..., scale_factors) with output_size None (F.interpolate(scale_factor=...)).
         from torch.onnx import symbolic_helper as sh
 
-        from .torchscript import TorchScriptBuilder, _keep_error_one_line
+        from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line
 
         def opt_float(v):
             if v is None or sh._is_none(v):

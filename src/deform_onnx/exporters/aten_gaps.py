@@ -16,7 +16,7 @@ from its first opset on.
 
 from __future__ import annotations
 
-from ..lowering.builder import Builder, Value
+from ..builder import Builder, Value
 
 
 def emit_outer(b: Builder, input: Value, vec2: Value, out_dtype=None) -> Value:
@@ -111,9 +111,9 @@ def _prod(b: Builder, dims: list):
 def _einsum_symbolic(g, equation, tensor_list, path=None):
     from torch.onnx import symbolic_helper
 
-    from .torchscript import TorchScriptBuilder
+    from ..builder.torchscript import TorchScriptBuilder
 
-    from .torchscript import _keep_error_one_line
+    from ..builder.torchscript import _keep_error_one_line
 
     equation = symbolic_helper._maybe_get_const(equation, "s")
     try:
@@ -124,9 +124,9 @@ def _einsum_symbolic(g, equation, tensor_list, path=None):
 
 
 def _outer_symbolic(g, input, vec2):
-    from .torchscript import TorchScriptBuilder, traced_output_dtype
+    from ..builder.torchscript import TorchScriptBuilder, traced_output_dtype
 
-    from .torchscript import _keep_error_one_line
+    from ..builder.torchscript import _keep_error_one_line
 
     try:
         return emit_outer(TorchScriptBuilder(g), input, vec2, traced_output_dtype(g))

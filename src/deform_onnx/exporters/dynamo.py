@@ -9,48 +9,16 @@ down-conversion has only ops that exist at the target.
 
 from __future__ import annotations
 
-import torch
 import torchvision  # noqa: F401  (registers torch.ops.torchvision.deform_conv2d)
 
-from ..lowering import METHODS, emit_deform_conv2d, resolve_method
-from ..lowering.builder import IRValueBuilder
+from ..ops.registry import bindings, check_method, resolve_method
+from ..builder.onnxscript import OnnxScriptBuilder
+from ..opsets import DYNAMO_BUILD_MIN_OPSET, DYNAMO_DYNAMIC_MIN_OPSET, DYNAMO_MIN_OPSET
 
-#: The dynamo exporter's own build floor (torch 2.14): lower targets are converted down.
-BUILD_MIN_OPSET = 18
-#: Lowest target the down-conversion reaches: onnx's version converter has no
-#: Reshape adapter from 14 to 13, and every standard-op lowering uses Reshape.
-MIN_OPSET = 14
-#: Lowest target with dynamic shapes: sizes are read with Shape, which has no
-#: 15 -> 14 adapter (torch's own sym_size translation hits the same wall).
-DYNAMIC_MIN_OPSET = 15
-
-
-class OnnxScriptBuilder(IRValueBuilder):
-    """:class:`Builder` over onnxscript's tracing evaluator (inside a dynamo translation)."""
-
-    def __init__(self, opset: int):
-        self.opset = opset
-        import onnxscript
-
-        self._ops = getattr(onnxscript, f"opset{opset}")
-
-    def _emit(self, op_type, inputs, attrs, domain=""):
-        while inputs and inputs[-1] is None:
-            inputs.pop()
-        return getattr(self._ops, op_type)(*inputs, **_ir_tensors(attrs))
-
-    def _constant(self, array):
-        import onnx_ir as ir
-
-        return self._ops.Constant(value=ir.tensor(array))
-
-
-def _ir_tensors(attrs: dict) -> dict:
-    """numpy attribute values (tensor attributes) as onnx-ir tensors."""
-    import numpy as np
-    import onnx_ir as ir
-
-    return {k: ir.tensor(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
+#: The bounds of this path (:mod:`deform_onnx.opsets` explains each).
+BUILD_MIN_OPSET = DYNAMO_BUILD_MIN_OPSET
+MIN_OPSET = DYNAMO_MIN_OPSET
+DYNAMIC_MIN_OPSET = DYNAMO_DYNAMIC_MIN_OPSET
 
 
 def _current_build_opset(default: int) -> int:
@@ -58,7 +26,7 @@ def _current_build_opset(default: int) -> int:
     try:
         from onnxscript import evaluator
 
-        return int(evaluator.default().opset.version)  # OpRecorder keeps the build opset
+        return int(evaluator.default().opset.version)  # type: ignore[attr-defined]  # OpRecorder keeps the build opset
     except Exception:  # noqa: BLE001 - any other evaluator: fall back to the target
         return default
 
@@ -87,8 +55,7 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
             exporter would silently keep opset 18), or a method the opset
             cannot hold (at export time, from inside the translation).
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    check_method(method)
     if opset is not None:
         if opset < MIN_OPSET:
             # torch would log the failed conversion and write an opset-18 model instead.
@@ -100,25 +67,10 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
             )
         resolve_method(method, opset)  # fail now, not inside the exporter
 
-    # Parameter names as in torchvision's op schema: torch 2.9's dispatcher matches them by name.
-    def deform_conv2d(
-        input, weight, offset, mask, bias, stride_h: int, stride_w: int, pad_h: int, pad_w: int,
-        dilation_h: int, dilation_w: int, groups: int, offset_groups: int, use_mask: bool,
-    ):
-        build = _current_build_opset(opset or BUILD_MIN_OPSET)
-        target = opset if opset is not None else build
-        lowering = resolve_method(method, target)
-        if lowering.min_opset > build:
-            raise ValueError(f"method {lowering.name!r} needs opset >= {lowering.min_opset}")
-        return emit_deform_conv2d(
-            OnnxScriptBuilder(build), lowering, input, weight, offset, mask, bias,
-            (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w), groups, offset_groups, use_mask,
-        )
+    from . import aten_detectors
 
-    from . import aten_detectors, grid_sample, msda
-
-    table = {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}
-    table.update(grid_sample.translations(method, opset, _current_build_opset, OnnxScriptBuilder))
-    table.update(msda.translations(method, opset, _current_build_opset, OnnxScriptBuilder))
+    table: dict = {}
+    for binding in bindings():
+        table.update(binding.translations(method, opset, _current_build_opset, OnnxScriptBuilder))
     table.update(aten_detectors.dynamo_translations(_current_build_opset, OnnxScriptBuilder))
     return table

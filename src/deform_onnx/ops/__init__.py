@@ -1,6 +1,62 @@
-"""Torch ops that deform-onnx defines and exports in one piece (MSDA), and PyTorch reference forms of
-the family's ops that torch lacks (DCNv3, :mod:`.dcnv3`), written so that they export."""
+"""The op family, one folder per op, and the op registry.
 
-from .ms_deform_attn import MSDeformAttnCore, MSDeformAttnReference, ms_deform_attn, ms_deform_attn_reference
+- :mod:`.deform_conv`: deformable convolution (torchvision ``deform_conv2d``);
+- :mod:`.grid_sample`: ``F.grid_sample``;
+- :mod:`.msda`: multi-scale deformable attention, and :func:`ms_deform_attn`, the
+  torch op deform-onnx defines and exports in one piece;
+- :mod:`.dcnv3`: DCNv3/DCNv4, PyTorch reference forms written so that they export;
+- :mod:`.registry`: op -> lowerings -> min opsets, and the one method/opset check.
+
+The torch-side names below are loaded on first use (PEP 562): defining the op
+imports torch, and the file rewriter and CLI import this package without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
+
+#: Public name -> submodule that defines it.
+_EXPORTS = {
+    "ms_deform_attn": ".msda.op",
+    "ms_deform_attn_reference": ".msda.op",
+    "MSDeformAttnCore": ".msda.op",
+    "MSDeformAttnReference": ".msda.op",
+}
 
 __all__ = ["ms_deform_attn", "ms_deform_attn_reference", "MSDeformAttnCore", "MSDeformAttnReference"]
+
+if TYPE_CHECKING:
+    from .msda.op import MSDeformAttnCore, MSDeformAttnReference, ms_deform_attn, ms_deform_attn_reference
+
+
+def _module_alias(name: str, target: str) -> None:
+    """Keep ``deform_onnx.ops.<name>`` importable as the module it was (``from deform_onnx.ops.ms_deform_attn
+    import MSDeformAttnCore``), forwarding to ``target`` on first use, without binding the module on this
+    package: ``deform_onnx.ops.ms_deform_attn`` itself stays the function."""
+    alias = types.ModuleType(f"{__name__}.{name}", f"Old path of ``{__name__}{target}``, kept for imports.")
+
+    def forward(attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(importlib.import_module(target, __name__), attr)
+
+    alias.__getattr__ = forward  # type: ignore[method-assign]  # PEP 562 on the alias module
+    sys.modules.setdefault(alias.__name__, alias)
+
+
+_module_alias("ms_deform_attn", ".msda.op")
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+        globals()[name] = value  # later lookups skip __getattr__
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,9 +1,9 @@
 """Rewrite existing ONNX files: replace deformable-convolution nodes by a lowering.
 
-:func:`lower` finds every node kind registered in :mod:`.registry` (one
-module per kind: :mod:`.deform_conv`, :mod:`.mmcv`, :mod:`.openvino_node`;
-``GridSample`` nodes in :mod:`.grid_sample_nodes`), builds a
-:class:`~deform_onnx.semantics.DeformConvSpec` from its attributes and the
+:func:`lower` finds every node kind registered in
+:mod:`deform_onnx.ops.deform_conv.sources` (one module per kind, ``source_*.py``
+there; ``GridSample`` nodes in :mod:`deform_onnx.ops.grid_sample.sources`), builds a
+:class:`~deform_onnx.ops.deform_conv.spec.DeformConvSpec` from its attributes and the
 weight's shape, and replaces the node by the ops of the chosen lowering (the
 same functions the exporters call), using onnx-ir (:mod:`.nodes`). Everything
 else in the model is kept as it was. File IO lives in :mod:`.model_io`, the
@@ -20,8 +20,10 @@ import onnx
 import onnx_ir as ir
 
 from .._io import atomic_path
-from ..lowering import resolve_method
-from . import dcnv3_nodes, deform_conv, grid_sample_nodes, mmcv, msda_nodes, openvino_node  # noqa: F401  (register the node kinds)
+from ..ops.registry import resolve_method
+from ..ops.msda import sources as msda_nodes
+from ..ops.grid_sample import sources as grid_sample_nodes
+from ..ops.dcnv3 import sources as dcnv3_nodes
 from .model_io import ModelFileError, _check_structure, _from_proto, _keep_value_info, default_opset, read_model
 from .nodes import (
     _all_names,
@@ -36,7 +38,7 @@ from .nodes import (
 )
 from .lowerable import nodes_lowered
 from .opset import REPAIRS, _convert
-from .registry import SOURCE_OPS
+from ..ops.deform_conv.sources import SOURCE_OPS
 
 __all__ = [
     "lower", "lower_file", "lower_model", "read_model", "default_opset", "find_nodes", "spec_for_node",
@@ -142,7 +144,7 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
         _replace(node, src, lowering, to_opset, names, index)
     for node in samplers:
         report.replaced.append(Replacement(node.name or "<unnamed GridSample>", "GridSample", "gather"))
-    if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):
+    if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):  # type: ignore[union-attr]  # GridSample has its input
         _infer_shapes(model)
     grid_sample_nodes.replace_all(samplers, to_opset, lambda base: _unique(base, names))
     dcnv3s = dcnv3_nodes.find(model)
@@ -150,7 +152,7 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
         _infer_shapes(model)
     dcnv3_lowering = dcnv3_nodes.replace_all(dcnv3s, method, to_opset, lambda base: _unique(base, names))
     for node in dcnv3s:
-        report.replaced.append(Replacement(node.name or "<unnamed TRTDCNv3>", "mmdeploy::TRTDCNv3", dcnv3_lowering))
+        report.replaced.append(Replacement(node.name or "<unnamed TRTDCNv3>", "mmdeploy::TRTDCNv3", dcnv3_lowering))  # type: ignore[arg-type]  # found nodes: a lowering was resolved
     attentions = msda_nodes.find(model)  # after a conversion: the converted model's nodes
     for index, node in enumerate(attentions):
         report.replaced.append(Replacement(node.name or f"<unnamed MSDA #{index}>", msda_nodes.describe(node), "gather"))
@@ -193,14 +195,14 @@ def lower(
     metadata and other opset imports are kept. mmcv domains left unused are
     dropped from the opset imports. mmdeploy's ``TRTDCNv3`` (InternImage's
     DCNv3 plugin) is replaced by standard ops on the sampler the method picks
-    for ``grid_sample`` (:mod:`.dcnv3_nodes`). Default-domain ``GridSample`` nodes
+    for ``grid_sample`` (:mod:`deform_onnx.ops.dcnv3.sources`). Default-domain ``GridSample`` nodes
     (``F.grid_sample``) are rewritten into standard ops on Gather when the
     method resolves to ``gather`` for them (``gather``, or ``auto`` below
-    opset 16) and kept otherwise (:mod:`.grid_sample_nodes`). Multi-scale
+    opset 16) and kept otherwise (:mod:`deform_onnx.ops.grid_sample.sources`). Multi-scale
     deformable attention plugin nodes (mmdeploy's
     ``MMCVMultiScaleDeformableAttention``, TensorRT's
     ``MultiscaleDeformableAttnPlugin_TRT``) are always replaced by the fused
-    MSDA lowering (:mod:`.msda_nodes`).
+    MSDA lowering (:mod:`deform_onnx.ops.msda.sources`).
 
     Args:
         model: a path to an ``.onnx`` file (external data is read into the

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from . import dcnv3_nodes, grid_sample_nodes, msda_nodes
+from ..ops.dcnv3 import sources as dcnv3_nodes
+from ..ops.grid_sample import sources as grid_sample_nodes
+from ..ops.msda import sources as msda_nodes
 from .model_io import default_opset
 from .nodes import find_nodes
 

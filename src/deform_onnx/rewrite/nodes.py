@@ -6,10 +6,10 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ..lowering import Lowering
-from ..lowering.builder import TapeBuilder
-from ..semantics import DeformConvSpec
-from .registry import ROLES, SourceOp, lookup
+from ..ops.registry import Lowering
+from ..builder import TapeBuilder
+from ..ops.deform_conv.spec import DeformConvSpec
+from ..ops.deform_conv.sources import ROLES, SourceOp, lookup
 
 
 def find_nodes(model: ir.Model) -> list[tuple[ir.Node, SourceOp]]:
@@ -56,7 +56,7 @@ def _shape(value: ir.Value | None) -> tuple[int | None, ...] | None:
         return None
     shape = value.shape
     if shape is None and value.const_value is not None:
-        shape = value.const_value.shape
+        shape = value.const_value.shape  # type: ignore[assignment]
     producer = value.producer()
     if shape is None and producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
         attr = producer.attributes.get("value")
@@ -182,7 +182,7 @@ def _replace(node: ir.Node, src: SourceOp, lowering: Lowering, opset: int, names
     spec, v = spec_for_node(node, src)
     prefix = node.name or f"deform_onnx_{index}"
     hints = {}
-    w_dtype = _np_dtype(v["weight"])
+    w_dtype = _np_dtype(v["weight"])  # type: ignore[arg-type]  # every DeformConv has a weight
     if w_dtype is not None:
         hints = {id(v[r]): w_dtype for r in ("input", "offset", "mask") if v[r] is not None}
     b = _RewriteBuilder(opset, prefix, hints)
@@ -194,7 +194,7 @@ def _replace(node: ir.Node, src: SourceOp, lowering: Lowering, opset: int, names
                 value.name = _unique(f"{n.name}_out{i}" if n.name else f"{prefix}/v", names)
     old = node.outputs[0]
     ir.convenience.replace_nodes_and_values(
-        node.graph, insertion_point=node, old_nodes=[node], new_nodes=new_nodes, old_values=[old], new_values=[out]
+        node.graph, insertion_point=node, old_nodes=[node], new_nodes=new_nodes, old_values=[old], new_values=[out]  # type: ignore[arg-type]  # a found node is in a graph
     )
 
 

@@ -64,7 +64,7 @@ def _convert(model: ir.Model, target: int, current: int | None, hide_grid_sample
     """
     from onnx import version_converter
 
-    from . import msda_nodes
+    from ..ops.msda import sources as msda_nodes
 
     hidden = [node for node, _ in find_nodes(model) if node.domain in ("", "ai.onnx")]
     # TensorRT's MSDA plugin node may sit in the default domain; lowered at ``target`` afterwards.

@@ -33,7 +33,7 @@ def border_offsets(spec, batch: int, size: tuple[int, int], out_size: tuple[int,
     channel ``g*2K + 2k`` (dy) and ``g*2K + 2k + 1`` (dx).
 
     Args:
-        spec: the node's :class:`~deform_onnx.semantics.DeformConvSpec`.
+        spec: the node's :class:`~deform_onnx.ops.deform_conv.spec.DeformConvSpec`.
         batch, size, out_size: N, the input's (H, W) and the output's (Ho, Wo).
         rng: a ``numpy.random.Generator``.
     """

@@ -48,9 +48,13 @@ class Target:
             checked on every emitted graph.
         faults: combinations the runtime mishandles: a ``ValueError`` without ``force``.
         forms: graph forms it asks the lowerings for while they emit
-            (:data:`deform_onnx.lowering.forms.EMIT_FORMS`).
+            (:data:`deform_onnx.builder.forms.EMIT_FORMS`).
         status: ``"measured here"`` when a build of the runtime ran this graph here,
             else what it is read from.
+        grid_sample: the ``GridSample`` forms beyond 4-D bilinear/nearest that the runtime runs
+            correctly (:data:`GRID_SAMPLE_EXTRAS`: ``"5-D"``, ``"cubic"``); the other
+            ``F.grid_sample`` calls get the gather form, and the rules ``no 5-D GridSample`` /
+            ``no GridSample cubic`` check the graph (:attr:`rules`). Empty (not measured): gather for both.
     """
 
     name: str
@@ -63,6 +67,25 @@ class Target:
     faults: tuple[Fault, ...] = ()
     status: str = "read"
     forms: tuple[str, ...] = ()
+    grid_sample: tuple[str, ...] = ()
+
+    @property
+    def emit_forms(self) -> tuple[str, ...]:
+        """:attr:`forms` and the forms that send 5-D / bicubic ``F.grid_sample`` calls it cannot run to gather."""
+        extra = [form for kind, form in GRID_SAMPLE_EXTRAS.items() if kind not in self.grid_sample]
+        return (*self.forms, *extra)
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """:attr:`options` and the GridSample rules :attr:`grid_sample` implies: every rule checked on a graph."""
+        extra = [GRID_SAMPLE_RULES[kind] for kind in GRID_SAMPLE_EXTRAS if kind not in self.grid_sample]
+        return (*self.options, *(r for r in extra if r not in self.options))
+
+
+#: GridSample kinds beyond 4-D bilinear/nearest -> the lowering form that avoids them
+#: (:mod:`deform_onnx.builder.forms`) and the graph rule that finds them (:mod:`.rules`).
+GRID_SAMPLE_EXTRAS = {"5-D": "GridSample 4-D only", "cubic": "no GridSample cubic"}
+GRID_SAMPLE_RULES = {"5-D": "no 5-D GridSample", "cubic": "no GridSample cubic"}
 
 
 @dataclass
@@ -83,10 +106,18 @@ class Choice:
     notes: list[str] = field(default_factory=list)
 
     def emitting(self):
-        """A context in which the lowerings emit the target's forms (a no-op without a target)."""
-        from ..lowering.forms import graph_forms
+        """A context in which the lowerings emit the target's forms (a no-op without a target).
 
-        return graph_forms(self.target.forms if self.target is not None else ())
+        With a target or method ``auto``, ``"gather where GridSample cannot"`` too: a ``F.grid_sample``
+        call that the chosen opset cannot hold as GridSample (5-D below 20) takes the gather form
+        (``export`` resolves ``auto`` per model before the exporters see it; this keeps it per call).
+        """
+        from ..builder.forms import graph_forms
+
+        forms = self.target.emit_forms if self.target is not None else ()
+        if self.target is not None or self.method == "auto":
+            forms = (*forms, "gather where GridSample cannot")
+        return graph_forms(forms)
 
     def check_graph(self, model: onnx.ModelProto) -> list[str]:
         """Check ``model`` against the target's rules.
@@ -101,7 +132,7 @@ class Choice:
 
         if self.target is None:
             return []
-        found = violations(model, self.target.options)
+        found = violations(model, self.target.rules)
         if found and not self.force:
             raise ValueError(
                 f"target {self.target.name!r}: {found[0]}; pass force=True (CLI: --force) to write it anyway"

@@ -8,7 +8,7 @@ from .base import Choice, Target
 
 
 def _check_faults(target: Target, method: str, opset: int, force: bool) -> None:
-    from ..lowering import resolve_method
+    from ..ops.registry import resolve_method
 
     concrete = resolve_method(method, opset).name  # raises for unknown methods / too-low opsets
     for fault in target.faults:
@@ -38,7 +38,7 @@ def for_export(
     chosen_opset = opset if opset is not None else (t.opset if method is None or method == t.method else None)
     chosen_method = method or t.method
     if chosen_opset is None:  # the user's method with the target's opset when that holds it
-        from ..lowering import LOWERINGS
+        from ..ops.registry import LOWERINGS
 
         lowest = LOWERINGS[chosen_method].min_opset if chosen_method in LOWERINGS else t.opset
         chosen_opset = max(t.opset, lowest)
@@ -61,7 +61,7 @@ def for_lower(
     """
     if target is None:
         return Choice(None, method or "auto", opset, True, force)
-    from ..lowering import LOWERINGS
+    from ..ops.registry import LOWERINGS
     from . import resolve_target
 
     t = resolve_target(target)
@@ -69,11 +69,11 @@ def for_lower(
     chosen_opset = opset
     if chosen_opset is None:
         keep = model_opset is not None and chosen_method in LOWERINGS and model_opset >= LOWERINGS[chosen_method].min_opset
-        if keep and not any(f.hits(chosen_method, model_opset) for f in t.faults):
+        if keep and not any(f.hits(chosen_method, model_opset) for f in t.faults):  # type: ignore[arg-type]  # keep: model_opset is not None
             chosen_opset = model_opset
         else:
             chosen_opset = max(t.opset, LOWERINGS[chosen_method].min_opset) if chosen_method in LOWERINGS else t.opset
-    _check_faults(t, chosen_method, chosen_opset, force)
+    _check_faults(t, chosen_method, chosen_opset, force)  # type: ignore[arg-type]  # set above
     return Choice(t, chosen_method, chosen_opset, True, force, spec=str(target))
 
 
@@ -95,7 +95,7 @@ def for_check(path, target: str | Target, method: str | None, force: bool = Fals
     model = onnx.load(str(path), load_external_data=False)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     choice = for_lower(t, method, None, opset, force)
-    found = violations(model, t.options)
+    found = violations(model, t.rules)
     deform = sum(n.op_type == "DeformConv" for n in model.graph.node)
     refused = [f for f in t.faults if f.hits("native", opset or 19)] if deform else []
     found += [f"{deform} DeformConv node(s): {f.why}" for f in refused[:1]]

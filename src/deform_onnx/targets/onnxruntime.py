@@ -62,7 +62,7 @@ def onnxruntime_target(spec: str = "") -> Target:
         oldest, newest = min(admitted), max(admitted)
         runtime = f"ONNX Runtime {spec}"
     else:
-        oldest = installed_version()
+        oldest = installed_version()  # type: ignore[assignment]  # None: not installed
         runtime = f"ONNX Runtime {oldest} (installed)" if oldest else "ONNX Runtime (not installed: any version)"
         if oldest is None:
             oldest = OLDEST_MEASURED  # unknown: pick what runs everywhere measured
@@ -73,9 +73,11 @@ def onnxruntime_target(spec: str = "") -> Target:
             runtime=runtime,
             method="native",
             opset=19,
-            reason="DeformConv kernel (CPU/CUDA) from 1.25: fastest (grid_sample ~1.2x, gather ~1.7x its time)",
-            source="measured here (onnxruntime 1.32, BENCHMARKS.md)",
+            reason="DeformConv kernel (CPU/CUDA) from 1.25: fastest (grid_sample ~1.2x, gather ~1.7x its time); "
+            "GridSample-20 5-D (linear, nearest) and 4-D cubic match PyTorch (CPU, every padding; 5-D cubic: no kernel)",
+            source="measured here (onnxruntime 1.32, BENCHMARKS.md; tests/test_grid_sample_5d_cubic.py)",
             status="measured here",
+            grid_sample=("5-D", "cubic"),
         )
     if newest >= OLDEST_MEASURED:  # a pin like <1.25 means the recent builds without the kernel
         return Target(

@@ -37,6 +37,34 @@ def no_gridsample_20(model: onnx.ModelProto) -> list[str]:
     return [f"GridSample-20 node(s) {', '.join(found[:3])} (mode 'linear') at opset {_opset(model)}"] if found else []
 
 
+def _gridsamples(model: onnx.ModelProto) -> list[tuple[str, str, int | None]]:
+    """``(name, mode, input rank or None)`` of the main graph's GridSample nodes."""
+    found = [n for n in model.graph.node if n.op_type == "GridSample" and n.domain in ("", "ai.onnx")]
+    if not found:
+        return []
+    g = _inferred(model).graph
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*g.input, *g.value_info)
+             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+    ranks.update({t.name: len(t.dims) for t in g.initializer})
+    out = []
+    for i, n in enumerate(found):
+        mode = next((a.s.decode() for a in n.attribute if a.name == "mode"), "linear")
+        out.append((n.name or f"#{i}", mode, ranks.get(n.input[0])))
+    return out
+
+
+def no_5d_gridsample(model: onnx.ModelProto) -> list[str]:
+    """5-D GridSample (GridSample-20 N-D): OpenVINO rejects it (openvinotoolkit/openvino#37770), TensorRT's is 4-D."""
+    found = [name for name, _, rank in _gridsamples(model) if rank is not None and rank > 4]
+    return [f"5-D GridSample node(s) {', '.join(found[:3])}"] if found else []
+
+
+def no_gridsample_cubic(model: onnx.ModelProto) -> list[str]:
+    """GridSample mode cubic / bicubic: wrong or missing where the target has not been measured to match PyTorch."""
+    found = [name for name, mode, _ in _gridsamples(model) if mode in ("cubic", "bicubic")]
+    return [f"GridSample cubic node(s) {', '.join(found[:3])}"] if found else []
+
+
 def no_isnan(model: onnx.ModelProto) -> list[str]:
     found = _nodes(model, "IsNaN")
     return [f"IsNaN node(s) {', '.join(found[:3])}"] if found else []
@@ -144,6 +172,8 @@ RULES: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "no NaN guard": no_nan_guard,
     "no DeformConv": no_deformconv,
     "no GridSample": no_gridsample,
+    "no 5-D GridSample": no_5d_gridsample,
+    "no GridSample cubic": no_gridsample_cubic,
     "ncnn blobs": ncnn_blobs,
     "static shapes": static_shapes,
     "integer-only shape tensors": integer_shape_tensors,

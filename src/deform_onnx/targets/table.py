@@ -4,6 +4,13 @@ Sources: "measured here" rows ran on a build of that runtime on this project's
 machine (tests, or the issue-12 runtime matrix on the bundled example); other
 rows are read from the runtime's documentation, source or issue tracker, named
 in ``source``.
+
+``F.grid_sample`` beyond 4-D bilinear/nearest (``Target.grid_sample``): only
+the runtimes measured to run a form correctly get it as a GridSample node;
+every other target gets the gather form for 5-D (TensorRT's GridSample is 4-D
+only; OpenVINO rejects 5-D, openvinotoolkit/openvino#37770) and for bicubic
+(TensorRT's cubic is wrong at opset >= 20: onnx-tensorrt PR #1060,
+NVIDIA/TensorRT#4646; ONNX Runtime's CoreML provider and onnx2tf have none).
 """
 
 from __future__ import annotations
@@ -42,8 +49,10 @@ TABLE: tuple[Target, ...] = (
         method="grid_sample",
         opset=17,
         reason="plain OpenVINO rejects DeformConv; grid_sample@17 and gather@11 run within 2.1e-5 on 2023.3-2026.4",
-        source="measured here (tests/test_openvino.py; scripts/runtime_matrix.py)",
+        source="measured here (tests/test_openvino.py; scripts/runtime_matrix.py); GridSample cubic within 5.3e-6, "
+        "5-D GridSample rejected (openvinotoolkit/openvino#37770; tests/test_grid_sample_5d_cubic.py)",
         options=("no DeformConv",),
+        grid_sample=("cubic",),
         faults=(
             Fault(
                 what="native (DeformConv)",
@@ -64,6 +73,7 @@ TABLE: tuple[Target, ...] = (
         "(torchvision's border rule)",
         source="measured here (tests/test_openvino.py, cases c04 and c12)",
         status="measured here",
+        grid_sample=("cubic",),  # the same frontend as target openvino for GridSample
     ),
     Target(
         name="tensorrt",

@@ -1,0 +1,68 @@
+"""Graph forms a runtime target asks the lowerings for while they emit (a context, not a parameter).
+
+The exporters call the lowerings through torch's machinery (a TorchScript
+symbolic, a dynamo translation), which passes no options; a target's forms
+reach the lowerings through this context instead, set around the export by
+:func:`deform_onnx.export` and :func:`deform_onnx.lower`:
+
+- ``"batch 1"``: no value gets a leading axis other than the model's batch.
+  The grid_sample form folds offset groups into the batch axis (``[N*G, C/G,
+  H, W]``, one GridSample for all groups); ncnn has no batch axis (pnnx drops
+  a leading 1 and fails on any other: measured here, "layer load_param ...
+  tensor_split failed" on the bundled example's 2-offset-group layer), so this
+  form samples each offset group with its own GridSample instead (G nodes of
+  1/G the size: the same work).
+- ``"offset groups apart"``: the gather form computes the sample indices and
+  weights of each offset group on its own (``G`` index computations of one
+  group, each reading its channel slice of one shared table) instead of one
+  computation with a ``G`` axis; the same numbers and work. onnx2tf's
+  NCHW->NHWC layout guesses misplace that axis in the 5-D/6-D index tensors
+  (measured here: the bundled example, 2 offset groups in its last block,
+  converted to LiteRT off by 1.8; apart, within 1.2e-5).
+- ``"no NaN guard"``: the samplers leave out the ``Where(Equal(p, p), ...)``
+  that maps a NaN sample coordinate outside the image
+  (:func:`~deform_onnx.sampler.gather.nan_guard`). pnnx traces that ``Equal`` as ``torch.eq``,
+  which ncnn has no layer for (measured here: "layer torch.eq not exists or
+  registered"). Finite and infinite offsets give the same numbers (the
+  ``Clip`` stays); a NaN offset gives whatever the runtime's ``Clip`` and
+  ``GridSample``/``Gather`` make of NaN: runtime-defined values, not 0. Only
+  the lowerings' own guards go; the model's other nodes are left as written.
+- ``"GridSample 4-D only"``: 5-D ``F.grid_sample`` calls take the trilinear /
+  nearest gather form instead of GridSample-20 (OpenVINO rejects 5-D
+  GridSample: openvinotoolkit/openvino#37770; TensorRT's is 4-D only).
+- ``"no GridSample cubic"``: bicubic calls take the 16-tap gather form
+  instead of GridSample ``cubic`` (TensorRT's is wrong at opset >= 20; CoreML,
+  onnx2tf have none).
+- ``"gather where GridSample cannot"``: a call the method would write as a
+  GridSample the opset cannot hold (5-D below opset 20) takes the gather
+  form instead of raising. Every target and method ``auto`` set it
+  (:meth:`~deform_onnx.targets.Choice.emitting`): then each call gets the form that holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar
+from typing import Iterator
+
+__all__ = ["EMIT_FORMS", "graph_forms", "wants"]
+
+#: The forms a lowering can be asked for while emitting.
+EMIT_FORMS = ("batch 1", "offset groups apart", "no NaN guard", "GridSample 4-D only", "no GridSample cubic",
+              "gather where GridSample cannot")
+_ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
+
+
+@contextlib.contextmanager
+def graph_forms(forms) -> Iterator[None]:
+    """Ask the lowerings for ``forms`` (names of :data:`EMIT_FORMS`; others are ignored) inside the block."""
+    token = _ACTIVE.set(frozenset(f for f in forms if f in EMIT_FORMS))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def wants(form: str) -> bool:
+    """Whether the active target asked for ``form``."""
+    return form in _ACTIVE.get()

@@ -1,0 +1,111 @@
+"""The TorchScript adapter of :class:`~.base.Builder`: emits through the exporter's ``g.op``.
+
+Used by every TorchScript symbolic (``torch.onnx.export(..., dynamo=False)``),
+with the helpers the symbolics share.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import Builder
+
+_SCALAR_TO_NP = {
+    "Float": np.float32,
+    "Double": np.float64,
+    "Half": np.float16,
+    "BFloat16": None,
+}
+
+
+class TorchScriptBuilder(Builder):
+    """:class:`Builder` over the TorchScript exporter's ``GraphContext``."""
+
+    def __init__(self, g):
+        self.g = g
+        self.opset = g.opset
+
+    def _emit(self, op_type, inputs, attrs, domain=""):
+        while inputs and inputs[-1] is None:  # trailing optionals are simply left out
+            inputs.pop()
+        if any(i is None for i in inputs):
+            inputs = [self.g.op("prim::Constant") if i is None else i for i in inputs]
+        kwargs = {}
+        for key, value in attrs.items():
+            if isinstance(value, np.ndarray):  # a tensor attribute (e.g. ConstantOfShape's value)
+                value = torch.from_numpy(np.array(value, copy=True))
+            kwargs[f"{key}_{_attr_suffix(value)}"] = value
+        name = f"{domain}::{op_type}" if domain else op_type
+        return self.g.op(name, *inputs, **kwargs)
+
+    def _constant(self, array):
+        return self.g.op("Constant", value_t=torch.from_numpy(np.array(array, copy=True)))
+
+    def static_shape(self, value):
+        t = value.type()
+        try:
+            sizes = t.varyingSizes()
+        except RuntimeError:
+            return None
+        if sizes is None:
+            return None
+        return tuple(sizes)
+
+    def dtype(self, value):
+        try:
+            st = value.type().scalarType()
+        except RuntimeError:
+            return None
+        if st is None:
+            return None
+        return _SCALAR_TO_NP.get(st)
+
+
+def _attr_suffix(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return "t"
+    if isinstance(value, str):
+        return "s"
+    if isinstance(value, bool) or isinstance(value, int):
+        return "i"
+    if isinstance(value, float):
+        return "f"
+    if isinstance(value, (list, tuple)):
+        return "f" if any(isinstance(v, float) for v in value) else "i"
+    raise TypeError(f"unsupported attribute value {value!r}")
+
+
+
+def traced_output_dtype(g) -> np.dtype | None:
+    """The numpy dtype of the traced node's (first) output, or ``None`` when the trace has none."""
+    try:
+        st = next(iter(g.original_node.outputs())).type().scalarType()
+    except (AttributeError, RuntimeError, StopIteration):
+        return None
+    dt = _SCALAR_TO_NP.get(st)
+    return np.dtype(dt) if dt is not None else None
+
+
+def _keep_error_one_line(exc: BaseException, g) -> None:
+    """Stop torch from printing its whole IR graph on this error; keep the nodes around the op in a note.
+
+    torch 2.14's ``setup_onnx_logging`` tests the function ``_jit_is_onnx_log_enabled``
+    instead of calling it, so ONNX logging is always on during a TorchScript export
+    and any symbolic error first dumps the whole graph ("Torch IR graph at
+    exception") on stderr. Turning the log off before raising leaves the
+    one-line error; the deformable node and its inputs' producers (what
+    ``PYTORCH_JIT_LOG_LEVEL`` would show) go to ``exc.__notes__``, which
+    tracebacks and ``deform-onnx export --verbose`` print.
+    """
+    torch._C._jit_set_onnx_log_enabled(False)
+    node = getattr(g, "original_node", None)
+    if node is None or not hasattr(exc, "add_note"):
+        return
+    lines: list[str] = []
+    for value in node.inputs():
+        producer = value.node()
+        if producer.kind() not in ("prim::Param", "prim::Constant"):
+            lines.append(str(producer).rstrip())
+    lines.append(str(node).rstrip())
+    exc.add_note("TorchScript IR around the deformable op:\n" + "\n".join(dict.fromkeys(lines)))

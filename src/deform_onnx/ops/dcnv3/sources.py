@@ -1,0 +1,106 @@
+"""``lower`` for mmdeploy's ``TRTDCNv3`` node (InternImage's DCNv3 as a TensorRT plugin): standard ops.
+
+Written by InternImage's ``DCNv3Function.symbolic``
+(``segmentation|detection/ops_dcnv3/functions/dcnv3_func.py``):
+``mmdeploy::TRTDCNv3(input, offset, mask)`` with int attributes
+``kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h,
+dilation_w, group, group_channels, im2col_step``, float ``offset_scale`` and,
+in later InternImage versions, int ``remove_center``. Run by mmdeploy's plugin
+(open-mmlab/mmdeploy ``csrc/mmdeploy/backend_ops/tensorrt/modulated_deform_conv_v3/
+trt_deform_conv_v3.cpp`` and ``trt_deform_conv_v3_kernel.cu``): input
+``[N, H, W, group * group_channels]`` (NHWC), offset ``[N, Ho, Wo, group * K * 2]``
+(``(dx, dy)`` per group and point, points x outer), mask ``[N, Ho, Wo, group * K]``
+used as given (InternImage's layer softmaxes it before the op), output NHWC;
+float32 only. Its creator's defaults (kernel 3, stride 1, pad 1, dilation 1,
+group 28, group_channels 16, offset_scale 1) apply to missing attributes here too.
+
+Two differences from mmdeploy's plugin, both deliberate: ``remove_center=1``
+is honoured (InternImage's CUDA op drops the centre point; mmdeploy's plugin
+has no such field and always samples all ``kernel_h * kernel_w`` points), and the
+output size is the convolution's ``(H + 2 pad - dilation (k - 1) - 1) // stride + 1``
+read from the offset (the plugin's ``getOutputDimensions`` writes
+``(H + 2 pad - dilation (k - 1) + 1) // stride - 1``, one row short at stride 2).
+
+Replaced by :func:`deform_onnx.ops.dcnv3.lower.lower_dcnv3` on the sampler the
+method resolves to for ``grid_sample`` (GridSample at opset >= 16, gather from 11).
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from .lower import DCNv3Spec
+from ..registry import resolve
+
+DOMAIN, OP_TYPE = "mmdeploy", "TRTDCNv3"
+_INTS = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "group",
+         "group_channels")
+#: mmdeploy's TRTDCNv3Creator defaults.
+_DEFAULTS = dict(kernel_h=3, kernel_w=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1, dilation_h=1, dilation_w=1,
+                 group=28, group_channels=16)
+KNOWN_ATTRS = (*_INTS, "offset_scale", "im2col_step", "remove_center")
+
+
+def find(model: ir.Model) -> list[ir.Node]:
+    """The ``mmdeploy::TRTDCNv3`` nodes of ``model`` (main graph and subgraphs)."""
+    return [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.op_type == OP_TYPE and n.domain == DOMAIN]
+
+
+def _where(node: ir.Node) -> str:
+    return f"node {node.name or '<unnamed>'} ({DOMAIN}::{OP_TYPE})"
+
+
+def spec_for_node(node: ir.Node) -> DCNv3Spec:
+    """The node's :class:`~deform_onnx.ops.dcnv3.lower.DCNv3Spec`.
+
+    Raises:
+        ValueError: unknown attributes, wrong attribute types or values, or not 3 inputs; the message names the node.
+    """
+    attrs = {name: attr.value for name, attr in node.attributes.items()}
+    unknown = sorted(set(attrs) - set(KNOWN_ATTRS))
+    if unknown:
+        raise ValueError(f"{_where(node)}: unknown attribute(s) {', '.join(unknown)}; known: {', '.join(KNOWN_ATTRS)}")
+    if len(node.inputs) != 3 or any(v is None for v in node.inputs):
+        raise ValueError(f"{_where(node)}: expected 3 inputs (input, offset, mask), got {len(node.inputs)}")
+    values = {}
+    for name in (*_INTS, "remove_center", "im2col_step"):
+        value = attrs.get(name, _DEFAULTS.get(name, 0))
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{_where(node)}: attribute {name} must be an int, got {value!r}")
+        values[name] = value
+    scale = attrs.get("offset_scale", 1.0)
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool):
+        raise ValueError(f"{_where(node)}: attribute offset_scale must be a float, got {scale!r}")
+    if values["remove_center"] not in (0, 1):
+        raise ValueError(f"{_where(node)}: remove_center={values['remove_center']} must be 0 or 1")
+    try:
+        return DCNv3Spec(**{k: values[k] for k in _INTS}, offset_scale=float(scale),
+                         remove_center=bool(values["remove_center"]))
+    except ValueError as e:
+        raise ValueError(f"{_where(node)}: {e}") from None
+
+
+def replace_all(nodes: list[ir.Node], method: str, opset: int, unique_name) -> str | None:
+    """Replace each node by the DCNv3 lowering that ``method`` resolves to at ``opset``; returns its name.
+
+    ``unique_name(base)`` names the new values. Raises ``ValueError`` as :func:`spec_for_node`, or for a
+    method the opset cannot hold.
+    """
+    from ...builder import TapeBuilder
+
+    if not nodes:
+        return None
+    lowering = resolve("dcnv3", method, opset)
+    for index, node in enumerate(nodes):
+        spec = spec_for_node(node)
+        b = TapeBuilder(opset, name_prefix=node.name or f"deform_onnx_dcnv3_{index}")
+        out = lowering.fn(b, spec, *node.inputs)
+        ir.convenience.replace_nodes_and_values(
+            node.graph, insertion_point=node, old_nodes=[node], new_nodes=list(b.tape.nodes),  # type: ignore[arg-type]  # a found node is in a graph
+            old_values=[node.outputs[0]], new_values=[out],
+        )
+        for n in b.tape.nodes:
+            for i, value in enumerate(n.outputs):
+                if value.name is None:
+                    value.name = unique_name(f"{n.name}_out{i}")
+    return lowering.name

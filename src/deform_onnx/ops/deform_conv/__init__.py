@@ -1,0 +1,21 @@
+"""Deformable convolution (torchvision ``deform_conv2d``, DCNv1/DCNv2), top to bottom:
+
+- :mod:`.spec`: what it is (:class:`~.spec.DeformConvSpec`: shapes, argument
+  checks, the source of the semantics);
+- :mod:`.lower_native`, :mod:`.lower_grid_sample`, :mod:`.lower_gather`: its
+  three lowerings (ONNX ``DeformConv``; standard ops on ``GridSample``; standard
+  ops on ``Gather``), with the pieces they share in :mod:`.common`;
+- :mod:`.binding`: the TorchScript symbolic and the dynamo translation;
+- :mod:`.sources`: the file nodes that mean it (:class:`~.sources.SourceOp`),
+  one module per kind: :mod:`.source_onnx` (``DeformConv``), :mod:`.source_mmcv`
+  (mmcv / mmdeploy plugin nodes), :mod:`.source_openvino` (OpenVINO's node).
+
+Importing this package registers the node kinds (the rewriter and the OpenVINO
+conversion extension read :data:`~.sources.SOURCE_OPS`); nothing here imports torch.
+"""
+
+from . import source_mmcv, source_onnx, source_openvino  # noqa: F401  (register the node kinds)
+from .sources import SOURCE_OPS, SourceOp
+from .spec import DeformConvSpec, out_size
+
+__all__ = ["DeformConvSpec", "SOURCE_OPS", "SourceOp", "out_size"]

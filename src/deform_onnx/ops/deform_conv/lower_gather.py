@@ -1,0 +1,152 @@
+"""Lowering on Gather (opset >= 11): standard ops for runtimes without GridSample.
+
+The bilinear corners are gathered as channel rows from a zero-padded,
+channels-last copy of the input (:func:`~deform_onnx.sampler.gather.padded_channel_rows`:
+zero blocks concatenated, one Transpose). Coordinates are clamped so that
+both corners always index the table (:func:`~deform_onnx.sampler.gather.padded_corner`); a
+corner outside the image reads a zero row, which is torchvision's rule (a
+sample with ``py <= -1`` or ``py >= H`` is 0), so no validity factor or index
+clip is computed per corner.
+The mask is folded into the small per-sample weights, so it costs no pass over
+the sampled columns.
+
+Indices are flat row numbers into the table, so a plain ``Gather`` (no
+``batch_dims``, which needs opset 12) does the sampling.
+
+Indices and weights are computed for all K taps at once (small tensors, tap
+axis first); the sampling and the contraction then run one tap at a time, and
+each tap's columns are contracted with its slice of the weight by one MatMul,
+accumulated. This keeps one tap's columns alive instead of all K taps' (about
+3x less peak memory than sampling every tap first) and runs the elementwise
+passes in cache (BENCHMARKS.md). With a static batch of 2 to
+:data:`~.common.PER_IMAGE_MAX_BATCH` images of 64x64 output pixels or more,
+the taps run image by image (:func:`~.common.per_image`): one image's
+columns alive instead of N's. The
+four corners of a tap are combined by
+:class:`~deform_onnx.sampler.gather.BilinearCorners` (one Gather of the four corners and a
+MatMul for rows of 32+ channels, four Gathers and a Sum for narrower ones).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .spec import DeformConvSpec
+from ...builder import Builder, Dim, Value
+from ...opsets import DEFORM_CONV_GATHER_MIN_OPSET
+from .common import (
+    add_product,
+    base_coords,
+    checked_spatial,
+    coordinate_dtype,
+    in_coordinate_dtype,
+    in_input_dtype,
+    output_dims,
+    per_image,
+    pick,
+)
+from ...builder.forms import wants
+from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
+
+MIN_OPSET = DEFORM_CONV_GATHER_MIN_OPSET
+
+
+def lower_gather(
+    b: Builder,
+    spec: DeformConvSpec,
+    x: Value,
+    weight: Value,
+    offset: Value,
+    mask: Value | None,
+    bias: Value | None,
+) -> Value:
+    """Emit the gather lowering; returns the ``[N, Co, Ho, Wo]`` output value."""
+    G, K = spec.offset_groups, spec.taps
+    C, Cg, Co = spec.in_channels, spec.channels_per_offset_group, spec.out_channels
+    groups, Cpg, Cog = spec.groups, spec.channels_per_group, spec.out_channels // spec.groups
+    N = b.dim(x, 0)
+    Ho, Wo = output_dims(b, spec, x)
+    offset, mask = checked_spatial(b, offset, Ho, Wo), checked_spatial(b, mask, Ho, Wo)
+    P = b.mul_dim(Ho, Wo)
+
+    coord, offset = coordinate_dtype(b, x, offset)
+    if G > 1 and wants("offset groups apart"):
+        # One table of all C channels, sliced per group: [N*(H+3)*(W+3), C/G] each
+        table, K2 = padded_channel_rows(b, x, C), 2 * K
+        samplers = [
+            _corners(b, spec, x, b.slice(table, g * Cg, (g + 1) * Cg, axis=1),
+                     b.slice(offset, g * K2, (g + 1) * K2, axis=1),
+                     None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1), 1, coord, Ho, Wo)
+            for g in range(G)
+        ]  # fmt: skip
+    else:
+        samplers = [_corners(b, spec, x, padded_channel_rows(b, x, Cg), offset, mask, G, coord, Ho, Wo)]
+
+    # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant); sliced once,
+    # shared by every image.
+    w = b.op("Transpose", b.reshape(weight, [groups, Cog, Cpg, K]), perm=[3, 0, 2, 1])
+    taps = [b.i64(k) for k in range(K)]
+    w_taps = [b.op("Gather", w, t, axis=0) for t in taps]
+    outs = []
+    for n in per_image(N, P):
+        out = None
+        for tap, w_k in zip(taps, w_taps):
+            take = lambda v, t=tap, n=n: pick(b, v, t, n)  # noqa: E731
+            cols = [c.sample(b, take) for c in samplers]  # each [(N*)Ho*Wo*G, C/G] (G = 1 when apart)
+            cols = cols[0] if len(cols) == 1 else b.op("Concat", *cols, axis=1)
+            # cols: rows (n, y, x, g) of C/G channels, i.e. [(N*)Ho*Wo, C].
+            if groups == 1:  # 2-D: one Gemm per tap, [(N*)Ho*Wo, Co]
+                out = add_product(b, out, b.reshape(cols, [-1, C]), b.reshape(w_k, [C, Co]))
+            else:  # conv groups as a MatMul batch axis: [N, groups, Ho*Wo, Co/groups]
+                cols = b.op("Transpose", b.reshape(cols, [-1, P, groups, Cpg]), perm=[0, 2, 1, 3])
+                out = add_product(b, out, cols, w_k, two_d=False)
+        if bias is not None:
+            out = b.op("Add", out, bias if groups == 1 else b.reshape(bias, [groups, 1, Cog]))
+        out = b.reshape(out, [-1, groups, P, Cog])
+        out = b.op("Transpose", out, perm=[0, 1, 3, 2])  # [N, groups, Co/groups, Ho*Wo]
+        outs.append(b.reshape(out, [-1, Co, Ho, Wo]))
+    return outs[0] if len(outs) == 1 else b.op("Concat", *outs, axis=0)
+
+
+def _corners(
+    b: Builder, spec: DeformConvSpec, x: Value, rows: Value, offset: Value, mask: Value | None, G: int,
+    coord: Value, Ho: Dim, Wo: Dim,
+) -> BilinearCorners:
+    """The bilinear sampler of every tap of ``G`` offset groups sharing one index computation.
+
+    ``x`` ``[N, C, H, W]`` (for its sizes and dtype); ``rows``: the groups' table
+    ``[N*(H+3)*(W+3)*G, C/G]`` (:func:`~deform_onnx.sampler.gather.padded_channel_rows`); offset
+    ``[N, 2*G*K, Ho, Wo]``; mask ``[N, G*K, Ho, Wo]`` or None.
+    """
+    K, Cg = spec.taps, spec.channels_per_offset_group
+    N, H, W = b.dim(x, 0), b.dim(x, 2), b.dim(x, 3)
+
+    # Index math on [K, N, G, Ho, Wo] (tap axis first; Wo last: a short trailing
+    # axis makes ONNX Runtime's elementwise ops up to 100x slower).
+    # Coordinates and bilinear weights in float32 for float16 inputs (``coord``'s dtype).
+    off = b.reshape(offset, [-1, G, K, 2, Ho, Wo])
+    off = b.op("Transpose", off, perm=[2, 3, 0, 1, 4, 5])  # [K, (dy, dx), N, G, Ho, Wo]
+    dy = b.op("Gather", off, b.i64(0), axis=1)  # [K, N, G, Ho, Wo]
+    dx = b.op("Gather", off, b.i64(1), axis=1)
+    py = b.op("Add", dy, base_coords(b, spec, 0, Ho, coord, out_shape=[1, 1, 1, -1, 1], tap_shape=[-1, 1, 1, 1, 1]))
+    px = b.op("Add", dx, base_coords(b, spec, 1, Wo, coord, out_shape=[1, 1, 1, 1, -1], tap_shape=[-1, 1, 1, 1, 1]))
+    border = spec.bilinear_interpolation_pad
+    iy, hy, ly = padded_corner(b, py, H, coord, border)
+    ix, hx, lx = padded_corner(b, px, W, coord, border)
+    if mask is not None:
+        m = b.reshape(mask, [-1, G, K, Ho, Wo])
+        m = in_coordinate_dtype(b, x, b.op("Transpose", m, perm=[2, 0, 1, 3, 4]))  # [K, N, G, Ho, Wo]
+        hy, ly = b.op("Mul", hy, m), b.op("Mul", ly, m)
+
+    # Flat row of the corner (y0, x0) = ((n*(H+3) + iy)*(W+3) + ix)*G + g; the other
+    # corners are +G (next column), +row (next row) and +row+G.
+    row = b.as_dim(b.mul_dim(b.add_dim(W, 3), G))
+    n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
+    n = b.op("Mul", b.reshape(n, [1, -1, 1, 1, 1]), b.as_dim(b.mul_dim(b.add_dim(H, 3), row)))
+    ng = b.op("Add", n, b.i64(np.arange(G, dtype=np.int64).reshape(G, 1, 1)))  # [1, N, G, 1, 1]
+    i00 = b.op("Add", b.op("Add", b.op("Mul", iy, row), b.op("Mul", ix, b.i64(G))), ng)
+    weights = [b.op("Mul", wy, wx) for wy in (hy, ly) for wx in (hx, lx)]  # corners 00, 01, 10, 11
+    if G > 1:  # [K, N, Ho, Wo, G]: G next to the gathered C/G
+        i00 = b.op("Transpose", i00, perm=[0, 1, 3, 4, 2])
+        weights = [b.op("Transpose", w_, perm=[0, 1, 3, 4, 2]) for w_ in weights]
+    return BilinearCorners(b, rows, Cg, i00, row, G, [in_input_dtype(b, x, w_) for w_ in weights])

@@ -1,0 +1,188 @@
+"""Lowering on GridSample (opset >= 16): standard ops, torchvision's numbers at any size.
+
+GridSample with ``mode=bilinear`` (``linear`` from opset 20),
+``padding_mode=zeros`` and ``align_corners=0`` zeroes each corner outside the
+image, exactly torchvision's rule; with ``align_corners=0`` the normalised
+coordinate ``(2p+1)/size - 1`` stays finite for H or W = 1.
+
+Precision sets its reach. GridSample takes *normalised* coordinates and the
+runtime turns them back into pixels, so each rounding of ``g`` (``2^-24`` near
+±1 in float32) moves the sample by about ``size * 2^-25`` pixels: measured
+against torchvision (c17-style layer, offsets up to 100 px, worst of 3 seeds)
+the output error is 1.0e-5 at width 256, 2.0e-5 at 512, 5.6e-5 at 1024,
+1.3e-4 at 1920 and 4.0e-4 at 4096. So GridSample samples static maps up to
+:data:`BILINEAR_MAX_SIZE` pixels a side; larger maps, and maps whose size is
+dynamic (an export made small and run at 4K must stay exact), are sampled
+with the gather lowering's exact sampler, which computes pixel coordinates as
+torchvision does (one rounding of ``base + offset``). A nearest-mode
+GridSample of the four integer corners (from a four-block copy of the padded
+input) is exact too, but measured 8-10x slower than bilinear GridSample on
+ONNX Runtime CPU, so it is not used. float64 maps always use
+GridSample (``size * 2^-54`` px). For float16 models the grid is computed in
+float32 (a float16 pixel coordinate resolves 1 pixel at width 2048);
+GridSample takes a float32 grid on a float16 map.
+
+Graph: the input is viewed as ``[N*G, C/G, H, W]``; one grid of
+``[N*G, K, Ho, Wo, 2]`` sampling points holds every tap of every output pixel.
+The taps are then processed one kernel row at a time: a GridSample of that
+row's taps, the mask product, and a MatMul with that row's slice of the
+weight, accumulated. Measured with ONNX Runtime's profiler (BENCHMARKS.md),
+this keeps the sampled columns of one kernel row (``C*kw*Ho*Wo``) alive
+instead of all ``C*K*Ho*Wo``, so the mask product runs in cache and peak
+memory stays below the native kernel's; MatMul also avoids the NCHWc copy
+ONNX Runtime makes in front of a 1x1 Conv. A static batch of 2 to
+:data:`~.common.PER_IMAGE_MAX_BATCH` images of 64x64 output pixels or more is
+sampled image by image (:func:`~.common.per_image`), so one image's row of
+columns is alive.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .spec import DeformConvSpec
+from ...builder import Builder, Value
+from ...opsets import DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
+from .common import add_product, base_coords, checked_spatial, coordinate_dtype, output_dims, per_image
+from ...builder.forms import wants
+from .lower_gather import lower_gather
+from ..grid_sample.lower import GridSampleSpec, lower_native
+from ...sampler.gather import nan_guard
+
+MIN_OPSET = DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
+#: Largest static H or W sampled with bilinear GridSample (output error about 2e-5
+#: there, measured); larger or dynamic maps use the exact gather sampler.
+BILINEAR_MAX_SIZE = 512
+
+
+def lower_grid_sample(
+    b: Builder,
+    spec: DeformConvSpec,
+    x: Value,
+    weight: Value,
+    offset: Value,
+    mask: Value | None,
+    bias: Value | None,
+) -> Value:
+    """Emit the GridSample lowering; returns the ``[N, Co, Ho, Wo]`` output value."""
+    kh, kw = spec.kernel
+    C, Co = spec.in_channels, spec.out_channels
+    groups, Cpg = spec.groups, spec.channels_per_group
+    H, W = b.dim(x, 2), b.dim(x, 3)
+    Ho, Wo = output_dims(b, spec, x)
+    offset, mask = checked_spatial(b, offset, Ho, Wo), checked_spatial(b, mask, Ho, Wo)
+    P = b.mul_dim(Ho, Wo)
+
+    if use_exact_sampler(b, x) or not spec.bilinear_interpolation_pad:
+        # (OpenVINO's border rule is written once, in the gather sampler.)
+        return lower_gather(b, spec, x, weight, offset, mask, bias)
+    coord, offset = coordinate_dtype(b, x, offset)
+    w = b.reshape(weight, [groups, Co // groups, Cpg, kh * kw])
+    w_rows = [b.slice(w, i * kw, (i + 1) * kw, axis=3) for i in range(kh)]  # shared by every image
+    images = per_image(b.dim(x, 0), P)
+    flat = groups == 1 and (b.dim(x, 0) == 1 or images != [None])  # a batch of one per MatMul
+
+    outs = []
+    for n in images:
+        if n is None:
+            x_n, offset_n, mask_n = x, offset, mask
+        else:
+            x_n, offset_n, mask_n = (None if t is None else b.slice(t, n, n + 1, axis=0) for t in (x, offset, mask))
+        out = None
+        for w_i, cols in zip(w_rows, _rows(b, spec, x_n, coord, offset_n, mask_n, H, W, Ho, Wo)):
+            # cols: [N*G, C/G, kw*Ho*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
+            if flat:  # 2-D: one Gemm per kernel row
+                out = add_product(b, out, b.reshape(w_i, [Co, C * kw]), b.reshape(cols, [C * kw, P]))
+            else:  # [N, groups, Co/groups, Ho*Wo]
+                cols = b.reshape(cols, [-1, groups, Cpg * kw, P])
+                out = add_product(b, out, b.reshape(w_i, [groups, Co // groups, Cpg * kw]), cols, two_d=False)
+        out = b.reshape(out, [-1, Co, P])
+        if bias is not None:
+            out = b.op("Add", out, b.reshape(bias, [Co, 1]))
+        outs.append(b.reshape(out, [-1, Co, Ho, Wo]))
+    return outs[0] if len(outs) == 1 else b.op("Concat", *outs, axis=0)
+
+
+def use_exact_sampler(b: Builder, x: Value) -> bool:
+    """Whether ``x`` is too large (or of unknown size) for bilinear GridSample's precision.
+
+    Then the gather lowering's exact sampler is used (see the module docstring).
+    """
+    if b.dtype(x) == np.float64:  # float64 grid: bilinear is exact to ~size * 2^-53
+        return False
+    H, W = b.dim(x, 2), b.dim(x, 3)
+    return not (isinstance(H, int) and isinstance(W, int) and max(H, W) <= BILINEAR_MAX_SIZE)
+
+
+def _rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, offset, mask, H, W, Ho, Wo):
+    """:func:`_bilinear_rows`, or with the ``"batch 1"`` form one GridSample per offset group.
+
+    Each group's columns ``[N, C/G, kw*Ho*Wo]`` are concatenated on axis 1:
+    the same memory as the folded ``[N*G, C/G, kw*Ho*Wo]``.
+    """
+    G = spec.offset_groups
+    if G == 1 or not wants("batch 1"):
+        yield from _bilinear_rows(b, spec, x, coord, offset, mask, H, W, Ho, Wo)
+        return
+    Cg, K = spec.channels_per_offset_group, spec.taps
+    parts = []
+    for g in range(G):
+        x_g = b.slice(x, g * Cg, (g + 1) * Cg, axis=1)
+        offset_g = b.slice(offset, 2 * g * K, 2 * (g + 1) * K, axis=1)
+        mask_g = None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1)
+        parts.append(_bilinear_rows(b, spec, x_g, coord, offset_g, mask_g, H, W, Ho, Wo))
+    for cols in zip(*parts):
+        yield b.op("Concat", *cols, axis=1)
+
+
+def _bilinear_rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, offset, mask, H, W, Ho, Wo):
+    """Yield each kernel row's sampled columns ``[N*G, C/G, kw*Ho*Wo]``: one bilinear GridSample."""
+    K, (kh, kw), Cg = spec.taps, spec.kernel, spec.channels_per_offset_group
+    xg = b.reshape(x, [-1, Cg, H, W])  # [N*G, C/G, H, W]
+    dy, dx = _split(b, spec, offset, Ho, Wo)
+    gy_base = base_coords(b, spec, 0, Ho, coord, out_shape=[1, -1, 1], tap_shape=[-1, 1, 1, 1], size=H)
+    gx_base = base_coords(b, spec, 1, Wo, coord, out_shape=[1, 1, -1], tap_shape=[-1, 1, 1, 1], size=W)
+    gy = b.op("Add", b.op("Mul", dy, _two_over(b, H, coord)), gy_base)
+    gx = b.op("Add", b.op("Mul", dx, _two_over(b, W, coord)), gx_base)
+    grid = _finite_grid(b, b.op("Concat", gx, gy, axis=2), coord)  # [N*G, K, (x, y), Ho, Wo]
+    grid = b.op("Transpose", grid, perm=[0, 1, 3, 4, 2])  # [N*G, K, Ho, Wo, (x, y)]
+    m = None if mask is None else b.reshape(mask, [-1, 1, K, Ho, Wo])  # [N*G, 1, K, Ho, Wo]
+    zeros = GridSampleSpec("bilinear", "zeros", align_corners=False)  # torchvision's sampling rule
+    for i in range(kh):
+        k0, k1 = i * kw, (i + 1) * kw
+        g = b.reshape(b.slice(grid, k0, k1, axis=1), [-1, b.mul_dim(kw, Ho), Wo, 2])
+        cols = lower_native(b, zeros, xg, g)  # one GridSample
+        # cols: [N*G, C/G, kw*Ho, Wo]
+        if m is not None:
+            cols = b.op("Mul", cols, b.reshape(b.slice(m, k0, k1, axis=2), [-1, 1, b.mul_dim(kw, Ho), Wo]))
+        yield b.reshape(cols, [-1, Cg, b.mul_dim(b.mul_dim(kw, Ho), Wo)])
+
+
+def _split(b: Builder, spec: DeformConvSpec, offset: Value, Ho, Wo) -> tuple[Value, Value]:
+    """``(dy, dx)`` of every tap, each ``[N*G, K, 1, Ho, Wo]``."""
+    off = b.reshape(offset, [-1, spec.taps, 2, Ho, Wo])  # [N*G, K, (dy, dx), Ho, Wo]
+    return b.slice(off, 0, 1, axis=2), b.slice(off, 1, 2, axis=2)
+
+
+def _two_over(b: Builder, size, like: Value) -> Value:
+    if isinstance(size, int):
+        return b.float_const(2.0 / size, like)
+    return b.op("Div", b.float_const(2.0, like), b.cast_like(size, like))
+
+
+def _finite_grid(b: Builder, grid: Value, like: Value) -> Value:
+    """Grid clamped into ``[-3, 3]``, NaN replaced by 3.
+
+    A normalised coordinate beyond ``1 + 1/size`` (pixel ``p <= -1`` or
+    ``p >= size``) samples 0, and ``1 + 1/size <= 2``, so no finite result
+    changes; but ONNX Runtime's GridSample returns non-zero values for
+    infinite, NaN or huge (1e30) coordinates. ±inf then samples 0, as in
+    torchvision; NaN samples 0, as ONNX Runtime's DeformConv does
+    (torchvision has no answer: its CPU kernel crashes). NaN is found with
+    ``Equal(g, g)`` (false only for NaN), not ``IsNaN``, which MNN rejects.
+    """
+    # Constants typed from ``like``: an intermediate value's dtype may be
+    # unknown to the builder (file rewrite), which would need a float32 CastLike.
+    three = b.float_const(3.0, like)
+    clipped = b.op("Clip", grid, b.float_const(-3.0, like), three)
+    return nan_guard(b, grid, clipped, three)

@@ -1,0 +1,193 @@
+"""The gather sampler: what every standard-op lowering that samples points of a map shares.
+
+Deformable convolution (:mod:`deform_onnx.ops.deform_conv.lower_gather`) and ``grid_sample``'s gather form
+(:mod:`deform_onnx.ops.grid_sample.lower`, and through it DCNv3) sample a map at pixel
+coordinates computed in floating point, by gathering channel rows of a
+channels-last copy of the map at integer corner indices and weighting them.
+The pieces here are written once for all of them:
+
+- :func:`padded_channel_rows`: the row table, zero-padded (one row and column
+  before the image, two after), so that a corner outside the image reads a
+  zero row: no per-corner validity factor or index clip is computed;
+- :func:`padded_corner` / :func:`padded_nearest`: a coordinate clamped into
+  the table (NaN samples 0), its corner index and bilinear weights;
+- :class:`BilinearCorners`: the four corners' rows combined with their
+  weights, in the form ONNX Runtime runs fastest for the row width.
+- :func:`nan_guard`: the NaN guard on sample coordinates that every
+  standard-op sampler (GridSample forms and MSDA too) writes, left out under
+  the ``no NaN guard`` target form.
+
+Each op keeps its own coordinate rule (torchvision's ``base + offset`` for
+deformable convolution, ATen's unnormalisation and padding modes for
+``grid_sample``) and its own contraction. Multi-scale deformable attention
+(:mod:`deform_onnx.ops.msda.lower`) indexes levels of different sizes in one table and keeps its
+own corner code.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import onnx
+
+from ..builder import Builder, Dim, Value
+from ..builder.forms import wants
+
+
+#: Zero rows :func:`padded_channel_rows` adds before / after the image along H and W.
+PAD_BEFORE, PAD_AFTER = 1, 2
+
+
+def padded_channel_rows(b: Builder, x: Value, width: Dim) -> Value:
+    """``x`` ``[N, C, H, W]`` as rows ``[N*(H+3)*(W+3)*(C/width), width]`` of a zero-padded channels-last copy.
+
+    One zero row and column before the image and two after
+    (:data:`PAD_BEFORE`, :data:`PAD_AFTER`), so that both corners of any
+    coordinate clamped by :func:`padded_corner` index the table. Row
+    ``((n*(H+3) + y + 1)*(W+3) + x + 1)*(C/width) + g`` holds channels
+    ``g*width .. (g+1)*width - 1`` of pixel ``(n, y, x)``.
+
+    Padded while NCHW, then made channels-last by a 3-D Transpose of
+    ``[N, C, pixels]``: onnx2tf guesses each 4-D value's layout from its shape
+    and cannot tell NCHW from NHWC when C == H == W; a 4-D Transpose of such an
+    input came out wrong in LiteRT (off by 2.0, 16 channels at 16x16, measured
+    here) and this form does not. ONNX Runtime times are the same.
+    """
+    # Zero blocks concatenated, not Pad: onnx's version converter (which
+    # torch.onnx.export uses below opset 18) has no Pad 18->17 adapter.
+    N, C, H, W = b.dim(x, 0), b.dim(x, 1), b.dim(x, 2), b.dim(x, 3)
+    zero = b.float_const(0.0, x)
+    xt = x
+    for axis, dims in ((2, [N, C, None, W]), (3, [N, C, b.add_dim(H, PAD_BEFORE + PAD_AFTER), None])):
+        before, after = (b.op("Expand", zero, b.shape_vector([n if d is None else d for d in dims]))
+                         for n in (PAD_BEFORE, PAD_AFTER))
+        xt = b.op("Concat", before, xt, after, axis=axis)
+    # [N, C, pixels] -> [N, pixels, C]: a 3-D transpose. -1 for N, which may be 0 (C * pixels is not)
+    pixels = b.mul_dim(b.add_dim(H, PAD_BEFORE + PAD_AFTER), b.add_dim(W, PAD_BEFORE + PAD_AFTER))
+    xt = b.op("Transpose", b.reshape(xt, [-1, C, pixels]), perm=[0, 2, 1])
+    return b.reshape(xt, [-1, width])
+
+
+def padded_corner(b: Builder, p: Value, size: Dim, like: Value, border_rule: bool = True):
+    """Corner ``floor(p)`` along one axis for :func:`padded_channel_rows`, and the two bilinear weights.
+
+    Returns ``(i, low_w, high_w)``: int64 index of the corner ``floor(p)`` in
+    padded coordinates (``floor(p) + 1``; the other corner is ``i + 1``) and
+    the weights of the corners ``floor(p)`` and ``floor(p) + 1``, in ``like``'s dtype.
+
+    ``border_rule=True`` is torchvision's (and ATen's zero padding): ``p`` is
+    clamped into ``[-1, size]``, which changes no result (a sample at
+    ``p <= -1`` or ``p >= size`` reads only zero rows either way) and keeps
+    every index inside the table; NaN becomes -1 and samples 0, as ONNX
+    Runtime's DeformConv does (found with ``Equal(p, p)``: MNN rejects
+    ``IsNaN``). ``border_rule=False`` is OpenVINO's
+    ``bilinear_interpolation_pad=false``: the sample is 0 unless
+    ``0 <= p < size``, and a corner past the last pixel repeats it (``p`` is
+    clamped into ``[0, size-1]``).
+    """
+    clamped = _clamped(b, p, size, like, border_rule)
+    p0 = b.op("Floor", clamped)
+    high_w = b.op("Sub", clamped, p0)
+    low_w = b.op("Sub", b.float_const(1.0, like), high_w)
+    if not border_rule:
+        inside = b.op("And", b.op("Not", b.op("Less", p, b.float_const(0.0, like))),
+                      b.op("Less", p, _size_plus(b, size, 0, like)))
+        inside = b.cast_like(inside, like)
+        low_w, high_w = b.op("Mul", low_w, inside), b.op("Mul", high_w, inside)
+    return _padded_index(b, p0, like), low_w, high_w
+
+
+def padded_nearest(b: Builder, p: Value, size: Dim, like: Value) -> Value:
+    """Index in :func:`padded_channel_rows` coordinates of the pixel nearest ``p`` (zero row outside the image).
+
+    ``Round`` rounds half to even, as ATen's ``std::nearbyint``; ``p`` is
+    clamped as in :func:`padded_corner` (NaN samples 0).
+    """
+    return _padded_index(b, b.op("Round", _clamped(b, p, size, like, True)), like)
+
+
+def _clamped(b: Builder, p: Value, size: Dim, like: Value, border_rule: bool) -> Value:
+    if border_rule:
+        low, high = b.float_const(-1.0, like), _size_plus(b, size, 0, like)
+    else:
+        low, high = b.float_const(0.0, like), _size_plus(b, size, -1, like)
+    return nan_guard(b, p, b.op("Clip", p, low, high), low)
+
+
+def nan_guard(b: Builder, p: Value, value: Value, fallback: Value) -> Value:
+    """``value`` where ``p`` is a number, ``fallback`` where ``p`` is NaN: ``Where(Equal(p, p), value, fallback)``.
+
+    Every standard-op sampler guards its coordinates with this (a NaN cast to
+    an integer index is undefined; GridSample returns non-zero values for
+    it). ``Equal(p, p)`` is false only for NaN; ``IsNaN`` is not used because
+    MNN's converter rejects it. Under the target form ``"no NaN guard"``
+    (:mod:`deform_onnx.builder.forms`; pnnx writes ``Equal`` as ``torch.eq``, which ncnn has no
+    layer for) this returns ``value``: finite and infinite coordinates give
+    the same numbers, a NaN one gives whatever the runtime makes of it.
+    """
+    if wants("no NaN guard"):
+        return value
+    return b.op("Where", b.op("Equal", p, p), value, fallback)
+
+
+def _padded_index(b: Builder, p0: Value, like: Value) -> Value:
+    return b.op("Cast", b.op("Add", p0, b.float_const(float(PAD_BEFORE), like)), to=onnx.TensorProto.INT64)
+
+
+#: Narrowest row (channels) that :class:`BilinearCorners` samples with one Gather
+#: of the four corners and a MatMul; narrower rows use four Gathers and a Sum.
+GATHER4_MIN_WIDTH = 32
+
+
+class BilinearCorners:
+    """The four bilinear corners of a set of points in a :func:`padded_channel_rows` table.
+
+    Args:
+        rows: the ``[R, width]`` table.
+        width: channels per row (an int, or an int64 ``[1]`` value when dynamic).
+        i00: int64 row of each point's corner ``(floor(y), floor(x))``, any shape ``S``.
+        row: rows per table row of pixels (``(W+3) * groups``), an int or int64 ``[1]``.
+        step: rows per pixel (the offset groups, 1 for one group).
+        weights: the bilinear weights of corners 00, 01, 10, 11 (``S``, the table's dtype).
+
+    :meth:`sample` returns ``sum(w * rows[i])`` over the four corners as
+    ``[prod(S), width]``, in the form ONNX Runtime ran faster for the width
+    (profiled, BENCHMARKS.md "gather sampler"): rows of at least
+    :data:`GATHER4_MIN_WIDTH` channels with ONE Gather of the four corner rows
+    ``[M, 4, width]`` and a batched MatMul with the ``[M, 1, 4]`` weights;
+    narrower rows with four Gathers, each scaled by its weight, added by one
+    ``Sum`` (a batched MatMul of tiny matrices is slower there). The corners
+    are stacked once here, so a caller sampling in slices (one kernel tap at a
+    time) slices the stacked tensors with ``take``.
+    """
+
+    def __init__(self, b: Builder, rows: Value, width: Dim, i00: Value, row: Dim, step: int, weights: list[Value]):
+        i01 = b.op("Add", i00, b.i64(step))
+        i10 = b.op("Add", i00, b.as_dim(row))
+        idx = [i00, i01, i10, b.op("Add", i10, b.i64(step))]
+        self.rows, self.width = rows, width
+        # A width known only at run time gets the wide form (the common case: 32+ channels per group).
+        self.stacked = not isinstance(width, int) or width >= GATHER4_MIN_WIDTH
+        if self.stacked:
+            # Corner axis last, a Concat of trailing 1s (a broadcast Add onto a trailing 4 profiled slower).
+            self.idx = b.op("Concat", *[b.unsqueeze(i, [-1]) for i in idx], axis=-1)
+            self.wgt = b.op("Concat", *[b.unsqueeze(w, [-1]) for w in weights], axis=-1)
+        else:
+            self.idx, self.wgt = idx, list(weights)
+
+    def sample(self, b: Builder, take: Callable[[Value], Value] = lambda v: v) -> Value:
+        """``[M, width]``: the weighted corners of the points ``take`` selects (all by default)."""
+        if self.stacked:
+            v = b.op("Gather", self.rows, b.reshape(take(self.idx), [-1, 4]), axis=0)  # [M, 4, width]
+            out = b.op("MatMul", b.reshape(take(self.wgt), [-1, 1, 4]), v)  # [M, 1, width]
+            return b.reshape(out, [-1, self.width])
+        terms = [b.op("Mul", b.op("Gather", self.rows, b.reshape(take(i), [-1]), axis=0), b.reshape(take(w), [-1, 1]))
+                 for i, w in zip(self.idx, self.wgt)]
+        return b.op("Sum", *terms)  # one pass instead of three Adds
+
+
+def _size_plus(b: Builder, size: Dim, delta: int, like: Value) -> Value:
+    """``size + delta`` as a 0-D value of ``like``'s dtype (from the integer size when dynamic)."""
+    if isinstance(size, int):
+        return b.float_const(size + delta, like)
+    return b.cast_like(b.scalar(b.add_dim(size, delta) if delta else size), like)
