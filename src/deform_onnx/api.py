@@ -243,12 +243,10 @@ def _export_eval(
         else:
             repairs = done[3]
     except _BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
-        if sink is not None:
-            sink.close()
+        sink and sink.close()
         raise ValueError(str(exc)) from None
     except BaseException:
-        if sink is not None:
-            sink.close()
+        sink and sink.close()  # nothing of a model over 2 GiB is left beside the output
         raise
     finally:
         checks.close()
@@ -431,10 +429,8 @@ def _default_opset(proto: onnx.ModelProto) -> int | None:
 
 def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice, sink=None) -> bytes | str:
     """Stamp the lowest IR version the opsets need (or ``ir_version``), validate, and check the
-    graph against the runtime target's known faults (issue 12's hooks).
-
-    Returns what verification runs: the serialized model, or (a model over 2 GiB, ``sink``)
-    the path of the file written beside its data file (checked from the path)."""
+    graph against the runtime target's known faults (issue 12's hooks). Returns what verification
+    runs: the serialized model, or (over 2 GiB, ``sink``) the path of the file beside its data."""
     apply_ir_version(proto, ir_version)
     path = sink.save(proto) if sink is not None else None
     _validate(proto, opset, method, path)
