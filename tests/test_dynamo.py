@@ -66,6 +66,7 @@ def test_table_maps_the_torchvision_op():
         torch.ops.torchvision.deform_conv2d.default,
         torch.ops.aten.grid_sampler.default,
         torch.ops.aten.grid_sampler_2d.default,
+        torch.ops.aten.grid_sampler_3d.default,  # 5-D grid_sample (issue 19, items 1-2)
         torch.ops.deform_onnx.ms_deform_attn.default,
         torch.ops.aten._is_all_true.default,
         torch.ops.aten.isin.Tensor_Tensor,
