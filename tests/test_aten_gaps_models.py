@@ -24,8 +24,8 @@ import deform_onnx
 from deform_onnx.example import load_photo
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
-import transformers
-from test_msda_models_real import TOL, unit_scale
+import transformers  # noqa: E402  (after pytestmark, as in test_msda_models_real.py)
+from test_msda_models_real import TOL, unit_scale  # noqa: E402
 
 
 class Detections(torch.nn.Module):

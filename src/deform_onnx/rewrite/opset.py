@@ -62,7 +62,6 @@ def _convert(model: ir.Model, target: int, current: int | None, hide_grid_sample
     they are lowered at ``target`` later, so no lowering op is ever converted
     (the converter lacks e.g. the GridSample 20->19 and Reshape 14->13 adapters).
     """
-    from onnx import version_converter
 
     from ..ops.msda import sources as msda_nodes
 
