@@ -98,10 +98,10 @@ def verify_bfloat16(model: torch.nn.Module, args: tuple, data: bytes, rtol=None,
     graph = onnx.load(data, load_external_data=False) if isinstance(data, str) else onnx.load_from_string(data)
     names = [o.name for o in graph.graph.output]
     worst, worst_name, tolerances = 0.0, None, {}
-    for name, g, e in zip(names, got, expected):
-        tol = tolerance_for(torch.bfloat16 if e.is_floating_point() else e.dtype, rtol, atol)
+    for name, g, reference_out in zip(names, got, expected):
+        tol = tolerance_for(torch.bfloat16 if reference_out.is_floating_point() else reference_out.dtype, rtol, atol)
         tolerances[name] = tol
-        e = e.numpy()
+        e = reference_out.numpy()
         if g.shape != e.shape:
             raise VerificationError(f"output {name!r}: runtime shape {g.shape} != PyTorch shape {e.shape}")
         if e.size == 0:

@@ -95,6 +95,7 @@ def emit_sdpa(
 def _repeat_heads(b: Builder, x: Value, n: int) -> Value:
     """``x.repeat_interleave(n, dim=-3)`` for ``[..., H, S, E]`` (static H)."""
     shape = b.static_shape(x)
+    assert shape is not None  # emit_sdpa checked the rank
     rank = len(shape)
     dims = [b.dim(x, i) for i in range(rank)]
     wide = b.unsqueeze(x, [rank - 2])  # [..., H, 1, S, E]
