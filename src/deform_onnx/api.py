@@ -20,6 +20,7 @@ from .conversion import ConversionError
 from .errors import ExportError, MissingKernelError, VerificationError
 from .irversion import apply_ir_version, check_requested
 from .exporters import dynamo as _dynamo
+from .exporters import rewriters as _rewriters
 from .exporters import torchscript as _torchscript
 from .exporters.calls import capture_errors as _capture_errors
 from .exporters.calls import cause as _cause
@@ -196,7 +197,9 @@ def export(
     training = {m: m.training for m in model.modules()}
     model.eval()  # export and verify in eval mode; each module's own mode is restored after
     try:
-        with choice.emitting():  # hook (issue 12): graph forms the target asks the lowerings for
+        # Hook (issue 18): sizes stay symbolic through detector code's size tensors and linspace
+        # while exporting (deform_onnx.exporters.rewriters); undone on exit.
+        with choice.emitting(), _rewriters.while_exporting():  # hook (issue 12): graph forms for the target
             return _export_eval(
                 model, args, f, opset_version, lowering.name, dynamo, input_names, output_names,
                 dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=choice, ir_version=ir_version,

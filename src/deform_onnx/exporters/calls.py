@@ -15,6 +15,7 @@ import torch
 
 from ..conversion import Repair, convert_down
 from . import dynamo as _dynamo
+from .examples import widen_unit_dims
 from .guards import check_guards, parameter_names
 from . import torchscript as _torchscript
 
@@ -95,6 +96,8 @@ def export_dynamo(
     if dynamic_shapes is None and dynamic_axes is not None and _axes_skip_an_input(dynamic_axes, input_names, len(args)):
         dynamic_shapes, dynamic_axes = axes_to_dynamic_shapes(dynamic_axes, input_names, len(args)), None
     requested = _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes)
+    # Hook (issue 18): a dynamic axis with an example of 1 is captured at 2 (exporters/examples.py).
+    args = widen_unit_dims(model, args, requested)
     if requested is not None:
         with quiet():
             check_guards(model, args, requested)  # FixedDynamicSize: the caller falls back to TorchScript
