@@ -13,8 +13,7 @@ import onnx
 import torch
 
 from ._io import write_bytes_atomic
-from .bfloat16 import choose_opset as _bfloat16_opset
-from .bfloat16 import verify_model as _verify  # float32 reference for bfloat16 models
+from .bfloat16 import choose_opset as _bfloat16_opset, verify_model as _verify  # bfloat16: float32 reference
 from .large import ExternalSink, is_large
 from .conversion import ConversionError
 from .errors import ExportError, MissingKernelError, VerificationError
