@@ -13,10 +13,13 @@ import onnx
 import torch
 
 from ._io import write_bytes_atomic
+from .bfloat16 import choose_opset as _bfloat16_opset, verify_model as _verify  # bfloat16: float32 reference
+from .large import ExternalSink, is_large
 from .conversion import ConversionError
 from .errors import ExportError, MissingKernelError, VerificationError
 from .irversion import apply_ir_version, check_requested
 from .exporters import dynamo as _dynamo
+from .exporters import rewriters as _rewriters
 from .exporters import torchscript as _torchscript
 from .exporters.calls import capture_errors as _capture_errors
 from .exporters.calls import cause as _cause
@@ -26,7 +29,6 @@ from .exporters.guards import FixedDynamicSize
 from .ops.registry import resolve_method
 from .ops.deform_conv.spec import MIN_OPSET, DeformConvSpec
 from .verification import Tolerance, Verified
-from .verification import verify as _verify
 
 __all__ = ["ExportError", "ExportReport", "VerificationError", "check_deform_modules", "export"]
 
@@ -176,6 +178,7 @@ def export(
 
     choice = _target_hooks.for_export(target, method, opset_version, dynamo, force)
     method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
+    opset_version = _bfloat16_opset(model, args, opset_version, dynamo)  # bfloat16: opset 22 (bfloat16.py)
     if opset_version is None:
         opset_version = DEFAULT_NATIVE_OPSET if method == "native" else DEFAULT_OPSET
     check_requested(ir_version, opset_version)  # hook (issue 12): fail before the export
@@ -193,7 +196,9 @@ def export(
     training = {m: m.training for m in model.modules()}
     model.eval()  # export and verify in eval mode; each module's own mode is restored after
     try:
-        with choice.emitting():  # hook (issue 12): graph forms the target asks the lowerings for
+        # Hook (issue 18): sizes stay symbolic through detector code's size tensors and linspace
+        # while exporting (deform_onnx.exporters.rewriters); undone on exit.
+        with choice.emitting(), _rewriters.while_exporting():  # hook (issue 12): graph forms for the target
             return _export_eval(
                 model, args, f, opset_version, lowering.name, dynamo, input_names, output_names,
                 dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=choice, ir_version=ir_version,
@@ -210,12 +215,13 @@ def _export_eval(
     start = time.perf_counter()
     fallback_reason, repairs, done = None, [], None
     checks = check_deform_modules(model)
+    sink = ExternalSink(f) if is_large(model) else None  # over 2 GiB: external data (large.py)
     try:
         if dynamo:
             try:
                 done = _try_dynamo(
                     model, args, opset_version, method, input_names, output_names, dynamic_shapes,
-                    dynamic_axes, verify, rtol, atol, ir_version, choice,
+                    dynamic_axes, verify, rtol, atol, ir_version, choice, sink,
                 )
             except _DynamoUnfit as exc:
                 fallback_reason = str(exc)
@@ -231,14 +237,19 @@ def _export_eval(
                 input_names = _forward_names(model, args)
             if dynamic_axes is None and dynamic_shapes is not None:
                 dynamic_axes = _dynamic_shapes_to_axes(dynamic_shapes, input_names, model, args)
-            proto = _export_torchscript(model, args, opset_version, method, input_names, output_names, dynamic_axes)
-            _finish(proto, opset_version, method, ir_version, choice)
-            data = proto.SerializeToString()
+            proto = _export_torchscript(
+                model, args, opset_version, method, input_names, output_names, dynamic_axes, sink=sink
+            )
+            data = _finish(proto, opset_version, method, ir_version, choice, sink)
             done = (proto, data, _verify(model, args, data, rtol, atol) if verify else None)
         else:
             repairs = done[3]
     except _BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
+        sink and sink.close()
         raise ValueError(str(exc)) from None
+    except BaseException:
+        sink and sink.close()  # nothing of a model over 2 GiB is left beside the output
+        raise
     finally:
         checks.close()
     proto, data, verified = done[:3]
@@ -248,7 +259,7 @@ def _export_eval(
         method=method,
         exporter="torchscript" if (not dynamo or fallback_reason) else "dynamo",
         node_count=len(proto.graph.node),
-        file_size=len(data),
+        file_size=len(data) if sink is None else sink.file_size(),
         repairs=[str(r) for r in repairs],
         fallback_reason=fallback_reason,
         export_seconds=time.perf_counter() - start,
@@ -261,7 +272,7 @@ def _export_eval(
         from .ort_distribution import describe  # hook (issue 21): which ONNX Runtime distribution verified it
 
         report.onnxruntime = describe()
-    report.path = _write(data, f)
+    report.path = _write(data, f) if sink is None else sink.commit()
     return report
 
 
@@ -271,8 +282,8 @@ class _DynamoUnfit(Exception):
 
 def _try_dynamo(
     model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify, rtol, atol,
-    ir_version=None, choice=None,
-) -> tuple[onnx.ModelProto, bytes, Verified | None, list]:
+    ir_version=None, choice=None, sink=None,
+) -> tuple[onnx.ModelProto, bytes | str, Verified | None, list]:
     """Export, validate and verify on the dynamo path, or raise :class:`_DynamoUnfit` naming why not.
 
     User errors (``ValueError``) and a runtime without a kernel (:class:`MissingKernelError`) pass
@@ -285,7 +296,7 @@ def _try_dynamo(
         )
     try:
         proto, repairs = _export_dynamo(
-            model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes
+            model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, sink=sink
         )
     except _capture_errors() as exc:
         _raise_bad_deform_input(exc)
@@ -300,8 +311,7 @@ def _try_dynamo(
         _raise_bad_deform_input(exc)
         raise _DynamoUnfit(f"the dynamo exporter failed ({_cause(exc)})") from None
     try:
-        _finish(proto, opset, method, ir_version, choice)
-        data = proto.SerializeToString()
+        data = _finish(proto, opset, method, ir_version, choice, sink)
         verified = _verify(model, args, data, rtol, atol) if verify else None
     except MissingKernelError:
         raise
@@ -419,16 +429,19 @@ def _default_opset(proto: onnx.ModelProto) -> int | None:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
-def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice) -> None:
+def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice, sink=None) -> bytes | str:
     """Stamp the lowest IR version the opsets need (or ``ir_version``), validate, and check the
-    graph against the runtime target's known faults (issue 12's hooks)."""
+    graph against the runtime target's known faults (issue 12's hooks). Returns what verification
+    runs: the serialized model, or (over 2 GiB, ``sink``) the path of the file beside its data."""
     apply_ir_version(proto, ir_version)
-    _validate(proto, opset, method)
+    path = sink.save(proto) if sink is not None else None
+    _validate(proto, opset, method, path)
     if choice is not None:
         choice.check_graph(proto)
+    return proto.SerializeToString() if path is None else path
 
 
-def _validate(proto: onnx.ModelProto, opset: int, method: str) -> None:
+def _validate(proto: onnx.ModelProto, opset: int, method: str, path: str | None = None) -> None:
     got = _default_opset(proto)
     if got != opset:
         raise ExportError(
@@ -440,8 +453,8 @@ def _validate(proto: onnx.ModelProto, opset: int, method: str) -> None:
         if left:
             raise ExportError(f"DeformConv nodes remain after lowering with {method!r}: {left}")
     try:
-        onnx.checker.check_model(proto, full_check=True)
-    except onnx.checker.ValidationError as exc:
+        onnx.checker.check_model(proto if path is None else path, full_check=True)  # a path: external data
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise ExportError(f"the exported model is not valid ONNX: {str(exc).splitlines()[0]}") from None
 
 

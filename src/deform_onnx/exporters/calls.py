@@ -15,6 +15,7 @@ import torch
 
 from ..conversion import Repair, convert_down
 from . import dynamo as _dynamo
+from .examples import widen_unit_dims
 from .guards import check_guards, parameter_names
 from . import torchscript as _torchscript
 
@@ -74,7 +75,7 @@ def quiet():
 
 
 def export_dynamo(
-    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes
+    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, sink=None
 ) -> tuple[onnx.ModelProto, list[Repair]]:
     """Export with the dynamo exporter at ``opset``; below the build opset (18), export at 18 and
     convert down with :func:`deform_onnx.conversion.convert_down` (adapters reported as repairs).
@@ -84,6 +85,9 @@ def export_dynamo(
         ConversionError: an op of the model cannot be converted down to ``opset``.
         FixedDynamicSize: the model's code fixes a size asked to be dynamic (:func:`.guards.check_guards`).
         torch's exporter errors: capture failures (see :func:`capture_errors`) and others.
+
+    ``sink`` (:class:`deform_onnx.large.ExternalSink`): a model over 2 GiB; its weights go to
+    the sink's data file and the proto returned references them.
     """
     from torch.onnx._internal.exporter import _errors
 
@@ -92,6 +96,8 @@ def export_dynamo(
     if dynamic_shapes is None and dynamic_axes is not None and _axes_skip_an_input(dynamic_axes, input_names, len(args)):
         dynamic_shapes, dynamic_axes = axes_to_dynamic_shapes(dynamic_axes, input_names, len(args)), None
     requested = _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes)
+    # Hook (issue 18): a dynamic axis with an example of 1 is captured at 2 (exporters/examples.py).
+    args = widen_unit_dims(model, args, requested)
     if requested is not None:
         with quiet():
             check_guards(model, args, requested)  # FixedDynamicSize: the caller falls back to TorchScript
@@ -109,11 +115,12 @@ def export_dynamo(
             verbose=False,
             optimize=True,
         )
+    proto = program.model_proto if sink is None else sink.save_ir(program.model)
     if build == opset:
-        return program.model_proto, []
+        return proto, []
     # torch's own down-conversion writes invalid nodes (Split keeps num_outputs) or silently
     # stays at 18: convert here, where each failure names its op (see deform_onnx.conversion).
-    return convert_down(program.model_proto, opset)
+    return convert_down(proto, opset)
 
 
 def _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes):
@@ -162,14 +169,37 @@ def _lowering_value_errors(wrapper: type[BaseException]):
         inner = exc
         while inner.__cause__ is not None:
             inner = inner.__cause__
-        if isinstance(inner, ValueError):
+        if isinstance(inner, ValueError) and _raised_here(inner):
             raise ValueError(str(inner)) from None
         raise
 
 
-def export_torchscript(model, args, opset, method, input_names, output_names, dynamic_axes) -> onnx.ModelProto:
-    """Export with the TorchScript exporter and the symbolic of ``method`` registered for the call."""
-    buffer = io.BytesIO()
+def _raised_here(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside deform_onnx (a lowering's refusal), not by torch's own
+    translations (e.g. OneFormer's Swin backbone: "Cannot view a tensor with shape ..." from
+    torch's ``aten.view`` translation: the TorchScript fallback exports it)."""
+    import os
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(package)
+
+
+def export_torchscript(
+    model, args, opset, method, input_names, output_names, dynamic_axes, sink=None
+) -> onnx.ModelProto:
+    """Export with the TorchScript exporter and the symbolic of ``method`` registered for the call.
+
+    ``sink``: a model over 2 GiB (:class:`deform_onnx.large.ExternalSink`): torch writes it to a
+    path (the exporter itself then uses external data), and the proto returned references the
+    sink's data file.
+    """
+    # A str, not a Path: torch passes only a str on as the location of external data.
+    buffer = io.BytesIO() if sink is None else str(sink.torchscript_path())
     with _torchscript.registered(method), quiet():
         torch.onnx.export(
             model,
@@ -181,6 +211,8 @@ def export_torchscript(model, args, opset, method, input_names, output_names, dy
             output_names=output_names,
             dynamic_axes=dynamic_axes,
         )
+    if sink is not None:
+        return sink.load_torchscript(buffer)
     return onnx.load_from_string(buffer.getvalue())
 
 

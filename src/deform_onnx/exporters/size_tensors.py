@@ -1,0 +1,268 @@
+"""Size tensors: ``torch.as_tensor`` / ``torch.tensor`` of feature-map sizes, and the integer ops applied to them.
+
+Patterns served (each read from the repository's own code):
+
+- Deformable DETR (fundamentalvision/Deformable-DETR ``models/deformable_transformer.py``
+  ``DeformableTransformer.forward``; IDEA-Research/DINO ``models/dino/deformable_transformer.py``
+  the same): ``spatial_shapes = torch.as_tensor([(h, w), ...])`` from the maps' shapes,
+  ``level_start_index = torch.cat((spatial_shapes.new_zeros((1,)), spatial_shapes.prod(1).cumsum(0)[:-1]))``,
+  then ``for H_, W_ in spatial_shapes`` (``get_reference_points``), ``value.split([H_ * W_ for H_, W_ in
+  value_spatial_shapes])`` (``models/ops/functions/ms_deform_attn_func.py`` ``ms_deform_attn_core_pytorch``)
+  and ``assert (input_spatial_shapes[:, 0] * input_spatial_shapes[:, 1]).sum() == Len_in``
+  (``models/ops/modules/ms_deform_attn.py`` ``MSDeformAttn.forward``).
+- Hugging Face transformers (``modeling_deformable_detr.py``, ``modeling_rt_detr.py``,
+  ``modeling_mask2former.py``): ``torch.as_tensor(spatial_shapes_list, dtype=torch.long)``, the
+  attention's offset normaliser.
+- InternImage (OpenGVLab/InternImage ``ops_dcnv3/functions/dcnv3_func.py`` ``dcnv3_core_pytorch``):
+  ``spatial_norm = torch.tensor([W_in, H_in])``.
+
+Without this, ``torch.export`` specialises the sizes to the example's (a constraint violation when H/W
+are dynamic) and the TorchScript tracer stores the tensor as a constant. Here the tensor is stacked
+from the sizes (``aten.scalar_tensor`` of each ``SymInt``; the traced sizes themselves under TorchScript),
+so the file computes it from its input's shape, and under ``torch.export`` it records the ``SymInt``s
+(:class:`.rewriters.SizeMode`) so that numbers read back from it stay size expressions.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import numpy as np
+import torch
+
+from .rewriters import UNKNOWN, SizeMode, is_symbolic, is_traced_size, register
+
+_SOURCE = (
+    "fundamentalvision/Deformable-DETR models/deformable_transformer.py DeformableTransformer.forward; "
+    "OpenGVLab/InternImage ops_dcnv3/functions/dcnv3_func.py dcnv3_core_pytorch; "
+    "transformers modeling_deformable_detr.py / modeling_rt_detr.py / modeling_mask2former.py"
+)
+
+
+def _leaves(mode: SizeMode, data, out: list) -> bool:
+    """Flatten nested lists/tuples into ``out`` (recorded sizes replaced); ``False`` if something is not a number."""
+    if isinstance(data, (list, tuple)):
+        return all(_leaves(mode, d, out) for d in data) and len(data) > 0
+    value = mode.scalar(data)
+    if isinstance(value, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)) or is_traced_size(value):
+        out.append(value)
+        return True
+    return False
+
+
+def _leaf_dtype(value) -> torch.dtype:
+    if isinstance(value, torch.Tensor):
+        return value.dtype
+    if isinstance(value, (bool, torch.SymBool)):
+        return torch.bool
+    if isinstance(value, (int, torch.SymInt)):
+        return torch.int64
+    return torch.get_default_dtype()
+
+
+def _from_sizes(mode: SizeMode, original, data, *args, dtype=None, device=None, **kwargs):
+    """``torch.as_tensor(data)`` / ``torch.tensor(data)`` stacked from sizes when ``data`` holds a symbolic one."""
+    if args and original is torch.as_tensor:  # as_tensor(data, dtype, device) positionally
+        dtype = args[0]
+        device = args[1] if len(args) > 1 else device
+    elif args:
+        return NotImplemented
+    leaves: list = []
+    if not isinstance(data, (list, tuple)) or not _leaves(mode, data, leaves):
+        return NotImplemented
+    traced = any(is_traced_size(v) for v in leaves)
+    if not traced and not any(is_symbolic(v) for v in leaves):
+        return NotImplemented
+    if kwargs.get("requires_grad") or kwargs.get("pin_memory"):
+        return NotImplemented
+    if dtype is None:  # as torch.tensor infers it: the promotion of every element's own type
+        dtype = functools.reduce(torch.promote_types, map(_leaf_dtype, leaves))
+
+    def build(d):
+        if isinstance(d, (list, tuple)):
+            return torch.stack([build(x) for x in d])
+        v = mode.scalar(d)
+        if isinstance(v, torch.Tensor):
+            return v.to(dtype=dtype, device=device)
+        return torch.scalar_tensor(v, dtype=dtype, device=device)
+
+    tensor = build(data)
+    if not traced and not dtype.is_floating_point:
+        values = np.empty(len(leaves), dtype=object)
+        values[:] = leaves
+        mode.record(tensor, values.reshape(tuple(tensor.shape)))
+    return tensor
+
+
+@register("torch.as_tensor", _SOURCE)
+def as_tensor(mode, original, data, *args, **kwargs):
+    """``torch.as_tensor(data, dtype, device)``; a nested list holding sizes gives an ``[...]`` tensor stacked
+    from them (dtype as torch infers it: int64 for sizes), else ``NotImplemented`` (torch's own)."""
+    return _from_sizes(mode, original, data, *args, **kwargs)
+
+
+@register("torch.tensor", _SOURCE)
+def tensor(mode, original, data, *args, **kwargs):
+    """``torch.tensor(data, *, dtype, device)``: as :func:`as_tensor`."""
+    return _from_sizes(mode, original, data, *args, **kwargs)
+
+
+@register("torch.Tensor.__setitem__", _SOURCE + "; RT-DETR / RT-DETRv2 / D-FINE spatial_shapes[level, 0] = height")
+def setitem(mode, original, target, index, value):
+    """``spatial_shapes[level, 0] = height`` into a small integer tensor (transformers' RT-DETR family builds
+    ``spatial_shapes = torch.empty((L, 2), dtype=torch.long)`` so): remember the size written there."""
+    value = mode.scalar(value)
+    known = mode.values(target, partial=True)
+    if not (is_symbolic(value) or (known is not None and isinstance(value, int))):
+        return NotImplemented
+    if target.is_floating_point() or target.is_complex() or target.dim() > 2 or target.numel() > 64:
+        return NotImplemented
+    index = mode.substitute(index)
+    if any(isinstance(i, torch.Tensor) for i in (index if isinstance(index, tuple) else (index,))):
+        return NotImplemented
+    original(target, index, value)
+    if known is None:
+        known = np.empty(tuple(target.shape), dtype=object)
+        known.fill(UNKNOWN)
+    known = known.copy()
+    known[index] = value
+    mode.record(target, known)
+    return None
+
+
+# --- carrying recorded sizes through integer ops (torch.export only) --------------------------------
+
+_BINARY = {
+    "__mul__": operator.mul, "mul": operator.mul, "__add__": operator.add, "add": operator.add,
+    "__sub__": operator.sub, "sub": operator.sub, "__floordiv__": operator.floordiv,
+    "floor_divide": operator.floordiv, "__eq__": operator.eq, "eq": operator.eq, "__ne__": operator.ne,
+    "ne": operator.ne, "__ge__": operator.ge, "ge": operator.ge, "__gt__": operator.gt, "gt": operator.gt,
+    "__le__": operator.le, "le": operator.le, "__lt__": operator.lt, "lt": operator.lt,
+}
+_REVERSED = {"__rmul__": operator.mul, "__radd__": operator.add, "__rsub__": operator.sub, "__rfloordiv__": operator.floordiv}
+_REDUCE = {"sum": operator.add, "prod": operator.mul}
+_SAME = {"long", "int", "clone", "contiguous", "detach", "to", "type", "cpu"}
+_READ = {"__int__", "__index__", "item", "__bool__", "__float__"}
+
+
+def _operand(mode: SizeMode, value):
+    """A recorded size array, or a plain/symbolic integer, or ``None`` (not a size operand)."""
+    found = mode.values(value)
+    if found is not None:
+        return found
+    if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+        return np.asarray(value, dtype=object)
+    return None
+
+
+def _record_if_integral(mode: SizeMode, out, values):
+    if isinstance(out, torch.Tensor) and not out.is_floating_point() and not out.is_complex():
+        values = np.asarray(values, dtype=object) if not isinstance(values, np.ndarray) else values
+        if tuple(values.shape) == tuple(out.shape):
+            mode.record(out, values)
+    return out
+
+
+def propagate(mode: SizeMode, func, args, kwargs):
+    """Run ``func`` and record the sizes of its result when it is an integer op on size tensors.
+
+    Returns ``NotImplemented`` when ``func`` is not such an op (the caller substitutes sizes and runs it).
+    """
+    name = getattr(func, "__name__", "")
+    first = args[0] if args else None
+    if name in ("cat", "stack", "concat", "concatenate"):
+        parts = args[0] if args else kwargs.get("tensors")
+        if not isinstance(parts, (list, tuple)) or not parts:
+            return NotImplemented
+        values = [mode.values(p) for p in parts]
+        if any(v is None for v in values):
+            return NotImplemented
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        out = func(*args, **kwargs)
+        joined = np.stack(values, axis=dim) if name == "stack" else np.concatenate(values, axis=dim)
+        return _record_if_integral(mode, out, joined)
+    values = mode.values(first)
+    if values is None:
+        if name in _REVERSED or name in _BINARY:
+            other = mode.values(args[1]) if len(args) > 1 else None
+            if other is None:
+                return NotImplemented
+        else:
+            return NotImplemented
+    if name in _READ and len(args) == 1 and values.ndim == 0:
+        value = values.item()
+        if name == "__bool__":
+            return bool(value)
+        if name == "__float__":
+            return float(value) if isinstance(value, int) else torch.sym_float(value)
+        return value
+    if name in ("_is_all_true", "all", "any") and len(args) == 1 and not kwargs:
+        # torch._check_tensor_all(cond) (transformers' torch_compilable_check on spatial_shapes, RT-DETRv2,
+        # D-FINE) reads cond._is_all_true().item(): give it the size condition, and compute the tensor with
+        # aten.all/any (aten._is_all_true has no ONNX translation in torch 2.14)
+        combine = operator.or_ if name == "any" else operator.and_
+        flat = list(values.reshape(-1))
+        value = flat[0] if flat else name != "any"
+        for v in flat[1:]:
+            value = combine(value, v)
+        out = torch.any(first) if name == "any" else torch.all(first)
+        return _record_if_integral(mode, out, value)
+    if name == "tolist" and len(args) == 1:
+        return values.tolist()
+    if name == "__iter__":
+        parts = list(func(*args, **kwargs))
+        for i, part in enumerate(parts):
+            mode.record(part, values[i])
+        return iter(parts)
+    if name == "unbind":
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        parts = func(*args, **kwargs)
+        moved = np.moveaxis(values, dim, 0)
+        for i, part in enumerate(parts):
+            mode.record(part, moved[i])
+        return parts
+    if name == "__getitem__":
+        index = mode.substitute(args[1])
+        if any(isinstance(i, torch.Tensor) for i in (index if isinstance(index, tuple) else (index,))):
+            return NotImplemented
+        return _record_if_integral(mode, func(first, index), values[index])
+    if name == "select":
+        dim, index = mode.substitute(args[1]), mode.substitute(args[2])
+        return _record_if_integral(mode, func(first, dim, index), np.take(values, index, axis=dim))
+    if name in _BINARY or name in _REVERSED:
+        if len(args) != 2 or kwargs:
+            return NotImplemented
+        a, b = _operand(mode, args[0]), _operand(mode, args[1])
+        if a is None or b is None:
+            return NotImplemented
+        op = np.frompyfunc(_BINARY.get(name) or _REVERSED[name], 2, 1)
+        out = func(*args)
+        return _record_if_integral(mode, out, op(b, a) if name in _REVERSED else op(a, b))
+    if name in _REDUCE or name == "cumsum":
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        if kwargs.get("keepdim") or (len(args) > 2 and name != "cumsum"):
+            return NotImplemented
+        ufunc = np.frompyfunc(_REDUCE.get(name, operator.add), 2, 1)
+        out = func(*args, **kwargs)
+        if name == "cumsum":
+            result = ufunc.accumulate(values, axis=dim) if values.ndim else values
+        elif dim is None:
+            result = ufunc.reduce(values.reshape(-1)) if values.size else 0
+        else:
+            result = ufunc.reduce(values, axis=dim)
+        return _record_if_integral(mode, out, result)
+    if name in ("new_zeros", "new_ones"):
+        out = func(*args, **kwargs)
+        return _record_if_integral(mode, out, np.full(tuple(out.shape), int(name == "new_ones"), dtype=object))
+    if name in _SAME:
+        return _record_if_integral(mode, func(*args, **kwargs), values)
+    if name == "flip":
+        dims = args[1] if len(args) > 1 else kwargs.get("dims")
+        return _record_if_integral(mode, func(*args, **kwargs), np.flip(values, axis=tuple(dims)))
+    if name in ("reshape", "view", "flatten"):
+        out = func(*args, **kwargs)
+        if all(isinstance(n, int) for n in out.shape):
+            return _record_if_integral(mode, out, values.reshape(tuple(out.shape)))
+        return out
+    return NotImplemented

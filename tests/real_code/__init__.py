@@ -1,0 +1,1 @@
+"""Detector code written the way its repositories write it (copied style, not imported), for export tests."""
