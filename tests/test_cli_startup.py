@@ -46,6 +46,7 @@ CASES = [
     (["lower", "--help"], 0),
     (["check", "--help"], 0),
     (["bench", "--help"], 0),
+    (["quantize", "--help"], 0),
     (["export", "--no-such-option"], 2),
     (["lower"], 2),  # missing argument
     (["export", "--method", "bilinear"], 2),
@@ -94,7 +95,7 @@ def test_cli_method_names_are_the_lowerings():
     assert METHODS == REGISTRY
 
 
-@pytest.mark.parametrize("command", [[], ["export"], ["lower"], ["check"], ["bench"]])
+@pytest.mark.parametrize("command", [[], ["export"], ["lower"], ["check"], ["bench"], ["quantize"]])
 def test_help_shows_flags_as_plain_switches(command):
     """typer 0.29's rich help prints ``<bool>`` after every flag; the CLI shows plain switches."""
     from typer.testing import CliRunner
@@ -105,5 +106,5 @@ def test_help_shows_flags_as_plain_switches(command):
     assert result.exit_code == 0, result.output
     assert "--help" in result.output and "<bool>" not in result.output, result.output
     flag = {(): "--version", ("export",): "--dynamic", ("lower",): "--in-place", ("check",): "--timeout",
-            ("bench",): "--quick"}[tuple(command)]
+            ("bench",): "--quick", ("quantize",): "--table"}[tuple(command)]
     assert flag in result.output

@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 import torch
 
+import transformers
+from test_msda_models_real import assert_topk_unambiguous, unit_scale
+
 import deform_onnx
 from deform_onnx.example import load_photo
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
-import transformers
-from test_msda_models_real import assert_topk_unambiguous, unit_scale
 
 EXPORT_SIZE, OTHER_SIZE = (128, 128), (160, 96)
 TOL = 1e-4  # the float32 rule, as rtol and atol

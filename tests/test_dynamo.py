@@ -61,12 +61,17 @@ def _torch_export(model, inputs, opset, table, **kwargs) -> bytes:
 def test_table_maps_the_torchvision_op():
     table = deform_onnx.translation_table("gather", 17)
     # deformable convolution, F.grid_sample (aten.grid_sampler; grid_sampler_2d after decomposition),
-    # and deform_onnx.ops.ms_deform_attn
+    # deform_onnx.ops.ms_deform_attn, and the ATen ops torchlib lacks (exporters/aten_detectors.py)
     assert list(table) == [
         torch.ops.torchvision.deform_conv2d.default,
         torch.ops.aten.grid_sampler.default,
         torch.ops.aten.grid_sampler_2d.default,
+        torch.ops.aten.grid_sampler_3d.default,  # 5-D grid_sample (issue 19, items 1-2)
         torch.ops.deform_onnx.ms_deform_attn.default,
+        torch.ops.aten._is_all_true.default,
+        torch.ops.aten.isin.Tensor_Tensor,
+        torch.ops.aten.cummax.default,
+        torch.ops.aten.cummin.default,
     ]
     assert all(callable(fn) for fn in table.values())
 

@@ -411,7 +411,8 @@ def test_node_in_subgraph_with_constant_weight():
 
 
 def test_failed_opset_conversion_names_the_lowest_reachable_opset():
-    """onnx's converter has no BatchNormalization adapter below 15: the error says so and names 15."""
+    """onnx's converter has no BatchNormalization adapter below 15 (deform_onnx.conversion has 15->14, not
+    below): the error says so and names 14, the lowest opset lower() reaches."""
     inits = [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b", "m", "v")]
     graph = helper.make_graph(
         [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])],
@@ -421,5 +422,6 @@ def test_failed_opset_conversion_names_the_lowest_reachable_opset():
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    with pytest.raises(ValueError, match=r"no adapter from version 15 for BatchNormalization\); the lowest opset this model converts to is 15"):
+    with pytest.raises(ValueError, match=r"no adapter from version 15 for BatchNormalization\); the lowest opset this model converts to is 14"):
         deform_onnx.lower(model, opset=11)
+    assert next(o.version for o in deform_onnx.lower(model, opset=14).opset_import if o.domain == "") == 14

@@ -39,6 +39,8 @@ _EXPORTS = {
     "DCNv3": ".ops.dcnv3",
     "dcnv3_core": ".ops.dcnv3",
     "dcnv4_core": ".ops.dcnv3",
+    "quantize": ".quantize",
+    "QuantizeReport": ".quantize",
 }
 
 __all__ = list(_EXPORTS)
@@ -52,6 +54,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from .ops.deform_conv.spec import DeformConvSpec
     from .irversion import lowest_ir_version
     from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
+    from .quantize import QuantizeReport, quantize
     from .targets import TARGET_NAMES, TARGETS, Target, resolve_target
 
 

@@ -13,7 +13,10 @@ import onnx
 import torch
 
 from . import dynamic_check as _dynamic_check
+from . import sizes as _sizes
 from ._io import write_bytes_atomic
+from .bfloat16 import choose_opset as _bfloat16_opset  # bfloat16: opset 22 (verified in dynamic_check)
+from .large import ExternalSink, is_large
 from .conversion import ConversionError
 from .errors import ExportError, MissingKernelError, VerificationError
 from .irversion import apply_ir_version, check_requested
@@ -191,6 +194,7 @@ def export(
 
     choice = _target_hooks.for_export(target, method, opset_version, dynamo, force)
     method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
+    opset_version = _bfloat16_opset(model, args, opset_version, dynamo)  # bfloat16: opset 22 (bfloat16.py)
     if opset_version is None:
         opset_version = DEFAULT_NATIVE_OPSET if method == "native" else DEFAULT_OPSET
     check_requested(ir_version, opset_version)  # hook (issue 12): fail before the export
@@ -229,12 +233,13 @@ def _export_eval(
     fallback_reason, repairs, done = None, [], None
     checks = check_deform_modules(model)
     sized = _dynamic_check.SizeCheck.plan(model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes)
+    sink = ExternalSink(f) if is_large(model) else None  # over 2 GiB: external data (large.py)
     try:
         if dynamo:
             try:
                 done = _try_dynamo(
                     model, args, opset_version, method, input_names, output_names, dynamic_shapes,
-                    dynamic_axes, verify, rtol, atol, ir_version, choice, sized,
+                    dynamic_axes, verify, rtol, atol, ir_version, choice, sized, sink,
                 )
             except _DynamoUnfit as exc:
                 fallback_reason = str(exc)
@@ -249,15 +254,20 @@ def _export_eval(
             if input_names is None:
                 input_names = _forward_names(model, args)
             if dynamic_axes is None and dynamic_shapes is not None:
-                dynamic_axes = _dynamic_shapes_to_axes(dynamic_shapes, input_names, model, args)
-            proto = _export_torchscript(model, args, opset_version, method, input_names, output_names, dynamic_axes)
-            _finish(proto, opset_version, method, ir_version, choice)
-            data = proto.SerializeToString()
+                dynamic_axes = _sizes.dynamic_shapes_to_axes(dynamic_shapes, input_names)
+            proto = _export_torchscript(
+                model, args, opset_version, method, input_names, output_names, dynamic_axes, sink=sink
+            )
+            data = _finish(proto, opset_version, method, ir_version, choice, sink)
             done = (proto, data, sized.run(model, args, data, proto, rtol, atol, abandoned=fallback_reason))
         else:
             repairs = done[3]
     except _BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
+        sink and sink.close()
         raise ValueError(str(exc)) from None
+    except BaseException:
+        sink and sink.close()  # nothing of a model over 2 GiB is left beside the output
+        raise
     finally:
         checks.close()
     proto, data, verified = done[:3]
@@ -267,7 +277,7 @@ def _export_eval(
         method=method,
         exporter="torchscript" if (not dynamo or fallback_reason) else "dynamo",
         node_count=len(proto.graph.node),
-        file_size=len(data),
+        file_size=len(data) if sink is None else sink.file_size(),
         repairs=[str(r) for r in repairs],
         fallback_reason=fallback_reason,
         export_seconds=time.perf_counter() - start,
@@ -282,7 +292,7 @@ def _export_eval(
         report.onnxruntime = describe()
         report.checks = verified.checks
     sized.fill(report, verified)
-    report.path = _write(data, f)
+    report.path = _write(data, f) if sink is None else sink.commit()
     return report
 
 
@@ -292,8 +302,8 @@ class _DynamoUnfit(Exception):
 
 def _try_dynamo(
     model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify, rtol, atol,
-    ir_version=None, choice=None, sized=None,
-) -> tuple[onnx.ModelProto, bytes, Verified | None, list]:
+    ir_version=None, choice=None, sized=None, sink=None,
+) -> tuple[onnx.ModelProto, bytes | str, Verified | None, list]:
     """Export, validate and verify on the dynamo path, or raise :class:`_DynamoUnfit` naming why not.
 
     User errors (``ValueError``) and a runtime without a kernel (:class:`MissingKernelError`) pass
@@ -306,7 +316,7 @@ def _try_dynamo(
         )
     try:
         proto, repairs = _export_dynamo(
-            model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes,
+            model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, sink=sink,
             notes=sized.notes if sized is not None else None, guards=sized.guards if sized is not None else None,
         )
     except _capture_errors() as exc:
@@ -322,8 +332,7 @@ def _try_dynamo(
         _raise_bad_deform_input(exc)
         raise _DynamoUnfit(f"the dynamo exporter failed ({_cause(exc)})") from None
     try:
-        _finish(proto, opset, method, ir_version, choice)
-        data = proto.SerializeToString()
+        data = _finish(proto, opset, method, ir_version, choice, sink)
         verified = sized.run(model, args, data, proto, rtol, atol)
     except MissingKernelError:
         raise
@@ -441,16 +450,19 @@ def _default_opset(proto: onnx.ModelProto) -> int | None:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
-def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice) -> None:
+def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice, sink=None) -> bytes | str:
     """Stamp the lowest IR version the opsets need (or ``ir_version``), validate, and check the
-    graph against the runtime target's known faults (issue 12's hooks)."""
+    graph against the runtime target's known faults (issue 12's hooks). Returns what verification
+    runs: the serialized model, or (over 2 GiB, ``sink``) the path of the file beside its data."""
     apply_ir_version(proto, ir_version)
-    _validate(proto, opset, method)
+    path = sink.save(proto) if sink is not None else None
+    _validate(proto, opset, method, path)
     if choice is not None:
         choice.check_graph(proto)
+    return proto.SerializeToString() if path is None else path
 
 
-def _validate(proto: onnx.ModelProto, opset: int, method: str) -> None:
+def _validate(proto: onnx.ModelProto, opset: int, method: str, path: str | None = None) -> None:
     got = _default_opset(proto)
     if got != opset:
         raise ExportError(
@@ -462,8 +474,8 @@ def _validate(proto: onnx.ModelProto, opset: int, method: str) -> None:
         if left:
             raise ExportError(f"DeformConv nodes remain after lowering with {method!r}: {left}")
     try:
-        onnx.checker.check_model(proto, full_check=True)
-    except onnx.checker.ValidationError as exc:
+        onnx.checker.check_model(proto if path is None else path, full_check=True)  # a path: external data
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise ExportError(f"the exported model is not valid ONNX: {str(exc).splitlines()[0]}") from None
 
 
@@ -478,22 +490,3 @@ def _write(data: bytes, f) -> Path | None:
 def _forward_names(model, args) -> list[str] | None:
     """Input names as the dynamo exporter picks them: ``forward``'s parameter names."""
     return parameter_names(model, len(args))
-
-
-def _dynamic_shapes_to_axes(dynamic_shapes, input_names, model, args) -> dict | None:
-    """Turn dynamo ``dynamic_shapes`` into TorchScript ``dynamic_axes`` (for the fallback)."""
-    if input_names is None:
-        raise ValueError("give input_names so that dynamic_shapes can be mapped for the TorchScript fallback")
-    if isinstance(dynamic_shapes, dict):
-        specs = [dynamic_shapes.get(n) for n in input_names]
-    else:
-        specs = list(dynamic_shapes)
-    axes = {}
-    for name, spec in zip(input_names, specs):
-        if not spec:
-            continue
-        items = spec.items() if isinstance(spec, dict) else enumerate(spec)
-        dims = {int(axis): getattr(dim, "__name__", None) or str(dim) for axis, dim in items if dim is not None}
-        if dims:
-            axes[name] = dims
-    return axes or None

@@ -311,3 +311,22 @@ def second_inputs(model, args: tuple, axes: list[Axis], verify_shapes=None) -> t
 def shown(shapes: list[tuple[int, ...]]) -> str:
     """``[(2, 3, 160, 96)]`` -> ``2,3,160,96`` (the CLI's ``--input-shape`` spelling); inputs joined by ``; ``."""
     return "; ".join(",".join(map(str, s)) for s in shapes)
+
+
+def dynamic_shapes_to_axes(dynamic_shapes, input_names) -> dict | None:
+    """Turn dynamo ``dynamic_shapes`` into TorchScript ``dynamic_axes`` (for the fallback)."""
+    if input_names is None:
+        raise ValueError("give input_names so that dynamic_shapes can be mapped for the TorchScript fallback")
+    if isinstance(dynamic_shapes, dict):
+        specs = [dynamic_shapes.get(n) for n in input_names]
+    else:
+        specs = list(dynamic_shapes)
+    axes = {}
+    for name, spec in zip(input_names, specs):
+        if not spec:
+            continue
+        items = spec.items() if isinstance(spec, dict) else enumerate(spec)
+        dims = {int(axis): getattr(dim, "__name__", None) or str(dim) for axis, dim in items if dim is not None}
+        if dims:
+            axes[name] = dims
+    return axes or None

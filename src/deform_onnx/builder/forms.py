@@ -37,6 +37,13 @@ reach the lowerings through this context instead, set around the export by
   GridSample the opset cannot hold (5-D below opset 20) takes the gather
   form instead of raising. Every target and method ``auto`` set it
   (:meth:`~deform_onnx.targets.Choice.emitting`): then each call gets the form that holds.
+- ``"integer contraction"``: the grid_sample form contracts each kernel row's
+  sampled columns with a ``MatMul`` whose second input is a 2-D constant
+  weight, accumulated with ``Sum`` (:mod:`deform_onnx.ops.deform_conv.integer_contraction`), so that ONNX
+  Runtime fuses the quantized contraction into ``MatMulIntegerToFloat``
+  (used by :func:`deform_onnx.quantize`).
+
+Nested blocks add their forms to the enclosing block's.
 """
 
 from __future__ import annotations
@@ -49,14 +56,14 @@ __all__ = ["EMIT_FORMS", "graph_forms", "wants"]
 
 #: The forms a lowering can be asked for while emitting.
 EMIT_FORMS = ("batch 1", "offset groups apart", "no NaN guard", "GridSample 4-D only", "no GridSample cubic",
-              "gather where GridSample cannot")
+              "gather where GridSample cannot", "integer contraction")
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 
 
 @contextlib.contextmanager
 def graph_forms(forms) -> Iterator[None]:
     """Ask the lowerings for ``forms`` (names of :data:`EMIT_FORMS`; others are ignored) inside the block."""
-    token = _ACTIVE.set(frozenset(f for f in forms if f in EMIT_FORMS))
+    token = _ACTIVE.set(_ACTIVE.get() | frozenset(f for f in forms if f in EMIT_FORMS))
     try:
         yield
     finally:

@@ -5,3 +5,4 @@ from . import check_cmd, lower_cmd  # noqa: E402,F401
 from . import export_cmd  # noqa: E402,F401
 from . import bench_cmd  # noqa: E402,F401
 from . import targets_cmd  # noqa: E402,F401
+from . import quantize_cmd  # noqa: E402,F401

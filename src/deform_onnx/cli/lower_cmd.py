@@ -95,6 +95,8 @@ def lower_command(
         console.print(f"opset: {report.opset_before} -> {report.opset_after}", highlight=False)
     else:
         console.print(f"opset: {report.opset_after}", highlight=False)
+    for repair in report.repairs:
+        console.print(f"repair: {repair}", highlight=False)
     if report.ir_version_before != report.ir_version_after:
         console.print(f"IR version: {report.ir_version_before} -> {report.ir_version_after}", highlight=False)
     if report.removed_domains:

@@ -140,3 +140,15 @@ SYMBOLICS: dict = {
     "aten::outer": (_outer_symbolic, range(11, 12)),
     "aten::einsum": (_einsum_symbolic, range(11, 12)),
 }
+
+
+def _add_detector_gaps() -> None:
+    # SDPA below 14, isin and antialiased resize (issue 19): aten_detectors.py.
+    from torch.onnx._constants import ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
+
+    from .aten_detectors import torchscript_symbolics
+
+    SYMBOLICS.update(torchscript_symbolics(11, ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET))
+
+
+_add_detector_gaps()

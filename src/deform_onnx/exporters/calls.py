@@ -75,7 +75,8 @@ def quiet():
 
 
 def export_dynamo(
-    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, notes=None, guards=None,
+    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, sink=None,
+    notes=None, guards=None,
 ) -> tuple[onnx.ModelProto, list[Repair]]:
     """Export with the dynamo exporter at ``opset``; below the build opset (18), export at 18 and
     convert down with :func:`deform_onnx.conversion.convert_down` (adapters reported as repairs).
@@ -87,6 +88,9 @@ def export_dynamo(
         ConversionError: an op of the model cannot be converted down to ``opset``.
         FixedDynamicSize: the model's code fixes a size asked to be dynamic (:func:`.guards.check_guards`).
         torch's exporter errors: capture failures (see :func:`capture_errors`) and others.
+
+    ``sink`` (:class:`deform_onnx.large.ExternalSink`): a model over 2 GiB; its weights go to
+    the sink's data file and the proto returned references them.
     """
     from torch.onnx._internal.exporter import _errors
 
@@ -119,11 +123,12 @@ def export_dynamo(
             verbose=False,
             optimize=True,
         )
+    proto = program.model_proto if sink is None else sink.save_ir(program.model)
     if build == opset:
-        return program.model_proto, []
+        return proto, []
     # torch's own down-conversion writes invalid nodes (Split keeps num_outputs) or silently
     # stays at 18: convert here, where each failure names its op (see deform_onnx.conversion).
-    return convert_down(program.model_proto, opset)
+    return convert_down(proto, opset)
 
 
 def _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes):
@@ -172,14 +177,37 @@ def _lowering_value_errors(wrapper: type[BaseException]):
         inner = exc
         while inner.__cause__ is not None:
             inner = inner.__cause__
-        if isinstance(inner, ValueError):
+        if isinstance(inner, ValueError) and _raised_here(inner):
             raise ValueError(str(inner)) from None
         raise
 
 
-def export_torchscript(model, args, opset, method, input_names, output_names, dynamic_axes) -> onnx.ModelProto:
-    """Export with the TorchScript exporter and the symbolic of ``method`` registered for the call."""
-    buffer = io.BytesIO()
+def _raised_here(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside deform_onnx (a lowering's refusal), not by torch's own
+    translations (e.g. OneFormer's Swin backbone: "Cannot view a tensor with shape ..." from
+    torch's ``aten.view`` translation: the TorchScript fallback exports it)."""
+    import os
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(package)
+
+
+def export_torchscript(
+    model, args, opset, method, input_names, output_names, dynamic_axes, sink=None
+) -> onnx.ModelProto:
+    """Export with the TorchScript exporter and the symbolic of ``method`` registered for the call.
+
+    ``sink``: a model over 2 GiB (:class:`deform_onnx.large.ExternalSink`): torch writes it to a
+    path (the exporter itself then uses external data), and the proto returned references the
+    sink's data file.
+    """
+    # A str, not a Path: torch passes only a str on as the location of external data.
+    buffer = io.BytesIO() if sink is None else str(sink.torchscript_path())
     with _torchscript.registered(method), quiet():
         torch.onnx.export(
             model,
@@ -191,6 +219,8 @@ def export_torchscript(model, args, opset, method, input_names, output_names, dy
             output_names=output_names,
             dynamic_axes=dynamic_axes,
         )
+    if sink is not None:
+        return sink.load_torchscript(buffer)
     return onnx.load_from_string(buffer.getvalue())
 
 

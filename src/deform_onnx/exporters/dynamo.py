@@ -46,7 +46,9 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
         ``method`` resolves per op: for grid_sample, ``native`` and
         ``grid_sample`` mean one ``GridSample`` node, opset >= 16), and
         ``deform_onnx.ms_deform_attn`` (:mod:`deform_onnx.ops`; one fused
-        lowering whatever the method, opset >= 11).
+        lowering whatever the method, opset >= 11), and ATen ops torch's torchlib
+        lacks (``aten._is_all_true``, ``aten.isin``, ``aten.cummax``/``cummin``:
+        :mod:`.aten_detectors`).
 
     Raises:
         ValueError: unknown method, an opset below :data:`MIN_OPSET` (14; the
@@ -65,7 +67,10 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
             )
         resolve_method(method, opset)  # fail now, not inside the exporter
 
+    from . import aten_detectors
+
     table: dict = {}
     for binding in bindings():
         table.update(binding.translations(method, opset, _current_build_opset, OnnxScriptBuilder))
+    table.update(aten_detectors.dynamo_translations(_current_build_opset, OnnxScriptBuilder))
     return table

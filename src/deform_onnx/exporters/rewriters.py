@@ -121,7 +121,7 @@ class SizeMode(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self._funcs = {_resolve(name): rewrite for name, rewrite in REWRITES.items()}
-        self._values: dict[int, tuple[weakref.ref, object]] = {}
+        self._values: dict[int, tuple[weakref.ref, np.ndarray]] = {}
 
     # --- recorded sizes -------------------------------------------------------------------------
     def record(self, tensor: torch.Tensor, values) -> torch.Tensor:
@@ -240,8 +240,8 @@ def _functions_rewritten() -> Iterator[list[str]]:
             applied.append(name)
         yield applied
     finally:
-        for module, key, original in reversed(undo):
-            setattr(module, key, original)
+        for owner, key, original in reversed(undo):
+            setattr(owner, key, original)
 
 
 @contextlib.contextmanager

@@ -206,6 +206,7 @@ def propagate(mode: SizeMode, func, args, kwargs):
         value = flat[0] if flat else name != "any"
         for v in flat[1:]:
             value = combine(value, v)
+        assert isinstance(first, torch.Tensor)  # mode.values() recorded it, so it is a tensor
         out = torch.any(first) if name == "any" else torch.all(first)
         return _record_if_integral(mode, out, value)
     if name == "tolist" and len(args) == 1:

@@ -36,7 +36,9 @@ def register(method: str = "auto") -> None:
     method gives ms_deform_attn its one fused lowering (11+). At opset 11 it
     also adds ``aten::outer`` and ``aten::einsum`` (torch's own symbolics
     start at 12; used by transformers' RT-DETR and Mask2Former), see
-    :mod:`.aten_gaps`.
+    :mod:`.aten_gaps`; and what detectors call that torch lacks (SDPA at 11-13,
+    ``isin``, ``cummax``/``cummin``, antialiased resize, bool ``eye``), see
+    :mod:`.aten_detectors`.
 
     Args:
         method: ``"auto"``, ``"native"``, ``"grid_sample"`` or ``"gather"``;

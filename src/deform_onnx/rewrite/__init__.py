@@ -37,7 +37,7 @@ from .nodes import (
     spec_for_node,  # noqa: F401  (public: the OpenVINO runtime and tests read node specs)
 )
 from .lowerable import nodes_lowered
-from .opset import _convert
+from .opset import REPAIRS, _convert
 from ..ops.deform_conv.sources import SOURCE_OPS
 
 __all__ = [
@@ -66,6 +66,8 @@ class LowerReport:
     removed_domains: list[str] = field(default_factory=list)
     ir_version_before: int | None = None
     ir_version_after: int | None = None
+    #: down-conversion adapters applied by ``opset=N`` (one line each; :mod:`deform_onnx.conversion`).
+    repairs: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -130,6 +132,7 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
         raise
     if to_opset != current:
         model = _convert(model, to_opset, current, hide_grid_samples=bool(samplers))
+        report.repairs = list(model.meta.get(REPAIRS) or [])
         samplers = grid_sample_nodes.nodes_to_lower(model, method, to_opset)
     report.lowering = lowering.name
     names = _all_names(model)

@@ -20,17 +20,38 @@ def _converter_reason(exc: BaseException) -> str:
     found = re.search(r"No Adapter (From|To) Version \$?(\d+) for (\w+)", str(exc))
     if found:
         return f"no adapter {found.group(1).lower()} version {found.group(2)} for {found.group(3)}"
+    found = re.search(r"no adapter for (\w+) \((from|to) opset (\d+)\)", str(exc))  # ConversionError's wording
+    if found:
+        return f"no adapter {found.group(2)} version {found.group(3)} for {found.group(1)}"
     return _first_line(exc)
 
 
 def _converts(proto: onnx.ModelProto, opset: int) -> bool:
-    from onnx import version_converter
-
     try:
-        version_converter.convert_version(proto, opset)
+        _convert_proto(proto, opset, _default_opset(proto))
     except Exception:  # noqa: BLE001
         return False
     return True
+
+
+#: ``ir.Model.meta`` key: the down-conversion adapters :func:`_convert` applied (one line each).
+REPAIRS = "deform_onnx.repairs"
+
+
+def _convert_proto(proto: onnx.ModelProto, target: int, current: int | None) -> tuple[onnx.ModelProto, list]:
+    """Down: export's :func:`deform_onnx.conversion.convert_down` (onnx's converter plus the adapters it
+    lacks: ``Split`` 18->17, ``Pad`` 18->17, ...); up: onnx's converter alone."""
+    from onnx import version_converter
+
+    from ..conversion import convert_down
+
+    if current is not None and target < current:
+        return convert_down(proto, target)
+    return version_converter.convert_version(proto, target), []
+
+
+def _default_opset(proto: onnx.ModelProto) -> int | None:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
 def _convert(model: ir.Model, target: int, current: int | None, hide_grid_samples: bool = False) -> ir.Model:
@@ -41,7 +62,6 @@ def _convert(model: ir.Model, target: int, current: int | None, hide_grid_sample
     they are lowered at ``target`` later, so no lowering op is ever converted
     (the converter lacks e.g. the GridSample 20->19 and Reshape 14->13 adapters).
     """
-    from onnx import version_converter
 
     from ..ops.msda import sources as msda_nodes
 
@@ -61,8 +81,14 @@ def _convert(model: ir.Model, target: int, current: int | None, hide_grid_sample
         node.domain = ""
     model.opset_imports.pop(_HIDDEN, None)
     try:
-        converted_proto = version_converter.convert_version(proto, target)
+        converted_proto, repairs = _convert_proto(proto, target, current)
     except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError/IndexError/...
+        if "Failed to serialize proto" in str(e):  # over 2 GiB: onnx's C++ converter takes one message
+            raise ValueError(
+                f"the model is over protobuf's 2 GiB limit, and onnx's version converter takes it as one message: "
+                f"it cannot be converted from opset {current} to {target} here; export it at opset {target} instead "
+                "(deform_onnx.export writes large models with external data), or lower it without --opset"
+            ) from None
         hint = "choose another opset"
         if current is not None and target < current:
             lowest = next((o for o in range(target + 1, current) if _converts(proto, o)), current)
@@ -74,6 +100,7 @@ def _convert(model: ir.Model, target: int, current: int | None, hide_grid_sample
     proto = converted_proto
     converted = ir.serde.deserialize_model(proto)
     converted.meta[_VALUE_INFO] = model.meta.get(_VALUE_INFO)
+    converted.meta[REPAIRS] = [str(r) for r in repairs]
     for node in ir.traversal.RecursiveGraphIterator(converted.graph):
         if node.domain == _HIDDEN:
             node.domain = ""

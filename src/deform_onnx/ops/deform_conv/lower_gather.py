@@ -47,6 +47,7 @@ from .common import (
 )
 from ...builder.forms import wants
 from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
+from .integer_contraction import tap_product
 
 MIN_OPSET = DEFORM_CONV_GATHER_MIN_OPSET
 
@@ -95,11 +96,15 @@ def lower_gather(
             cols = [c.sample(b, take) for c in samplers]  # each [(N*)Ho*Wo*G, C/G] (G = 1 when apart)
             cols = cols[0] if len(cols) == 1 else b.op("Concat", *cols, axis=1)
             # cols: rows (n, y, x, g) of C/G channels, i.e. [(N*)Ho*Wo, C].
-            if groups == 1:  # 2-D: one Gemm per tap, [(N*)Ho*Wo, Co]
+            if wants("integer contraction"):  # 2-D constant weights, summed after the loop (quantization)
+                out = [*(out or []), tap_product(b, cols, w_k, groups=groups, Cpg=Cpg, Cog=Cog, P=P)]
+            elif groups == 1:  # 2-D: one Gemm per tap, [(N*)Ho*Wo, Co]
                 out = add_product(b, out, b.reshape(cols, [-1, C]), b.reshape(w_k, [C, Co]))
             else:  # conv groups as a MatMul batch axis: [N, groups, Ho*Wo, Co/groups]
                 cols = b.op("Transpose", b.reshape(cols, [-1, P, groups, Cpg]), perm=[0, 2, 1, 3])
                 out = add_product(b, out, cols, w_k, two_d=False)
+        if isinstance(out, list):
+            out = out[0] if len(out) == 1 else b.op("Sum", *out)
         if bias is not None:
             out = b.op("Add", out, bias if groups == 1 else b.reshape(bias, [groups, 1, Cog]))
         out = b.reshape(out, [-1, groups, P, Cog])

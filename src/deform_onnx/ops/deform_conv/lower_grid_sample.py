@@ -48,6 +48,7 @@ from ...builder.forms import wants
 from .lower_gather import lower_gather
 from ..grid_sample.lower import GridSampleSpec, lower_native
 from ...sampler.gather import nan_guard
+from .integer_contraction import integer_contraction
 
 MIN_OPSET = DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
 #: Largest static H or W sampled with bilinear GridSample (output error about 2e-5
@@ -89,7 +90,10 @@ def lower_grid_sample(
         else:
             x_n, offset_n, mask_n = (None if t is None else b.slice(t, n, n + 1, axis=0) for t in (x, offset, mask))
         out = None
-        for w_i, cols in zip(w_rows, _rows(b, spec, x_n, coord, offset_n, mask_n, H, W, Ho, Wo)):
+        rows = _rows(b, spec, x_n, coord, offset_n, mask_n, H, W, Ho, Wo)
+        if wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
+            rows, out = [], integer_contraction(b, rows, w_rows, groups=groups, Co=Co, Cpg=Cpg, kw=kw, P=P)
+        for w_i, cols in zip(w_rows, rows):
             # cols: [N*G, C/G, kw*Ho*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
             if flat:  # 2-D: one Gemm per kernel row
                 out = add_product(b, out, b.reshape(w_i, [Co, C * kw]), b.reshape(cols, [C * kw, P]))

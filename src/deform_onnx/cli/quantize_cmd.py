@@ -1,0 +1,110 @@
+"""``deform-onnx quantize``: an INT8 file of a deformable model (:func:`deform_onnx.quantize`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._app import app
+from ._common import UserError, console, user_errors
+
+_TARGETS = ("onnxruntime", "tensorrt", "openvino")  # deform_onnx.quantize.TARGETS (spelled out: no import at parse time)
+
+
+def _floats(text: str | None, option: str) -> tuple[float, float, float] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise UserError(f"{option} {text!r}: give three numbers, R,G,B (e.g. 0.485,0.456,0.406)") from None
+    if len(values) != 3:
+        raise UserError(f"{option} {text!r}: give three numbers, R,G,B")
+    return values  # type: ignore[return-value]
+
+
+def _size(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise UserError(f"--size {text!r}: give HxW, e.g. 224x224")
+    return int(parts[0]), int(parts[1])
+
+
+@app.command("quantize")
+def quantize_command(
+    src: Path = typer.Argument(..., help="Float ONNX file (DeformConv nodes are lowered first)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Quantized file to write (.onnx; .xml for openvino)."),
+    calibration: Path = typer.Option(
+        ..., "--calibration", "-c", help="An .npz (one array per input, samples stacked) or a folder of images."
+    ),
+    target: str = typer.Option("onnxruntime", "--target", "-t", help=f"Runtime: {', '.join(_TARGETS)}."),
+    method: Optional[str] = typer.Option(
+        None, "--method", "-m", help="Lowering of deformable nodes: grid_sample, gather, native (keep DeformConv)."
+    ),
+    size: Optional[str] = typer.Option(None, "--size", help="Images: resize to HxW (default: the model's input size)."),
+    mean: Optional[str] = typer.Option(None, "--mean", help="Images: per-channel mean R,G,B on the [0, 1] scale."),
+    std: Optional[str] = typer.Option(None, "--std", help="Images: per-channel std R,G,B on the [0, 1] scale."),
+    layout: str = typer.Option("NCHW", "--layout", help="Images: NCHW or NHWC."),
+    scale: float = typer.Option(1.0, "--scale", help="Images: pixel range after reading, [0, SCALE] (255 for raw)."),
+    eval_npz: Optional[Path] = typer.Option(
+        None, "--eval", help="A held-out .npz sample for the error table (default: the first calibration sample)."
+    ),
+    table: bool = typer.Option(False, "--table", help="Print the per-layer error table."),
+) -> None:
+    """Write an INT8 (QDQ) file that keeps the offset path float, calibrated on CALIBRATION.
+
+    ONNX Runtime and TensorRT: onnxruntime.quantization (quantize_static,
+    per-channel int8 weights); OpenVINO: nncf. Writes atomically. Exit code
+    2 on a missing file, bad options or calibration data the model cannot take.
+    """
+    with user_errors(ValueError, FileNotFoundError, ImportError):
+        if target not in _TARGETS:
+            raise UserError(f"--target {target!r}: use one of {', '.join(_TARGETS)}")
+        if layout not in ("NCHW", "NHWC"):
+            raise UserError(f"--layout {layout!r}: use NCHW or NHWC")
+        if not src.is_file():
+            raise UserError(f"{src}: no such file")
+        if not calibration.exists():
+            raise UserError(f"--calibration {calibration}: no such file or folder")
+        if calibration.is_file() and calibration.suffix != ".npz":
+            raise UserError(f"--calibration {calibration}: give an .npz file or a folder of images")
+        preprocess_args = {"size": _size(size), "layout": layout, "scale": scale}
+        for key, value in (("mean", _floats(mean, "--mean")), ("std", _floats(std, "--std"))):
+            if value is not None:
+                preprocess_args[key] = value
+
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        from ..quantize import Preprocess, quantize
+
+        preprocess = Preprocess(**preprocess_args) if calibration.is_dir() else None
+        evaluation = None
+        if eval_npz is not None:
+            import onnx
+
+            from ..quantize.api import _inputs
+            from ..quantize.calibration import feeds
+
+            evaluation = feeds(eval_npz, _inputs(onnx.load(str(src), load_external_data=False)))[0]
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task("read", total=1)
+
+            def step(name: str, done: int, total: int) -> None:
+                bar.update(task, description=name, completed=done, total=max(total, 1))
+
+            report = quantize(src, output, str(calibration), target=target, method=method, preprocess=preprocess,
+                              eval_inputs=evaluation, progress=step)
+    text = str(report)
+    console.print(text if table else text.split("\n\n")[0], highlight=False, soft_wrap=True)
+    console.print(f"wrote {output}", highlight=False)

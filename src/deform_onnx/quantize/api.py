@@ -1,0 +1,467 @@
+""":func:`quantize`: an INT8 file of a deformable model, placed so that it keeps accuracy (see :mod:`.placement`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from .calibration import Preprocess, Reader, feeds
+from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
+from .report import LayerError, QuantizeReport, compare
+
+#: Targets and the quantizer each uses.
+TARGETS = {"onnxruntime": "onnxruntime.quantization", "tensorrt": "onnxruntime.quantization", "openvino": "nncf"}
+#: Deformable-convolution node kinds that :func:`quantize` lowers first (the rewriter's known nodes).
+_DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "DeformableConv2D", "TRTDCNv3")
+#: ONNX Runtime's integer kernels, counted in the optimized graph (the fusion the placement aims at).
+INTEGER_KERNELS = ("QLinearConv", "QLinearMatMul", "MatMulIntegerToFloat", "MatMulInteger", "QGemm", "QLinearAdd",
+                   "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearAveragePool", "QLinearGlobalAveragePool",
+                   "DynamicQuantizeMatMul")
+
+Progress = Callable[[str, int, int], None]
+
+
+def quantize(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    calibration,
+    *,
+    target: str | None = None,
+    method: str | None = None,
+    preprocess: Preprocess | None = None,
+    eval_inputs=None,
+    per_channel: bool = True,
+    quantize_offset_path: bool = False,
+    progress: Progress | None = None,
+) -> QuantizeReport:
+    """Write an INT8 (QDQ) version of the float ONNX file ``src`` to ``dst``, calibrated on ``calibration``.
+
+    Built on the field's quantizers: ``onnxruntime.quantization``
+    (``quant_pre_process``, then ``quantize_static``: QDQ format, MinMax
+    calibration, per-channel int8 weights) for ONNX Runtime and TensorRT, and
+    nncf (``nncf.quantize`` on the OpenVINO model read with
+    :func:`deform_onnx.openvino.extension`) for OpenVINO.
+
+    Deformable-convolution nodes (``DeformConv``, mmcv's) are first lowered to
+    standard ops (``method``, default ``grid_sample``; the target's for
+    TensorRT) with the ``"integer contraction"`` form
+    (:mod:`deform_onnx.ops.deform_conv.integer_contraction`), so that the
+    contraction becomes ``MatMul`` on 2-D constant weights, which ONNX Runtime
+    fuses into ``MatMulIntegerToFloat``. ``method="native"`` keeps
+    ``DeformConv`` (float) and quantizes the rest.
+
+    Placement (:mod:`.placement`): the contraction and the model's
+    ``Conv``/``MatMul``/``Gemm`` are quantized; the offset path (offset and
+    mask predictors, sampling coordinates, index and corner-weight
+    arithmetic), the samplers and the mask product stay float. Per target:
+
+    - ``"onnxruntime"`` (default): uint8 activations, int8 weights, no Q/DQ on
+      ``MatMul``/``Gemm`` outputs (so ONNX Runtime's ``MatMulQDQRules`` pick
+      ``MatMulIntegerToFloat``); Conv outputs quantized (``ConvQDQRules``
+      need the output Q for ``QLinearConv``).
+    - ``"tensorrt"``: TensorRT's explicit quantization: symmetric signed int8
+      (zero point 0) for activations and weights, per-channel weights, Q/DQ
+      on the inputs of weighted ops only, none on their outputs (NVIDIA,
+      "Explicit Quantization" and "Working with Quantized Types", TensorRT
+      documentation, docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/);
+        biases stay float (TensorRT's DequantizeLinear takes no int32); the
+      result is checked by :func:`tensorrt_violations`.
+    - ``"openvino"``: nncf; ``dst`` is an OpenVINO IR (``.xml`` + ``.bin``);
+      the offset path goes to nncf's ``IgnoredScope``.
+
+    Args:
+        src: float ONNX file (float32 inputs).
+        dst: output path (``.onnx``; ``.xml`` for ``openvino``). Written atomically.
+        calibration: an iterable of samples (dicts by input name, tuples in input order, or
+            arrays), an ``.npz`` file, or a folder of images (with ``preprocess``);
+            see :func:`deform_onnx.quantize.calibration.feeds`.
+        target: ``"onnxruntime"`` (default), ``"tensorrt"`` or ``"openvino"``.
+        method: lowering of deformable nodes (``"grid_sample"``, ``"gather"``, ``"native"`` to keep them).
+        preprocess: how a folder's images become the input (:class:`Preprocess`).
+        eval_inputs: one sample (as in ``calibration``) for the report's error table;
+            default: the first calibration sample (then the table is not a held-out measure).
+        per_channel: per-output-channel weight scales (default on).
+        quantize_offset_path: also quantize the offset path's convolutions (to measure the
+            harm; the report's ``sample_shift_px`` shows how far samples move).
+        progress: called as ``progress(step, done, total)``.
+
+    Returns:
+        A :class:`QuantizeReport`.
+
+    Raises:
+        ValueError: unknown target or method, ``dst`` equal to ``src`` or of the wrong suffix, a
+            ``src`` that is no ONNX model or has inputs other than float32,
+            bad calibration data (see :func:`~deform_onnx.quantize.calibration.feeds`), a model
+            with nothing to quantize, or a TensorRT placement rule broken.
+        FileNotFoundError: ``src`` or ``dst``'s folder is missing.
+        ImportError: nncf is not installed (``target="openvino"``; ``pip install deform-onnx[quantize]``).
+    """
+    src, dst = Path(src), Path(dst)
+    target = target or "onnxruntime"
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r}: use one of {', '.join(TARGETS)}")
+    want = ".xml" if target == "openvino" else ".onnx"
+    if dst.suffix != want:
+        raise ValueError(f"dst {dst}: target {target!r} writes a {want} file; name it {dst.with_suffix(want).name}")
+    if not src.is_file():
+        raise FileNotFoundError(f"src {src}: no such file")
+    if dst.resolve() == src.resolve():
+        raise ValueError(f"dst {dst} is src: give another path")
+    if not dst.parent.is_dir():
+        raise FileNotFoundError(f"dst {dst}: folder {dst.parent} does not exist")
+    if method not in (None, "grid_sample", "gather", "native"):
+        raise ValueError(f"method {method!r}: use grid_sample, gather or native")
+    step = progress or (lambda *_: None)
+    step("read", 0, 1)
+    try:
+        model = onnx.load(str(src))
+    except Exception as exc:  # noqa: BLE001  (protobuf's own error types)
+        raise ValueError(f"src {src}: not an ONNX model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from exc
+    inputs = _inputs(model)
+    kinds = {v.name: v.type.tensor_type.elem_type for v in model.graph.input}
+    not_float = [n for n, _ in inputs if kinds.get(n) != onnx.TensorProto.FLOAT]
+    if not_float:
+        raise ValueError(f"src {src}: inputs {not_float} are not float32; quantize a float32 export "
+                         "(the quantizers calibrate float32 graphs)")
+    samples = feeds(calibration, inputs, preprocess)
+    evaluation = samples[0] if eval_inputs is None else feeds([eval_inputs], inputs)[0]
+    if target == "openvino":
+        from .openvino import quantize_openvino
+
+        return quantize_openvino(src, dst, model, samples, evaluation, step, eval_given=eval_inputs is not None)
+    return _quantize_onnx(src, dst, model, samples, evaluation, target=target, method=method, per_channel=per_channel,
+                          quantize_offset_path=quantize_offset_path, step=step, eval_given=eval_inputs is not None)
+
+
+def _inputs(model: onnx.ModelProto) -> list[tuple[str, list]]:
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for value in model.graph.input:
+        if value.name in inits:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in value.type.tensor_type.shape.dim]
+        out.append((value.name, dims))
+    return out
+
+
+def _lower(model: onnx.ModelProto, method: str | None, target: str) -> tuple[onnx.ModelProto, str | None]:
+    """``model`` with its deformable nodes lowered in the integer-contraction form (or as it is)."""
+    if method == "native" or not any(n.op_type in _DEFORM_OPS for n in model.graph.node):
+        return model, None
+    from ..builder.forms import graph_forms
+    from ..rewrite import lower
+    from ..targets import resolve_target
+
+    if method is None:
+        method = resolve_target("tensorrt").method if target == "tensorrt" else "grid_sample"
+    forms = ["integer contraction"]
+    with graph_forms(forms):
+        return lower(model, method=method, target="tensorrt" if target == "tensorrt" else None), method
+
+
+def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_channel, quantize_offset_path, step,
+                   eval_given) -> QuantizeReport:
+    try:
+        from onnxruntime.quantization import (
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
+    except ImportError as exc:
+        raise ImportError("deform_onnx.quantize needs ONNX Runtime's quantizer: pip install 'deform-onnx[quantize]' "
+                          "(or any onnxruntime distribution)") from exc
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    step("lower", 0, 1)
+    lowered, used = _lower(model, method, target)
+    with tempfile.TemporaryDirectory(prefix="deform_onnx_quantize_") as tmp:
+        tmp_in, tmp_pre, tmp_q = (os.path.join(tmp, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
+        onnx.save(lowered, tmp_in)
+        step("pre-process", 0, 1)
+        quant_pre_process(tmp_in, tmp_pre)
+        pre = onnx.load(tmp_pre)
+        _name_nodes(pre)
+        onnx.save(pre, tmp_pre)
+        placement = place(pre, quantize_offset_path=quantize_offset_path, allow_computed_bias=target == "tensorrt")
+        if not placement.quantize:
+            raise ValueError(f"{src}: no Conv, MatMul or Gemm outside the offset path: nothing to quantize")
+        trt = target == "tensorrt"
+        extra = {
+            # No Q on the weighted ops' outputs: MatMulIntegerToFloat for ONNX Runtime; TensorRT's recommended placement.
+            "OpTypesToExcludeOutputQuantization": list(LINEAR_OPS) if trt else ["MatMul", "Gemm"],
+            "ActivationSymmetric": trt,
+            "WeightSymmetric": True,
+            # TensorRT's DequantizeLinear takes INT8/FP8/INT4/FP4, not int32: biases stay float there.
+            "QuantizeBias": not trt,
+            # Per output channel: the last axis of a MatMul weight ([C, Co], or [groups, C/g, Co/g] batched).
+            "QDQOpTypePerChannelSupportToAxis": {"MatMul": -1},
+        }
+        total = len(samples)
+        done = [0]
+
+        def on_sample():
+            done[0] += 1
+            step("calibrate", done[0], total)
+
+        root = logging.getLogger()  # the quantizer logs a warning per float Gemm it skips, on the root logger
+        level = root.level
+        root.setLevel(max(level, logging.ERROR))
+        try:
+            quantize_static(
+                tmp_pre, tmp_q, Reader(samples, on_sample), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                activation_type=QuantType.QInt8 if trt else QuantType.QUInt8, weight_type=QuantType.QInt8,
+                op_types_to_quantize=list(LINEAR_OPS + LAYOUT_OPS), nodes_to_quantize=placement.quantize,
+                calibrate_method=CalibrationMethod.MinMax, extra_options=extra,
+            )
+        finally:
+            root.setLevel(level)
+        step("check", 0, 1)
+        quantized = onnx.load(tmp_q)
+        if not quantize_offset_path:
+            float_reads(quantized, set(placement.keep_float) | placement.offset_path)
+            onnx.save(quantized, tmp_q)
+        onnx.checker.check_model(quantized)
+        notes: list[str] = []
+        if trt:
+            found = tensorrt_violations(quantized, placement)
+            if found:
+                raise ValueError(f"target 'tensorrt': {found[0]}")
+        if not eval_given:
+            notes.append("errors measured on the first calibration sample (pass eval_inputs= for a held-out one)")
+        if used is None and any(why.startswith(("Gemm with a computed C", "weight is MatMul's first")) for why in
+                                placement.keep_float.values()):
+            notes.append("the contraction of this already-lowered file stays float: quantize the native file "
+                         "(DeformConv), which is lowered in the integer-contraction form first")
+        report = QuantizeReport(src=src, dst=dst, target=target, quantizer=TARGETS[target], method=used,
+                                samples=len(samples), notes=notes)
+        ops = {n.name: n.op_type for n in pre.graph.node}
+        report.quantized = [(n, ops[n], placement.why_quantized.get(n, "")) for n in placement.quantize]
+        report.kept_float = [(n, ops[n], why) for n, why in placement.keep_float.items()]
+        step("measure", 0, 1)
+        _measure(report, pre, quantized, placement, evaluation)
+        if target == "onnxruntime":
+            report.fused = fused_kernels(tmp_q, tmp)
+        _atomic_copy(tmp_q, dst)
+    step("done", 1, 1)
+    return report
+
+
+def float_reads(model: onnx.ModelProto, keep: set[str]) -> int:
+    """Let the float nodes ``keep`` read the float tensors the quantizer put a Q/DQ pair on; returns how many.
+
+    ``quantize_static`` puts one ``QuantizeLinear -> DequantizeLinear`` pair on
+    a tensor and sends every consumer through it, so an offset predictor or a
+    sampler that shares its input with a quantized convolution would read the
+    rounded features. Its input is wired back to the tensor before the pair,
+    unless that tensor is the output of a ``Conv``/``MatMul``/``Gemm``: ONNX
+    Runtime fuses a weighted op with its output ``Q`` only when the ``Q`` is its
+    sole consumer (``ConvNodeGroupSelector``), and a second float reader would
+    undo that fusion.
+    """
+    producer = {o: n for n in model.graph.node for o in n.output}
+    inits = {t.name for t in model.graph.initializer}
+    count = 0
+    for node in model.graph.node:
+        if node.name not in keep:
+            continue
+        for k, name in enumerate(node.input):
+            dq = producer.get(name)
+            if dq is None or dq.op_type != "DequantizeLinear":
+                continue
+            q = producer.get(dq.input[0])
+            if q is None or q.op_type != "QuantizeLinear" or q.input[0] in inits:
+                continue
+            source = producer.get(q.input[0])
+            if source is not None and source.op_type in LINEAR_OPS:
+                continue
+            node.input[k] = q.input[0]
+            count += 1
+    return count
+
+
+def _name_nodes(model: onnx.ModelProto) -> None:
+    """Give every node a unique name (placement and ``nodes_to_quantize`` go by name)."""
+    seen: set[str] = set()
+    for i, node in enumerate(model.graph.node):
+        if not node.name or node.name in seen:
+            node.name = f"{node.op_type}_{i}"
+        seen.add(node.name)
+
+
+def _atomic_copy(path: str, dst: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f, open(path, "rb") as g:
+            f.write(g.read())
+        os.replace(tmp, dst)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _session(model, **kw):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    for k, v in kw.items():
+        setattr(options, k, v)
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+
+def fused_kernels(path: str, tmp: str) -> dict[str, int]:
+    """Integer kernels in ONNX Runtime's optimized graph of ``path`` (extended level: the QDQ fusions, no NCHWc)."""
+    import onnxruntime as ort
+
+    out = os.path.join(tmp, "ort_optimized.onnx")
+    _session(path, graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized_model_filepath=out)
+    counts: dict[str, int] = {}
+    for node in onnx.load(out).graph.node:
+        if node.op_type in INTEGER_KERNELS:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    have = {o.name for o in copy.graph.output}
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(inferred.graph.input)}
+    for name in names:
+        if name not in have:
+            elem = types.get(name) or onnx.TensorProto.FLOAT
+            copy.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, None))
+    return copy
+
+
+def _measure(report: QuantizeReport, pre: onnx.ModelProto, quantized: onnx.ModelProto, placement: Placement,
+             evaluation: dict) -> None:
+    """Fill the per-layer table, the output cosine and the largest sample shift."""
+    nodes = {n.name: n for n in pre.graph.node}
+    rows: list[tuple[str, str, str, str]] = []  # tensor, node, op, role
+    for name, op, why in report.quantized:
+        if op in LINEAR_OPS:
+            rows.append((nodes[name].output[0], name, op, why))
+    for name in placement.samplers:
+        rows.append((nodes[name].output[0], name, nodes[name].op_type, "sampler (float)"))
+    outputs = [o.name for o in pre.graph.output]
+    rows += [(o, "", "output", "graph output") for o in outputs]
+    grid_tensors = [t for _, t in placement.grids]
+    data_tensors = [nodes[s].input[SAMPLERS[nodes[s].op_type][0]] for s, _ in placement.grids]
+    watch = list(dict.fromkeys([r[0] for r in rows] + grid_tensors))
+    shapes = _shapes(pre)
+    unknown = [d for d in dict.fromkeys(data_tensors) if not _static_4d(shapes.get(d))]  # sizes read at run time
+    float_watch = list(dict.fromkeys(watch + unknown))
+    float_run = dict(zip(float_watch, _session(_with_outputs(pre, float_watch)).run(float_watch, evaluation)))
+    for d in unknown:
+        shapes[d] = list(np.shape(float_run[d]))
+    q_names = {t for n in quantized.graph.node for t in n.output}
+    q_watch = [t for t in watch if t in q_names or t in outputs]
+    q_run = dict(zip(q_watch, _session(_with_outputs(quantized, q_watch)).run(q_watch, evaluation)))
+    for tensor, node, op, role in rows:
+        if tensor in q_run:
+            report.layers.append(LayerError(tensor, node, op, role, *compare(float_run[tensor], q_run[tensor])))
+    report.output_cosine = min(compare(float_run[o], q_run[o])[0] for o in outputs)
+    shift, total, count = 0.0, 0.0, 0
+    for (sampler, grid), data in zip(placement.grids, data_tensors):
+        if grid not in q_run:
+            continue
+        delta = np.abs(np.asarray(float_run[grid], np.float64) - np.asarray(q_run[grid], np.float64))
+        op = nodes[sampler].op_type
+        if op == "GridSample":  # normalised (x, y) -> pixels: size / 2 per unit (align_corners=0)
+            shape = shapes.get(data)
+            if shape is None or not _static_4d(shape):
+                continue
+            delta = delta * (np.array([shape[3], shape[2]], np.float64) / 2.0)
+        elif op.startswith("Gather"):  # a changed index moves a corner by at least one pixel
+            delta = (delta > 0).astype(np.float64)
+        if delta.size:
+            shift, total, count = max(shift, float(delta.max())), total + float(delta.sum()), count + delta.size
+    if count:  # else no coordinate tensor survived quantization under its name: not measured
+        report.sample_shift_px, report.mean_sample_shift_px = shift, total / count
+
+
+def _static_4d(shape) -> bool:
+    return shape is not None and len(shape) == 4 and all(isinstance(d, int) and d > 0 for d in shape[2:])
+
+
+def _shapes(model: onnx.ModelProto) -> dict[str, list]:
+    inferred = onnx.shape_inference.infer_shapes(model)
+    out = {}
+    for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        out[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+    return out
+
+
+def tensorrt_violations(model: onnx.ModelProto, placement: Placement) -> list[str]:
+    """Where ``model`` breaks TensorRT's explicit-quantization rules (empty: none); checked here, no GPU.
+
+    Rules (NVIDIA TensorRT documentation, "Working with Quantized Types" and
+    "Explicit Quantization"): TensorRT quantizes symmetrically, so every
+    ``QuantizeLinear``/``DequantizeLinear`` has a signed int8 zero point of 0;
+    weights are quantized per tensor or per output channel (``axis`` 0 for a
+    ``Conv`` weight ``[K, C, R, S]``; the last axis of a ``MatMul``/``Gemm``
+    weight ``[C, K]``) with positive constant scales; both the data and the
+    weight input of each quantized weighted op come through a
+    ``DequantizeLinear``; constants are dequantized from INT8 only (no int32
+    bias: TensorRT's dequantize takes INT8/FP8/INT4/FP4); no ``QuantizeLinear`` on a weighted
+    op's output (its Q/DQ placement recommendations quantize inputs); and (this project's placement) no Q/DQ sits on the
+    offset path.
+    """
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    found: list[str] = []
+    for node in graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        zp = node.input[2] if len(node.input) > 2 else ""
+        if node.op_type == "DequantizeLinear" and node.input[0] in inits \
+                and inits[node.input[0]].data_type != onnx.TensorProto.INT8:
+            found.append(f"DequantizeLinear {node.name!r}: TensorRT dequantizes INT8 (FP8/INT4/FP4), not "
+                         f"{onnx.TensorProto.DataType.Name(inits[node.input[0]].data_type)}; keep biases float")
+        elif zp:
+            z = onnx.numpy_helper.to_array(inits[zp]) if zp in inits else None
+            if z is None or z.dtype != np.int8 or np.any(z != 0):
+                found.append(f"{node.op_type} {node.name!r}: zero point must be a constant int8 0 (symmetric)")
+        scale = inits.get(node.input[1])
+        if scale is None or np.any(onnx.numpy_helper.to_array(scale) <= 0):
+            found.append(f"{node.op_type} {node.name!r}: scale must be a positive constant")
+    quantized_ops = set(placement.quantize)
+    for node in graph.node:
+        if node.name not in quantized_ops or node.op_type not in LINEAR_OPS:
+            continue
+        for k in (0, 1):
+            p = producer.get(node.input[k])
+            if p is None or p.op_type != "DequantizeLinear":
+                found.append(f"{node.op_type} {node.name!r}: input {k} does not come through DequantizeLinear")
+                continue
+            if k == 1 and p.input[0] in inits and onnx.numpy_helper.to_array(inits[p.input[1]]).size > 1:
+                axis = next((a.i for a in p.attribute if a.name == "axis"), 1)
+                rank = len(inits[p.input[0]].dims)
+                want = 0 if node.op_type == "Conv" else rank - 1
+                if axis % rank != want:
+                    found.append(f"{node.op_type} {node.name!r}: per-channel weight axis {axis}, want {want} (output channels)")
+    for node in graph.node:
+        if node.op_type == "QuantizeLinear":
+            p = producer.get(node.input[0])
+            if p is not None and p.name in quantized_ops and p.op_type in LINEAR_OPS:
+                found.append(f"QuantizeLinear {node.name!r} on the output of {p.op_type} {p.name!r}: "
+                             "TensorRT's placement quantizes the inputs of weighted ops, not their outputs")
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            for t in node.input[:1]:
+                p = producer.get(t)
+                if p is not None and p.name in placement.offset_path:
+                    found.append(f"{node.op_type} {node.name!r} quantizes {p.name!r} of the offset path")
+    return found

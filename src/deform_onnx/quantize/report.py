@@ -1,0 +1,110 @@
+""":class:`QuantizeReport`: what :func:`deform_onnx.quantize` quantized, what it kept float and why, and the errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class LayerError:
+    """One tensor of the float model against the same tensor of the quantized one, on the evaluation input.
+
+    ``cosine``: cosine similarity of the flattened tensors; ``max_abs``: largest
+    absolute difference; ``rel_rms``: RMS of the difference over the RMS of the
+    float tensor.
+    """
+
+    tensor: str
+    node: str
+    op: str
+    role: str
+    cosine: float
+    max_abs: float
+    rel_rms: float
+
+
+@dataclass
+class QuantizeReport:
+    """The result of :func:`deform_onnx.quantize`.
+
+    Attributes:
+        src, dst: the float input and the written quantized file.
+        target: ``"onnxruntime"``, ``"tensorrt"`` or ``"openvino"``.
+        quantizer: the library that placed the Q/DQ (``onnxruntime.quantization`` or ``nncf``).
+        method: the lowering the deformable nodes were lowered with (``None``: none lowered).
+        samples: the number of calibration samples.
+        quantized: ``(node, op, why)`` of each quantized node.
+        kept_float: ``(node, op, why)`` of each node deliberately left float.
+        layers: per-layer errors (:class:`LayerError`) on the evaluation input.
+        output_cosine: the smallest cosine of a graph output to the float model's.
+        sample_shift_px: the largest change of a sampling coordinate, in pixels
+            on the evaluation input; with the offset path float this is what the
+            quantized layers upstream pass on to the predictors (``None``: not measured).
+        mean_sample_shift_px: the mean change of a sampling coordinate, in pixels.
+        fused: integer kernels ONNX Runtime's optimizer made of the file
+            (``QLinearConv``, ``MatMulIntegerToFloat`` ... -> count), for the onnxruntime target.
+        notes: anything the caller should know (one line each).
+    """
+
+    src: Path
+    dst: Path
+    target: str
+    quantizer: str
+    method: str | None
+    samples: int
+    quantized: list[tuple[str, str, str]] = field(default_factory=list)
+    kept_float: list[tuple[str, str, str]] = field(default_factory=list)
+    layers: list[LayerError] = field(default_factory=list)
+    output_cosine: float = float("nan")
+    sample_shift_px: float | None = None
+    mean_sample_shift_px: float | None = None
+    fused: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def reasons(self) -> dict[str, int]:
+        """``{why: count}`` over quantized and kept-float nodes (what the placement decided, in short)."""
+        counts: dict[str, int] = {}
+        for _, op, why in self.quantized:
+            key = f"quantized {op}: {why}"
+            counts[key] = counts.get(key, 0) + 1
+        for _, op, why in self.kept_float:
+            key = f"float {op}: {why}"
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def table(self) -> str:
+        """The per-layer error table as Markdown."""
+        lines = ["| tensor | op | role | cosine | max abs err | rel RMS err |", "|---|---|---|---|---|---|"]
+        for e in self.layers:
+            lines.append(f"| {e.tensor} | {e.op} | {e.role} | {e.cosine:.5f} | {e.max_abs:.3g} | {e.rel_rms:.3g} |")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        shift = "not measured" if self.sample_shift_px is None else \
+            f"{self.sample_shift_px:.3g} px (mean {self.mean_sample_shift_px:.3g} px)"
+        head = [
+            (f"{self.src} -> {self.dst} ({self.target}, {self.quantizer}; lowering: {self.method or 'none'}; "
+             f"{self.samples} calibration sample(s))"),
+            (f"quantized {len(self.quantized)} node(s), kept {len(self.kept_float)} float; "
+             f"output cosine {self.output_cosine:.5f}; largest sample shift {shift}"),
+        ]
+        head += [f"  {n} x {why}" for why, n in self.reasons().items()]
+        if self.fused:
+            head.append("ONNX Runtime integer kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.fused.items())))
+        head += [f"note: {n}" for n in self.notes]
+        return "\n".join(head + ["", self.table()])
+
+
+def compare(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """``(cosine, max_abs, rel_rms)`` of ``b`` against the reference ``a``."""
+    a64, b64 = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    na, nb = np.linalg.norm(a64), np.linalg.norm(b64)
+    cosine = 1.0 if na == nb == 0 else float(a64 @ b64 / (na * nb)) if na and nb else 0.0
+    diff = a64 - b64
+    max_abs = float(np.abs(diff).max()) if diff.size else 0.0
+    rms = float(np.sqrt(np.mean(a64 ** 2))) if a64.size else 0.0
+    rel = float(np.sqrt(np.mean(diff ** 2)) / rms) if rms else float(np.sqrt(np.mean(diff ** 2))) if diff.size else 0.0
+    return cosine, max_abs, rel

@@ -1,0 +1,131 @@
+"""bfloat16 models (case c31): a conv whose output torch.chunk splits into DCNv2's offset and mask,
+the whole module ``.to(torch.bfloat16)``.
+
+ONNX types Conv in bfloat16 from opset 22: with no opset given export picks 22; a lower one is an
+``ExportError`` naming 22 (never onnx's raw ``InferenceError``). torchvision has no bfloat16 CPU
+kernel, so the reference is the float32 model (a copy, upcast); ONNX Runtime CPU has no bfloat16
+Conv, OpenVINO CPU runs the file. Without OpenVINO: a one-line ``MissingKernelError`` naming
+``verify=False``.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import onnx
+import pytest
+import torch
+import torchvision
+from util import load_cases
+
+import deform_onnx
+from deform_onnx import bfloat16
+from deform_onnx.errors import ExportError, MissingKernelError, VerificationError
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+class ChunkDCN(torch.nn.Module):
+    """c31's pattern: one conv gives offset and mask (``torch.chunk`` into three), then DCNv2."""
+
+    def __init__(self, c_in, c_out, kernel, padding):
+        super().__init__()
+        k = kernel[0] * kernel[1]
+        self.conv = torch.nn.Conv2d(c_in, 3 * k, kernel, padding=padding)
+        self.dcn = torchvision.ops.DeformConv2d(c_in, c_out, kernel, padding=padding)
+
+    def forward(self, x):
+        o1, o2, mask = torch.chunk(self.conv(x), 3, dim=1)
+        return self.dcn(x, torch.cat((o1, o2), dim=1), torch.sigmoid(mask))
+
+
+@pytest.fixture(scope="module")
+def c31():
+    case = load_cases()["c31"]["input"]
+    assert case["dtype"] == "bfloat16" and case["mask"]
+    torch.manual_seed(0)
+    model = ChunkDCN(case["C_in"], case["C_out"], tuple(case["kernel"]), tuple(case["padding"]))
+    with torch.no_grad():  # offsets of a few pixels, so that the sampling is not trivial
+        model.conv.weight.mul_(4)
+    model = model.to(torch.bfloat16).eval()
+    x = torch.randn(case["N"], case["C_in"], case["H"], case["W"]).to(torch.bfloat16)
+    return model, x
+
+
+@pytest.fixture(scope="module")
+def exported(c31, tmp_path_factory):
+    model, x = c31
+    path = tmp_path_factory.mktemp("bf16") / "c31.onnx"
+    return path, deform_onnx.export(model, (x,), path)  # default arguments
+
+
+def test_default_picks_opset_22_and_verifies_against_float32(exported):
+    """Default arguments: opset 22, bfloat16 inputs/outputs, verified (OpenVINO) within bfloat16's 8e-2."""
+    path, report = exported
+    assert report.opset == 22 and report.exporter == "dynamo"
+    assert report.max_error is not None and 0 < report.max_error <= 8e-2
+    proto = onnx.load(path)
+    assert proto.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+    assert proto.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+
+
+def test_onnxruntime_cpu_has_no_bfloat16_conv(exported):
+    """Measured: ONNX Runtime CPU refuses the file (no bfloat16 Conv), so verification needs OpenVINO."""
+    path, _ = exported
+    got, why = bfloat16._run_onnxruntime(path.read_bytes(), [])
+    assert got is None and "bfloat16 kernel for Conv" in why
+
+
+@pytest.mark.parametrize("kw", [{"opset_version": 17}, {"opset_version": 20}, {"dynamo": False}],
+                         ids=["17", "20", "torchscript"])
+def test_lower_opset_is_an_export_error_naming_22(c31, tmp_path, kw):
+    """An explicit opset below 22 (or the TorchScript exporter): ExportError naming 22, nothing written."""
+    model, x = c31
+    path = tmp_path / "no.onnx"
+    with pytest.raises(ExportError, match="opset 22"):
+        deform_onnx.export(model, (x,), path, **kw)
+    assert not path.exists()
+
+
+def test_without_openvino_a_missing_kernel_error(c31, monkeypatch, tmp_path):
+    """No runtime that runs bfloat16 Conv: one line naming verify=False; verify=False writes the file."""
+    model, x = c31
+    monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino fails
+    with pytest.raises(MissingKernelError, match="verify=False") as info:
+        deform_onnx.export(model, (x,), tmp_path / "a.onnx")
+    assert "\n" not in str(info.value) and not (tmp_path / "a.onnx").exists()
+    report = deform_onnx.export(model, (x,), tmp_path / "b.onnx", verify=False)
+    assert report.opset == 22 and (tmp_path / "b.onnx").is_file()
+
+
+@pytest.mark.parametrize("method", ["gather", "native"])
+def test_other_methods(c31, method):
+    """gather runs on OpenVINO in bfloat16 too; native DeformConv does not (no conversion rule): one line."""
+    model, x = c31
+    if method == "gather":
+        report = deform_onnx.export(model, (x,), io.BytesIO(), method=method)
+        assert report.opset == 22 and report.max_error <= 8e-2
+        return
+    with pytest.raises(MissingKernelError, match="DeformConv.*verify=False") as info:
+        deform_onnx.export(model, (x,), io.BytesIO(), method=method)
+    assert "\n" not in str(info.value)
+
+
+def test_verification_sees_a_wrong_file(c31, exported):
+    """A planted fault: the same file checked against a model whose DCN weights changed is refused."""
+    model, x = c31
+    path, _ = exported
+    other = ChunkDCN(16, 16, (3, 3), (1, 1)).to(torch.bfloat16).eval()
+    other.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        other.dcn.weight.mul_(1.5)
+    with pytest.raises(VerificationError, match="float32 model"):
+        bfloat16.verify_bfloat16(other, (x,), path.read_bytes())
+
+
+def test_float32_models_are_untouched():
+    """No bfloat16 anywhere: the opset stays as given (None: the usual default)."""
+    model = ChunkDCN(4, 4, (3, 3), (1, 1))
+    assert bfloat16.choose_opset(model, (torch.randn(1, 4, 5, 5),), None, True) is None
+    assert bfloat16.choose_opset(model, (torch.randn(1, 4, 5, 5),), 13, False) == 13
