@@ -28,24 +28,37 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=8, help="slowest nodes to list per lowering")
-    parser.add_argument("--ort-opt-level", choices=list(bench.ORT_OPT_LEVELS), default=None,
-                        help="ONNX Runtime graph optimisation level (default: ORT's, all)")
+    parser.add_argument(
+        "--ort-opt-level",
+        choices=list(bench.ORT_OPT_LEVELS),
+        default=None,
+        help="ONNX Runtime graph optimisation level (default: ORT's, all)",
+    )
     args = parser.parse_args()
     shape = bench.BenchShape.parse(args.shape)
     with tempfile.TemporaryDirectory() as tmp:
         case = bench.DeformConvCase(shape, Path(tmp), args.threads)
         for method, opset in LOWERINGS:
             path, stats = case.export(method, opset)
-            nodes = bench.ort_profile(path, case.feeds, threads=args.threads, runs=args.runs, opt_level=args.ort_opt_level)
+            nodes = bench.ort_profile(
+                path, case.feeds, threads=args.threads, runs=args.runs, opt_level=args.ort_opt_level
+            )
             total = sum(n.ms for n in nodes)
             by_op: dict[str, float] = defaultdict(float)
             for n in nodes:
                 by_op[n.op_type] += n.ms
-            print(f"== {shape.label}  {method} (opset {opset}): {stats.nodes} nodes in the file, "
-                  f"{len(nodes)} run by ORT, kernel time {total:.2f} ms/run ({args.threads} threads)")
-            print("   by op type: " + ", ".join(f"{op} {ms:.2f}" for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])))
+            print(
+                f"== {shape.label}  {method} (opset {opset}): {stats.nodes} nodes in the file, "
+                f"{len(nodes)} run by ORT, kernel time {total:.2f} ms/run ({args.threads} threads)"
+            )
+            print(
+                "   by op type: "
+                + ", ".join(f"{op} {ms:.2f}" for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1]))
+            )
             for n in nodes[: args.top]:
-                print(f"   {n.ms:8.3f} ms {100 * n.ms / total:5.1f}%  {n.op_type:14s} out {n.output_bytes / 2**20:7.2f} MB  {n.name}")
+                print(
+                    f"   {n.ms:8.3f} ms {100 * n.ms / total:5.1f}%  {n.op_type:14s} out {n.output_bytes / 2**20:7.2f} MB  {n.name}"
+                )
 
 
 if __name__ == "__main__":

@@ -90,7 +90,9 @@ def wide_error(W: int, form: str) -> float:
     buf = io.BytesIO()
     ctx = gridsample_form_everywhere() if form == "before" else contextlib.nullcontext()
     with ctx:
-        deform_onnx.export(layer, (x, offset, mask), buf, opset_version=17, method="grid_sample", dynamo=False, verify=False)
+        deform_onnx.export(
+            layer, (x, offset, mask), buf, opset_version=17, method="grid_sample", dynamo=False, verify=False
+        )
     session = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
     feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), (x, offset, mask))}
     (got,) = session.run(None, feeds)

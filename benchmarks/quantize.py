@@ -47,7 +47,9 @@ class DCNv2Stack(nn.Module):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, stride=2, padding=1), nn.ReLU())
         self.preds = nn.ModuleList([nn.Conv2d(channels, 27, 3, padding=1) for _ in range(layers)])
-        self.dcns = nn.ModuleList([torchvision.ops.DeformConv2d(channels, channels, 3, padding=1) for _ in range(layers)])
+        self.dcns = nn.ModuleList(
+            [torchvision.ops.DeformConv2d(channels, channels, 3, padding=1) for _ in range(layers)]
+        )
 
     def forward(self, x):
         x = self.stem(x)
@@ -126,8 +128,12 @@ def ov_compiled(path, threads, extension: bool):
     from deform_onnx.runtimes.openvino import _core
 
     core = _core() if extension else ov.Core()
-    config = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-              "INFERENCE_PRECISION_HINT": "f32"}
+    config = {
+        "INFERENCE_NUM_THREADS": threads,
+        "NUM_STREAMS": 1,
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": "f32",
+    }
     return core.compile_model(core.read_model(str(path)), "CPU", config)
 
 
@@ -136,7 +142,7 @@ def timed(runners: dict, rounds: int, warmup: int = 2) -> dict:
     names = list(runners)
     times = {n: [] for n in names}
     for r in range(warmup + rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
             time.sleep(0.005)
             t = time.perf_counter()
@@ -160,8 +166,11 @@ def conv_case(name, model, size, tmp, threads, rounds, openvino: bool):
     deform_onnx.export(model, (test,), lowered, method="grid_sample", opset_version=17)
     files = {}
     reports = {}
-    for key, kw in (("int8", {}), ("int8 native DeformConv", {"method": "native"}),
-                    ("int8 offset path quantized", {"quantize_offset_path": True})):
+    for key, kw in (
+        ("int8", {}),
+        ("int8 native DeformConv", {"method": "native"}),
+        ("int8 offset path quantized", {"quantize_offset_path": True}),
+    ):
         dst = tmp / f"{name}_{key.replace(' ', '_')}.onnx"
         reports[key] = quantize(native, dst, cal, eval_inputs=test, **kw)
         files[key] = dst
@@ -177,7 +186,8 @@ def conv_case(name, model, size, tmp, threads, rounds, openvino: bool):
     runners = {k: (lambda s=s: s.run(None, {feed_name: x})) for k, s in sessions.items()}
     accuracy = {k: cosine(s.run(None, {feed_name: x})[0], ref) for k, s in sessions.items()}
     accuracy["ORT int8, offset path quantized too"] = cosine(
-        ort_session(files["int8 offset path quantized"], threads).run(None, {feed_name: x})[0], ref)
+        ort_session(files["int8 offset path quantized"], threads).run(None, {feed_name: x})[0], ref
+    )
     if openvino:
         try:
             ov_int8 = tmp / f"{name}_openvino_int8.xml"
@@ -207,7 +217,10 @@ def projection_case(name, model, inputs, tmp, threads, rounds):
         ref = model(*inputs).numpy()
     q = tmp / f"{name}_int8.onnx"
     report = quantize(f32, q, cal, eval_inputs=inputs)
-    sessions = {"ORT float32 (opset 17)": ort_session(f32, threads), "ORT int8 (deform_onnx.quantize)": ort_session(q, threads)}
+    sessions = {
+        "ORT float32 (opset 17)": ort_session(f32, threads),
+        "ORT int8 (deform_onnx.quantize)": ort_session(q, threads),
+    }
     names = [i.name for i in sessions["ORT float32 (opset 17)"].get_inputs()]
     feed = {n: t.numpy() for n, t in zip(names, inputs)}
     accuracy = {k: cosine(s.run(None, feed)[0], ref) for k, s in sessions.items()}
@@ -225,7 +238,13 @@ def markdown(results, meta) -> str:
     for model, (accuracy, speed, reports) in results.items():
         base = next((k for k in speed if "native" in k and "float32" in k), next(iter(speed)))
         ov_base = "OpenVINO float32 + extension"
-        lines += ["", f"### {model}", "", "| contender | cosine to float32 PyTorch | median ms | ratio |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"### {model}",
+            "",
+            "| contender | cosine to float32 PyTorch | median ms | ratio |",
+            "|---|---|---|---|",
+        ]
         for k in accuracy:
             if k in speed:
                 ref = speed[ov_base] if k.startswith("OpenVINO") and ov_base in speed else speed[base]
@@ -235,14 +254,21 @@ def markdown(results, meta) -> str:
         r = reports.get("int8")
         if r is not None:
             fused = ", ".join(f"{k} x{v}" for k, v in sorted(r.fused.items())) or "none"
-            lines += ["", (f"int8 file: quantized {len(r.quantized)} nodes, kept {len(r.kept_float)} float; "
-                           f"ONNX Runtime integer kernels: {fused}; largest sample shift {px(r.sample_shift_px)} "
-                           f"(mean {px(r.mean_sample_shift_px)}).")]
+            lines += [
+                "",
+                (
+                    f"int8 file: quantized {len(r.quantized)} nodes, kept {len(r.kept_float)} float; "
+                    f"ONNX Runtime integer kernels: {fused}; largest sample shift {px(r.sample_shift_px)} "
+                    f"(mean {px(r.mean_sample_shift_px)})."
+                ),
+            ]
         r = reports.get("int8 offset path quantized")
         if r is not None:
-            lines.append(f"Offset path quantized too: largest sample shift {px(r.sample_shift_px)} "
-                         f"(mean {px(r.mean_sample_shift_px)}), output cosine to the float file "
-                         f"{r.output_cosine:.5f} (default placement: {reports['int8'].output_cosine:.5f}).")
+            lines.append(
+                f"Offset path quantized too: largest sample shift {px(r.sample_shift_px)} "
+                f"(mean {px(r.mean_sample_shift_px)}), output cosine to the float file "
+                f"{r.output_cosine:.5f} (default placement: {reports['int8'].output_cosine:.5f})."
+            )
     return "\n".join(lines + ["", END])
 
 
@@ -266,31 +292,35 @@ def main(argv: list[str]) -> None:
         tmp = Path(tmp)
         if args.only in (None, "example"):
             results["Bundled example (deform_onnx.example, 1x3x128x128)"] = conv_case(
-                "example", example_model(), 128, tmp, args.threads, args.rounds, openvino=True)
+                "example", example_model(), 128, tmp, args.threads, args.rounds, openvino=True
+            )
         if args.only in (None, "stack"):
             results["64-channel DCNv2 stack (1x3x384x384 input, three DCNv2 layers at 192x192)"] = conv_case(
-                "stack", dcnv2_stack(), 384, tmp, args.threads, args.rounds, openvino=True)
+                "stack", dcnv2_stack(), 384, tmp, args.threads, args.rounds, openvino=True
+            )
         if args.only in (None, "msda"):
             torch.manual_seed(0)
             msda = MSDALayer().eval()
             inputs = (torch.randn(1, 300, 128), torch.rand(1, 300, 2), torch.randn(1, 32 * 32 + 16 * 16, 128))
             results["MSDA layer (2 levels 32x32 + 16x16, 300 queries, d=128, 8 heads, 4 points)"] = projection_case(
-                "msda", msda, inputs, tmp, args.threads, args.rounds)
+                "msda", msda, inputs, tmp, args.threads, args.rounds
+            )
         if args.only in (None, "dcnv3"):
             import deform_onnx
 
             torch.manual_seed(0)
             dcn = deform_onnx.DCNv3(channels=64, group=4).eval()
             results["DCNv3 layer (1x64x64x64 NHWC, 4 groups)"] = projection_case(
-                "dcnv3", dcn, (torch.randn(1, 64, 64, 64),), tmp, args.threads, args.rounds)
+                "dcnv3", dcn, (torch.randn(1, 64, 64, 64),), tmp, args.threads, args.rounds
+            )
     import nncf
 
     meta = {
         "Command": "`python benchmarks/quantize.py`",
         "Machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores visible; load average "
-                   f"{load[0]:.2f} before, {os.getloadavg()[0]:.2f} after",
+        f"{load[0]:.2f} before, {os.getloadavg()[0]:.2f} after",
         "Versions": f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, openvino {openvino.__version__}, "
-                    f"nncf {nncf.__version__}",
+        f"nncf {nncf.__version__}",
         "Threads": f"{args.threads} (ORT intra-op, no spinning; OpenVINO INFERENCE_NUM_THREADS, 1 stream, LATENCY, f32)",
         "Timing": f"contenders interleaved round-robin, 2 warm-up rounds, median of {args.rounds}",
         "Calibration / test": f"{', '.join(CALIBRATION)} / {TEST} (scikit-image photos); MSDA/DCNv3: random inputs",
@@ -302,7 +332,7 @@ def main(argv: list[str]) -> None:
         path = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
         text = path.read_text()
         if BEGIN in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
         else:
             text = text.rstrip("\n") + "\n\n## Quantization (INT8)\n\n" + block + "\n"
         path.write_text(text)

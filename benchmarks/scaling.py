@@ -36,11 +36,16 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="sizes 32,64, batches 1,2, 3 rounds after 1 warm-up; prints only unless --output/--png")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="sizes 32,64, batches 1,2, 3 rounds after 1 warm-up; prints only unless --output/--png",
+    )
     parser.add_argument("--sizes", type=_ints, help=f"H = W of the N = 1 sweep (default {scaling.SIZES})")
     parser.add_argument("--batches", type=_ints, help=f"N of the H = 64 sweep (default {scaling.BATCHES})")
-    parser.add_argument("--batch-h", type=int, default=scaling.BATCH_SIZE_H, help="H = W of the batch sweep (default 64)")
+    parser.add_argument(
+        "--batch-h", type=int, default=scaling.BATCH_SIZE_H, help="H = W of the batch sweep (default 64)"
+    )
     parser.add_argument("--channels", type=int, default=scaling.CHANNELS, help="C in = out (default 64)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, help="timed rounds (default 9; --quick 3)")
@@ -64,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     for line in bench.notes(result):
         print(f"note: {line}", file=sys.stderr)
-    command = " ".join(["python benchmarks/scaling.py", *(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))])
+    command = " ".join(
+        ["python benchmarks/scaling.py", *(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))]
+    )
     if png is not None:
         scaling.plot(result, sizes, batches, png)
         print(f"wrote {png}", file=sys.stderr)

@@ -61,9 +61,11 @@ def main() -> None:
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     files = {p.name: p.stat().st_size for p in a.out.iterdir()}
-    print(f"weights {weights / 2**30:.2f} GiB; exporter {report.exporter}, opset {report.opset}, "
-          f"max error {report.max_error:.3g} (outputs up to {scale:.3g}); {seconds:.0f} s; peak RSS {peak:.2f} GiB (after building the model: "
-          f"{base:.2f} GiB); files {files}")
+    print(
+        f"weights {weights / 2**30:.2f} GiB; exporter {report.exporter}, opset {report.opset}, "
+        f"max error {report.max_error:.3g} (outputs up to {scale:.3g}); {seconds:.0f} s; peak RSS {peak:.2f} GiB (after building the model: "
+        f"{base:.2f} GiB); files {files}"
+    )
 
 
 if __name__ == "__main__":

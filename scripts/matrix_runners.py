@@ -43,7 +43,9 @@ def timed(fn):
     return out, times
 """
 
-ORT = _HEAD + """
+ORT = (
+    _HEAD
+    + """
 import onnxruntime as ort
 options = ort.SessionOptions()
 options.log_severity_level = 3
@@ -54,8 +56,11 @@ except Exception as exc:
     done(ort.__version__, error=first_line(exc))
 done(ort.__version__, out, times)
 """
+)
 
-OPENVINO = _HEAD + """
+OPENVINO = (
+    _HEAD
+    + """
 import openvino
 try:
     from openvino import Core
@@ -78,9 +83,12 @@ except Exception as exc:
     done(version, error=first_line(exc))
 done(version, out, times)
 """
+)
 
 # MNNConvert exits 0 even when it fails: success is a non-empty .mnn file.
-MNN = _HEAD + """
+MNN = (
+    _HEAD
+    + """
 import os, subprocess
 import MNN, MNN.expr as F, MNN.nn as nn
 version = MNN.version()
@@ -101,8 +109,11 @@ except Exception as exc:
     done(version, error=first_line(exc))
 done(version, out, times)
 """
+)
 
-TVM = _HEAD + """
+TVM = (
+    _HEAD
+    + """
 import onnx, tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
@@ -123,9 +134,12 @@ except Exception as exc:
     done(tvm.__version__, error=first_line(exc))
 done(tvm.__version__, out, times)
 """
+)
 
 # pnnx exits 0 even when it fails: success is a .ncnn.param/.ncnn.bin pair.
-NCNN = _HEAD + """
+NCNN = (
+    _HEAD
+    + """
 import os, shutil, subprocess
 import ncnn
 work = meta["out"] + ".pnnx"
@@ -174,10 +188,13 @@ except Exception as exc:
     done(ncnn.__version__, error=first_line(exc))
 done(ncnn.__version__, out, times)
 """
+)
 
 # onnx2tf writes NHWC models: 4-D inputs are fed transposed, and an NHWC output is transposed back.
 # It exits 0 on some failures too: success is a *_float32.tflite file.
-TFLITE = _HEAD + """
+TFLITE = (
+    _HEAD
+    + """
 import glob, os, shutil, subprocess
 from importlib.metadata import version as dist_version
 from ai_edge_litert.interpreter import Interpreter
@@ -225,9 +242,12 @@ except Exception as exc:
     done(version, error=first_line(exc))
 done(version, out, times)
 """
+)
 
 # onnx2torch rebuilds the graph as a torch.fx module (a converter per ONNX op), run here on the CPU.
-ONNX2TORCH = _HEAD + """
+ONNX2TORCH = (
+    _HEAD
+    + """
 from importlib.metadata import version as dist_version
 import onnx, torch
 from onnx2torch import convert
@@ -244,6 +264,7 @@ except Exception as exc:
     done(version, error=first_line(exc))
 done(version, out, times)
 """
+)
 
 #: Rewriters: ``python -c CODE IN OUT`` writes the rewritten model; last line of stdout is the tool's version.
 ONNXSIM = """
@@ -294,17 +315,32 @@ BUILDS: tuple[Build, ...] = (
     Build("ov-2023.3.0", "OpenVINO (plain)", ("openvino==2023.3.0", "numpy<2"), OPENVINO, _OV_TARGETS),
     Build("ov-2024.6.0", "OpenVINO (plain)", ("openvino==2024.6.0",), OPENVINO, _OV_TARGETS),
     Build("ov-2025.4.0", "OpenVINO (plain)", _OV_2025, OPENVINO, _OV_TARGETS),
-    Build("ov-2025.4.0", "OpenVINO + deform_onnx extension", _OV_2025, OPENVINO,
-          ("openvino-extension",), extension=True),
+    Build(
+        "ov-2025.4.0", "OpenVINO + deform_onnx extension", _OV_2025, OPENVINO, ("openvino-extension",), extension=True
+    ),
     Build("ov-newest", "OpenVINO (plain)", _OV_NEWEST, OPENVINO, _OV_TARGETS),
-    Build("ov-newest", "OpenVINO + deform_onnx extension", _OV_NEWEST, OPENVINO,
-          ("openvino-extension",), extension=True),
-    Build("ort-newest", "onnxsim, then ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS,
-          rewriter=("onnxsim", ONNXSIM)),
-    Build("ort-newest", "onnxsim 0.4.36 (onnx2tf's pin), then ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS,
-          rewriter=("onnxsim-0.4.36", ONNXSIM)),
-    Build("ort-newest", "onnxslim, then ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS,
-          rewriter=("onnxslim", ONNXSLIM)),
+    Build(
+        "ov-newest", "OpenVINO + deform_onnx extension", _OV_NEWEST, OPENVINO, ("openvino-extension",), extension=True
+    ),
+    Build(
+        "ort-newest", "onnxsim, then ONNX Runtime", ("onnxruntime",), ORT, _ORT_TARGETS, rewriter=("onnxsim", ONNXSIM)
+    ),
+    Build(
+        "ort-newest",
+        "onnxsim 0.4.36 (onnx2tf's pin), then ONNX Runtime",
+        ("onnxruntime",),
+        ORT,
+        _ORT_TARGETS,
+        rewriter=("onnxsim-0.4.36", ONNXSIM),
+    ),
+    Build(
+        "ort-newest",
+        "onnxslim, then ONNX Runtime",
+        ("onnxruntime",),
+        ORT,
+        _ORT_TARGETS,
+        rewriter=("onnxslim", ONNXSLIM),
+    ),
     Build("mnn", "MNN (MNNConvert + runtime)", ("MNN",), MNN, ("mnn", "generic")),
     Build("tvm", "Apache TVM (relax ONNX frontend, llvm)", ("apache-tvm", "onnx"), TVM, ("tvm", "generic")),
     Build("pnnx", "ncnn (through pnnx)", ("pnnx", "ncnn"), NCNN, ("ncnn", "ncnn:gather")),
@@ -315,8 +351,11 @@ _ONNX2TF = ("onnx2tf", "tensorflow", "tf-keras", "ai-edge-litert", "onnx", "onnx
 BUILDS += (Build("onnx2tf", "TFLite / LiteRT (through onnx2tf)", _ONNX2TF, TFLITE,
                  ("tflite", "tflite:grid_sample")),)  # fmt: skip
 #: Requirements of the rewriters' venvs.
-REWRITERS = {"onnxsim": ("onnxsim", "onnxruntime"), "onnxsim-0.4.36": ("onnxsim==0.4.36", "onnxruntime"),
-             "onnxslim": ("onnxslim",)}
+REWRITERS = {
+    "onnxsim": ("onnxsim", "onnxruntime"),
+    "onnxsim-0.4.36": ("onnxsim==0.4.36", "onnxruntime"),
+    "onnxslim": ("onnxslim",),
+}
 #: onnx2torch needs torchvision; torch 2.14.1 / torchvision 0.29.1 are the pair on this machine's disk.
 BUILDS += (Build("onnx2torch", "onnx2torch (torch.fx, CPU)", ("torch==2.14.1", "torchvision==0.29.1", "onnx2torch",
                  "onnx"), ONNX2TORCH, ("onnx2torch", "generic", "onnxruntime<1.25", "onnxruntime")),)  # fmt: skip

@@ -39,10 +39,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "scripts")]
 
+from matrix_runners import BUILDS, NOT_RUN, REWRITERS, Build  # noqa: E402
+
 import deform_onnx  # noqa: E402
 from deform_onnx.example import example_model, load_photo  # noqa: E402
 from deform_onnx.runtimes.venvs import cached_venv  # noqa: E402
-from matrix_runners import BUILDS, NOT_RUN, REWRITERS, Build  # noqa: E402
 
 BEGIN, END = "<!-- runtime-matrix:begin -->", "<!-- runtime-matrix:end -->"
 #: The project's float32 rule (max abs error against PyTorch).
@@ -146,8 +147,10 @@ def measure(build: Build, files: dict, names: list[str], work: Path, timeout: fl
     try:
         python = cached_venv(build.name, build.requirements, timeout=timeout)
     except RuntimeError as exc:
-        return [{**_row(build, t, files, names, error=f"not run: {_first_line(exc)}"), "build": build.key}
-                for t in build.targets]
+        return [
+            {**_row(build, t, files, names, error=f"not run: {_first_line(exc)}"), "build": build.key}
+            for t in build.targets
+        ]
     for target in build.targets:
         results, version, tool = [], None, None
         for name in names:
@@ -287,8 +290,9 @@ def write_readme(block: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Command line: see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*",
-                        help="keys of the builds to run (venv name; onnxsim, onnxslim; NAME+ext; default: all)")
+    parser.add_argument(
+        "--only", nargs="*", help="keys of the builds to run (venv name; onnxsim, onnxslim; NAME+ext; default: all)"
+    )
     parser.add_argument("--no-readme", action="store_true", help="print the table instead of writing README.md")
     parser.add_argument("--timeout", type=float, default=400, help="seconds per venv creation step and per run")
     parser.add_argument("--work", type=Path, help="folder for the exported files (default: a temporary one)")

@@ -140,7 +140,9 @@ def _device():
             return cls()
         except Exception as exc:  # noqa: BLE001 - try the next one, report all
             errors.append(f"{cls.__name__[1:]}: {type(exc).__name__}: {exc}")
-    raise RuntimeError("no CUDA device buffers (" + "; ".join(errors) + "): install a CUDA build of torch or cuda-python")
+    raise RuntimeError(
+        "no CUDA device buffers (" + "; ".join(errors) + "): install a CUDA build of torch or cuda-python"
+    )
 
 
 # -- TensorRT ----------------------------------------------------------------------------------------------
@@ -220,11 +222,17 @@ def _error(got: np.ndarray, want: np.ndarray) -> float:
 
 def main(
     method: Optional[List[str]] = typer.Option(None, "--method", "-m", help="Lowering(s) to check (repeatable)."),
-    opset: Optional[int] = typer.Option(None, "--opset", help="One opset for every --method (default: grid_sample/gather 17, native 19)."),
+    opset: Optional[int] = typer.Option(
+        None, "--opset", help="One opset for every --method (default: grid_sample/gather 17, native 19)."
+    ),
     dynamic: bool = typer.Option(False, "--dynamic", help="Dynamic N, H, W; also run at a second batch and size."),
     fp16: bool = typer.Option(False, "--fp16", help="Let TensorRT use float16 kernels (I/O stays float32)."),
-    export_only: bool = typer.Option(False, "--export-only", help="Export and verify in ONNX Runtime only (no TensorRT)."),
-    keep: Optional[Path] = typer.Option(None, "--keep", help="Write the .onnx files to this folder (default: a temporary one)."),
+    export_only: bool = typer.Option(
+        False, "--export-only", help="Export and verify in ONNX Runtime only (no TensorRT)."
+    ),
+    keep: Optional[Path] = typer.Option(
+        None, "--keep", help="Write the .onnx files to this folder (default: a temporary one)."
+    ),
 ) -> None:
     """Build the lowered bundled example with TensorRT and compare it with PyTorch."""
     import torch
@@ -266,7 +274,9 @@ def main(
             try:
                 path = _export(model, photo, m, o, dynamic, folder)
             except Exception as exc:  # noqa: BLE001 - report and go on
-                outcomes.append(Outcome(m, o, False, f"export failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"))
+                outcomes.append(
+                    Outcome(m, o, False, f"export failed: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+                )
                 typer.echo(f"{label}: {outcomes[-1].detail}", err=True)
                 continue
             if export_only:

@@ -32,8 +32,12 @@ def _inputs(dtype_a, dtype_b):
 
 @pytest.mark.parametrize(
     "dtype_a, dtype_b",
-    [(torch.float32, torch.float32), (torch.float64, torch.float64), (torch.int64, torch.float32),
-     (torch.float32, torch.float64)],
+    [
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+        (torch.int64, torch.float32),
+        (torch.float32, torch.float64),
+    ],
     ids=["f32", "f64", "i64xf32", "f32xf64"],
 )
 def test_outer_exports_at_opset_11(dtype_a, dtype_b):
@@ -47,8 +51,10 @@ def test_outer_exports_at_opset_11(dtype_a, dtype_b):
     assert "Mul" in report.op_types and "Einsum" not in report.op_types
     want = Outer()(a, b)
     got = run_ort(buf.getvalue(), {"a": a, "b": b})
-    assert got.dtype == want.numpy().dtype == onnx.helper.tensor_dtype_to_np_dtype(
-        proto.graph.output[0].type.tensor_type.elem_type
+    assert (
+        got.dtype
+        == want.numpy().dtype
+        == onnx.helper.tensor_dtype_to_np_dtype(proto.graph.output[0].type.tensor_type.elem_type)
     )
     np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=1e-6)
 
@@ -109,15 +115,23 @@ def test_einsum_dynamic_axes_at_opset_11():
     torch.manual_seed(0)
     a, b = torch.randn(1, 3, 4), torch.randn(1, 4, 5, 6)
     buf = io.BytesIO()
-    deform_onnx.export(Einsum(equation), (a, b), buf, opset_version=11, dynamo=False, input_names=["a", "b"],
-                       dynamic_axes={"a": {0: "N"}, "b": {0: "N", 2: "H", 3: "W"}})
+    deform_onnx.export(
+        Einsum(equation),
+        (a, b),
+        buf,
+        opset_version=11,
+        dynamo=False,
+        input_names=["a", "b"],
+        dynamic_axes={"a": {0: "N"}, "b": {0: "N", 2: "H", 3: "W"}},
+    )
     a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 7, 3)
     want = torch.einsum(equation, a, b).numpy()
     np.testing.assert_allclose(run_ort(buf.getvalue(), {"a": a, "b": b}), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("equation, shapes", [("ii,i->i", ((3, 3), (3,))), ("ij,k->ik", ((3, 4), (5,)))],
-                         ids=["diagonal", "one-sided-sum"])
+@pytest.mark.parametrize(
+    "equation, shapes", [("ii,i->i", ((3, 3), (3,))), ("ij,k->ik", ((3, 4), (5,)))], ids=["diagonal", "one-sided-sum"]
+)
 def test_einsum_refuses_what_matmul_cannot_say(equation, shapes):
     """A diagonal or a sum over one operand's index: one line naming the way out (opset 12+), no file."""
     a, b = (torch.randn(shape) for shape in shapes)

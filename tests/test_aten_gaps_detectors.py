@@ -14,18 +14,19 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from util import run_ort
 
 import deform_onnx
 from deform_onnx.exporters.aten_detectors import aa_weights
+from util import run_ort
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 def _export(model, args, opset, names, dynamo=False, **kw):
     buf = io.BytesIO()
-    report = deform_onnx.export(model, args, buf, opset_version=opset, dynamo=dynamo, fallback=False,
-                                input_names=names, **kw)
+    report = deform_onnx.export(
+        model, args, buf, opset_version=opset, dynamo=dynamo, fallback=False, input_names=names, **kw
+    )
     return buf.getvalue(), report
 
 
@@ -105,8 +106,17 @@ class TextMasks(torch.nn.Module):
         nxt = torch.cummin(torch.flip(torch.where(special, idx, torch.tensor(n)), dims=[1]), dim=1)
         eye = torch.eye(n, dtype=torch.bool).unsqueeze(0) | (special.unsqueeze(1) & special.unsqueeze(2))
         fmax = torch.cummax(f, dim=0)
-        return (special, torch.isin(ids, torch.tensor([2]), invert=True), prev.values, prev.indices,
-                nxt.values, nxt.indices, eye, fmax.values, fmax.indices)
+        return (
+            special,
+            torch.isin(ids, torch.tensor([2]), invert=True),
+            prev.values,
+            prev.indices,
+            nxt.values,
+            nxt.indices,
+            eye,
+            fmax.values,
+            fmax.indices,
+        )
 
 
 @pytest.mark.parametrize("opset, dynamo", [(11, False), (17, False), (17, True)], ids=["ts11", "ts17", "dynamo17"])

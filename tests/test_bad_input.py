@@ -62,10 +62,22 @@ TENSOR_CASES = {
     "input 3-D": ((X[0], OFFSET), r"dcn \(DeformConv2d\): input must be 4-D \[N, C, H, W\], got shape \(4, 6, 6\)"),
     "offset 3-D": ((X, OFFSET[0]), r"dcn \(DeformConv2d\): offset must be 4-D"),
     "mask 5-D": ((X, OFFSET, MASK[None]), r"dcn \(DeformConv2d\): mask must be 4-D"),
-    "input channels": ((torch.randn(1, 3, 6, 6), OFFSET), r"input has 3 channels but weight expects 4 per group x 1 groups"),
-    "offset channels": ((X, torch.zeros(1, 17, 6, 6)), r"offset has 17 channels, which is not a positive multiple of 2\*kh\*kw = 18"),
-    "mask channels": ((X, OFFSET, torch.ones(1, 8, 6, 6)), r"mask has 8 channels, expected offset_groups \* kh \* kw = 9"),
-    "offset size": ((X, torch.zeros(1, 18, 5, 6)), r"offset height 5 does not match the output height 6 of the convolution"),
+    "input channels": (
+        (torch.randn(1, 3, 6, 6), OFFSET),
+        r"input has 3 channels but weight expects 4 per group x 1 groups",
+    ),
+    "offset channels": (
+        (X, torch.zeros(1, 17, 6, 6)),
+        r"offset has 17 channels, which is not a positive multiple of 2\*kh\*kw = 18",
+    ),
+    "mask channels": (
+        (X, OFFSET, torch.ones(1, 8, 6, 6)),
+        r"mask has 8 channels, expected offset_groups \* kh \* kw = 9",
+    ),
+    "offset size": (
+        (X, torch.zeros(1, 18, 5, 6)),
+        r"offset height 5 does not match the output height 6 of the convolution",
+    ),
 }
 
 
@@ -132,10 +144,16 @@ def test_spec_rejects_bad_arguments(kwargs, match):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"opset_version": 10, "dynamo": False}, r"opset 10 is not supported: deformable convolution lowers at opset >= 11"),
+        (
+            {"opset_version": 10, "dynamo": False},
+            r"opset 10 is not supported: deformable convolution lowers at opset >= 11",
+        ),
         ({"opset_version": 21, "dynamo": False}, r"opset 21 is out of the TorchScript exporter's range 11\.\.20"),
         ({"opset_version": 24, "dynamo": True}, r"opset 24 is out of range 11\.\.23 \(dynamo exporter: 14\.\.23"),
-        ({"opset_version": 17, "method": "bilinear"}, r"unknown method 'bilinear'; choose one of auto, native, grid_sample, gather"),
+        (
+            {"opset_version": 17, "method": "bilinear"},
+            r"unknown method 'bilinear'; choose one of auto, native, grid_sample, gather",
+        ),
         ({"opset_version": 17, "method": "native"}, r"method 'native' needs opset >= 19 but opset 17 was requested"),
         ({"opset_version": 15, "method": "grid_sample", "dynamo": False}, r"method 'grid_sample' needs opset >= 16"),
     ],
@@ -211,7 +229,9 @@ USER_MODELS = textwrap.dedent(
 @pytest.fixture
 def user_dir(tmp_path, monkeypatch):
     (tmp_path / "user_models.py").write_text(USER_MODELS)
-    (tmp_path / "broken_import.py").write_text("import no_such_package_for_deform_onnx_tests\n\ndef build():\n    pass\n")
+    (tmp_path / "broken_import.py").write_text(
+        "import no_such_package_for_deform_onnx_tests\n\ndef build():\n    pass\n"
+    )
     (tmp_path / "broken_syntax.py").write_text("def build(:\n")
     (tmp_path / "raises.py").write_text("raise RuntimeError('config file models.yaml not found')\n")
     monkeypatch.chdir(tmp_path)

@@ -33,8 +33,21 @@ def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "BENCH.md"
     result = runner.invoke(
         app,
-        ["bench", "--quick", "--shape", "1,4,6", "--shape", "2,4,5,og=2,stride=2,mask=0", "--runs", "2",
-         "--warmup", "0", "--no-memory", "--output", str(out)],
+        [
+            "bench",
+            "--quick",
+            "--shape",
+            "1,4,6",
+            "--shape",
+            "2,4,5,og=2,stride=2,mask=0",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--no-memory",
+            "--output",
+            str(out),
+        ],
         env={"COLUMNS": "400"},
     )
     return result, out
@@ -89,8 +102,9 @@ def test_peak_memory_child(tmp_path):
     """The fresh-process memory probe returns a positive byte count for an ORT model, at ORT's default
     optimisation level and at a chosen one; both rows run the one exported file."""
     shape = bench.BenchShape(1, 4, 6)
-    result = bench.run_benchmark([shape], bench.select_contenders(["ort-native"], ["basic"]), runs=1, warmup=0,
-                                 memory=True, workdir=tmp_path)
+    result = bench.run_benchmark(
+        [shape], bench.select_contenders(["ort-native"], ["basic"]), runs=1, warmup=0, memory=True, workdir=tmp_path
+    )
     for key in ("ort-native", "ort-native@basic"):
         peak = result.cell(shape, key).stats.peak_bytes
         assert peak is not None and peak > 0, key
@@ -116,8 +130,26 @@ def test_cli_spells_the_harness_names():
 def test_bench_subset_of_contenders(tmp_path):
     """A subset runs; targets that need a missing contender say n/a instead of failing."""
     out = tmp_path / "b.md"
-    r = runner.invoke(app, ["bench", "--shape", "1,4,6", "--runs", "1", "--warmup", "0", "--no-memory",
-                            "-c", "ort-native", "-c", "ort-grid_sample", "--output", str(out)], env={"COLUMNS": "400"})
+    r = runner.invoke(
+        app,
+        [
+            "bench",
+            "--shape",
+            "1,4,6",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--no-memory",
+            "-c",
+            "ort-native",
+            "-c",
+            "ort-grid_sample",
+            "--output",
+            str(out),
+        ],
+        env={"COLUMNS": "400"},
+    )
     assert r.exit_code == 0, r.output
     text = out.read_text()
     assert bench.CONTENDERS[2].label in text and bench.CONTENDERS[4].label not in text
@@ -127,9 +159,30 @@ def test_bench_subset_of_contenders(tmp_path):
 def test_bench_opt_level_rows(tmp_path):
     """--ort-opt-level adds KEY@LEVEL rows for the selected ORT contenders; -c KEY@LEVEL names one directly."""
     out = tmp_path / "b.md"
-    r = runner.invoke(app, ["bench", "--shape", "1,4,6", "--runs", "1", "--warmup", "0", "--no-memory", "-c", "torch",
-                            "-c", "ort-dense", "-c", "ort-gather@disabled", "--ort-opt-level", "extended",
-                            "--output", str(out)], env={"COLUMNS": "400"})
+    r = runner.invoke(
+        app,
+        [
+            "bench",
+            "--shape",
+            "1,4,6",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--no-memory",
+            "-c",
+            "torch",
+            "-c",
+            "ort-dense",
+            "-c",
+            "ort-gather@disabled",
+            "--ort-opt-level",
+            "extended",
+            "--output",
+            str(out),
+        ],
+        env={"COLUMNS": "400"},
+    )
     assert r.exit_code == 0, r.output
     text = out.read_text()
     assert "--ort-opt-level extended" in text and "graph_optimization_level=extended" in text
@@ -138,17 +191,20 @@ def test_bench_opt_level_rows(tmp_path):
     assert "| torchvision eager @" not in text and "| ORT native (opset 19) |" not in text  # not selected
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--shape", "1,4"], "N,C,H"),
-    (["--contender", "tensorrt"], "ort-native"),
-    (["--contender", "torch@basic"], "does not run in ONNX Runtime"),
-    (["--contender", "ort-gather@fast"], "extended"),
-    (["--ort-opt-level", "fast"], "extended"),
-    (["--op", "conv"], "msda"),
-    (["--op", "msda", "--shape", "1,4,6"], "levels="),
-    (["--op", "msda", "--contender", "ort-native"], "ort-fused"),
-    (["--op", "grid_sample", "--shape", "1,4,6,og=2"], "grid=G"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--shape", "1,4"], "N,C,H"),
+        (["--contender", "tensorrt"], "ort-native"),
+        (["--contender", "torch@basic"], "does not run in ONNX Runtime"),
+        (["--contender", "ort-gather@fast"], "extended"),
+        (["--ort-opt-level", "fast"], "extended"),
+        (["--op", "conv"], "msda"),
+        (["--op", "msda", "--shape", "1,4,6"], "levels="),
+        (["--op", "msda", "--contender", "ort-native"], "ort-fused"),
+        (["--op", "grid_sample", "--shape", "1,4,6,og=2"], "grid=G"),
+    ],
+)
 def test_bench_rejects_bad_arguments(args, message):
     r = runner.invoke(app, ["bench", *args])
     assert r.exit_code == 2 and message in r.output, r.output
@@ -156,8 +212,11 @@ def test_bench_rejects_bad_arguments(args, message):
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("1,64,64", bench.BenchShape(1, 64, 64)), ("1x64x64,og=8", bench.BenchShape(1, 64, 64, offset_groups=8)),
-     ("1,128,64,stride=2,mask=0", bench.BenchShape(1, 128, 64, stride=2, mask=False))],
+    [
+        ("1,64,64", bench.BenchShape(1, 64, 64)),
+        ("1x64x64,og=8", bench.BenchShape(1, 64, 64, offset_groups=8)),
+        ("1,128,64,stride=2,mask=0", bench.BenchShape(1, 128, 64, stride=2, mask=False)),
+    ],
 )
 def test_shape_parse(text, expected):
     assert bench.BenchShape.parse(text) == expected
@@ -173,8 +232,11 @@ def test_grid_sample_shape_parse(text, expected):
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("900", bench.MSDAShape(900)), ("all", bench.MSDAShape(None)),
-     (f"5,{TINY_MSDA}", bench.MSDAShape(5, ((6, 6), (3, 3)), 2, 2, 16))],
+    [
+        ("900", bench.MSDAShape(900)),
+        ("all", bench.MSDAShape(None)),
+        (f"5,{TINY_MSDA}", bench.MSDAShape(5, ((6, 6), (3, 3)), 2, 2, 16)),
+    ],
 )
 def test_msda_shape_parse(text, expected):
     assert bench.MSDAShape.parse(text) == expected
@@ -186,10 +248,13 @@ def test_msda_shapes_of_the_issue():
     assert all((s.heads, s.points, s.channels) == (8, 4, 256) for s in bench.MSDA.full_shapes)
 
 
-@pytest.mark.parametrize("op, shapes", [
-    ("grid_sample", [bench.GridSampleShape(1, 4, 8), bench.GridSampleShape(2, 3, 7, grid=5)]),
-    ("msda", [bench.MSDAShape(5, ((6, 6), (3, 3)), 2, 2, 16), bench.MSDAShape(None, ((5, 4), (2, 3)), 2, 2, 8)]),
-])
+@pytest.mark.parametrize(
+    "op, shapes",
+    [
+        ("grid_sample", [bench.GridSampleShape(1, 4, 8), bench.GridSampleShape(2, 3, 7, grid=5)]),
+        ("msda", [bench.MSDAShape(5, ((6, 6), (3, 3)), 2, 2, 16), bench.MSDAShape(None, ((5, 4), (2, 3)), 2, 2, 8)]),
+    ],
+)
 def test_sampling_suites_match_pytorch(op, shapes):
     """Every contender of --op grid_sample / msda runs and agrees with PyTorch eager on the same tensors."""
     suite = bench.suite(op)
@@ -224,13 +289,37 @@ def test_scaling_script_smoke(tmp_path, capsys):
     size and batch) and a PNG plot."""
     out, png = tmp_path / "B.md", tmp_path / "scaling.png"
     out.write_text("# B\n\nhand-written\n")
-    script("scaling")["main"](["--quick", "--channels", "4", "--sizes", "8,16", "--batches", "1,2", "--batch-h", "8",
-                               "--runs", "1", "--warmup", "0", "--output", str(out), "--png", str(png)])
+    script("scaling")["main"](
+        [
+            "--quick",
+            "--channels",
+            "4",
+            "--sizes",
+            "8,16",
+            "--batches",
+            "1,2",
+            "--batch-h",
+            "8",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--output",
+            str(out),
+            "--png",
+            str(png),
+        ]
+    )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = out.read_text()
     assert text.startswith("# B\n\nhand-written\n") and "](scaling.png)" in text
     section = text.split("<!-- scaling: begin", 1)[1]
-    for label in ("ORT native (opset 19)", "ORT grid_sample (opset 17)", "ORT gather (opset 11)", "ORT dense Conv (limit)"):
+    for label in (
+        "ORT native (opset 19)",
+        "ORT grid_sample (opset 17)",
+        "ORT gather (opset 11)",
+        "ORT dense Conv (limit)",
+    ):
         assert label in section, label
     rows = [line for line in section.splitlines() if line[:4] in ("| 8 ", "| 16", "| 1 ", "| 2 ")]
     assert len(rows) == 4 and all(line.count(" ms)") == 4 for line in rows), rows

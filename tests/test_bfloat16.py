@@ -17,11 +17,11 @@ import onnx
 import pytest
 import torch
 import torchvision
-from util import load_cases
 
 import deform_onnx
 from deform_onnx import bfloat16
 from deform_onnx.errors import ExportError, MissingKernelError, VerificationError
+from util import load_cases
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -77,8 +77,9 @@ def test_onnxruntime_cpu_has_no_bfloat16_conv(exported):
     assert got is None and "bfloat16 kernel for Conv" in why
 
 
-@pytest.mark.parametrize("kw", [{"opset_version": 17}, {"opset_version": 20}, {"dynamo": False}],
-                         ids=["17", "20", "torchscript"])
+@pytest.mark.parametrize(
+    "kw", [{"opset_version": 17}, {"opset_version": 20}, {"dynamo": False}], ids=["17", "20", "torchscript"]
+)
 def test_lower_opset_is_an_export_error_naming_22(c31, tmp_path, kw):
     """An explicit opset below 22 (or the TorchScript exporter): ExportError naming 22, nothing written."""
     model, x = c31

@@ -28,10 +28,14 @@ from util import (
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor to a Python boolean:torch.jit.TracerWarning")
 
 EVERY_METHOD = [
-    ("native", 19), ("native", 20),
-    ("grid_sample", 16), ("grid_sample", 20),
-    ("gather", 11), ("gather", 20),
-    ("auto", 11), ("auto", 17),
+    ("native", 19),
+    ("native", 20),
+    ("grid_sample", 16),
+    ("grid_sample", 20),
+    ("gather", 11),
+    ("gather", 20),
+    ("auto", 11),
+    ("auto", 17),
 ]
 
 
@@ -70,7 +74,15 @@ def test_c05_groups_and_stride(register, method, opset):
     export_and_compare(case_config("c05"), method, opset)
 
 
-C06 = [("native", 19), ("grid_sample", 16), ("grid_sample", 17), ("gather", 11), ("gather", 16), ("auto", 13), ("auto", 17)]
+C06 = [
+    ("native", 19),
+    ("grid_sample", 16),
+    ("grid_sample", 17),
+    ("gather", 11),
+    ("gather", 16),
+    ("auto", 13),
+    ("auto", 17),
+]
 
 
 @pytest.mark.parametrize("method,opset", C06, ids=_ids(C06))

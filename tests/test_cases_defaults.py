@@ -39,10 +39,20 @@ class DcnPack(torch.nn.Module):
         super().__init__()
         taps = cfg.kernel[0] * cfg.kernel[1]
         self.conv_offset = torch.nn.Conv2d(cfg.C_in, 3 * cfg.offset_groups * taps, 3, padding=1)
-        self.dcn = torchvision.ops.DeformConv2d(
-            cfg.C_in, cfg.C_out, cfg.kernel, stride=cfg.stride, padding=cfg.padding, dilation=cfg.dilation,
-            groups=cfg.groups, bias=cfg.bias is not False,
-        ) if deform else None
+        self.dcn = (
+            torchvision.ops.DeformConv2d(
+                cfg.C_in,
+                cfg.C_out,
+                cfg.kernel,
+                stride=cfg.stride,
+                padding=cfg.padding,
+                dilation=cfg.dilation,
+                groups=cfg.groups,
+                bias=cfg.bias is not False,
+            )
+            if deform
+            else None
+        )
         self.scale = cfg.offset_scale
         gen = torch.Generator().manual_seed(14)
         with torch.no_grad():
@@ -90,7 +100,9 @@ def _assert_no_opset18_split(proto: onnx.ModelProto) -> None:
 C14_RUNS = [(None, False), (16, False), (15, False), (14, False), (17, True), (16, True), (15, True), (14, True)]
 
 
-@pytest.mark.parametrize("opset, dynamic", C14_RUNS, ids=[f"{o or 'default'}-{'dyn' if d else 'static'}" for o, d in C14_RUNS])
+@pytest.mark.parametrize(
+    "opset, dynamic", C14_RUNS, ids=[f"{o or 'default'}-{'dyn' if d else 'static'}" for o, d in C14_RUNS]
+)
 def test_c14_dcn_pack_exports_through_dynamo(tmp_path, c14, opset, dynamic):
     cfg, model, x = c14
     kwargs = {} if opset is None else {"opset_version": opset}
@@ -136,9 +148,14 @@ def test_c14_unrepairable_conversion_falls_back(tmp_path, c14, monkeypatch):
     """Without the Split adapter the conversion is impossible: fallback=True warns (naming the op)
     and writes the TorchScript export, which matches; fallback=False raises naming dynamo=False."""
     cfg, model, x = c14
-    monkeypatch.setattr("deform_onnx.conversion.ADAPTERS", {k: v for k, v in adapters.ADAPTERS.items() if k[0] != "Split"})
+    monkeypatch.setattr(
+        "deform_onnx.conversion.ADAPTERS", {k: v for k, v in adapters.ADAPTERS.items() if k[0] != "Split"}
+    )
     path = tmp_path / "c14.onnx"
-    with pytest.warns(UserWarning, match=r"cannot be converted down to opset 17: onnx's version converter has no adapter for Split.*falling back to the TorchScript exporter"):
+    with pytest.warns(
+        UserWarning,
+        match=r"cannot be converted down to opset 17: onnx's version converter has no adapter for Split.*falling back to the TorchScript exporter",
+    ):
         report = deform_onnx.export(model, (x,), path)
     assert report.exporter == "torchscript" and "Split" in report.fallback_reason and report.repairs == []
     data = path.read_bytes()
@@ -252,7 +269,7 @@ def test_float16_runtime_conv_is_one_ulp_from_pytorch(tmp_path):
     # accumulators' own difference (~1e-7) spans a few subnormal steps.
     ulp = np.maximum(np.spacing(np.maximum(np.abs(want), np.abs(got))).astype(np.float64), 1e-6)
     assert np.all(np.abs(got.astype(np.float64) - want.astype(np.float64)) <= ulp)
-    assert report.max_error <= 2 ** -10 * (1 + np.abs(want).max())  # one ulp at the largest output
+    assert report.max_error <= 2**-10 * (1 + np.abs(want).max())  # one ulp at the largest output
 
 
 def test_default_tolerances_per_dtype():
@@ -278,7 +295,9 @@ def test_float64_conv_names_the_missing_kernel(tmp_path, c14):
     cfg, model, x = c14
     model64, x64 = DcnPack(cfg).double().eval(), x.double()
     path = tmp_path / "m64.onnx"
-    with pytest.raises(deform_onnx.ExportError, match=r"no float64 kernel for Conv \(opset \d+, node .*verify=False") as info:
+    with pytest.raises(
+        deform_onnx.ExportError, match=r"no float64 kernel for Conv \(opset \d+, node .*verify=False"
+    ) as info:
         deform_onnx.export(model64, (x64,), path, method="gather")
     assert "NOT_IMPLEMENTED" not in str(info.value) and "\n" not in str(info.value)
     assert list(tmp_path.iterdir()) == []

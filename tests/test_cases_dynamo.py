@@ -70,8 +70,13 @@ def test_c02_direct_dynamo(c02, opset, method, pass_opset):
     _, model, inputs, want = c02
     table = deform_onnx.translation_table(method, opset) if pass_opset else deform_onnx.translation_table()
     program = torch.onnx.export(
-        model, tuple(inputs.values()), dynamo=True, opset_version=opset,
-        input_names=list(inputs), custom_translation_table=table, verbose=False,
+        model,
+        tuple(inputs.values()),
+        dynamo=True,
+        opset_version=opset,
+        input_names=list(inputs),
+        custom_translation_table=table,
+        verbose=False,
     )
     proto = program.model_proto
     assert default_opset(proto) == opset
@@ -107,8 +112,14 @@ def test_c05(c05, exporter, method, opset):
     assert (cfg.stride, cfg.groups, cfg.offset_groups, cfg.mask, cfg.bias) == ((2, 2), 2, 3, True, True)
     buf = io.BytesIO()
     report = deform_onnx.export(
-        model, tuple(inputs.values()), buf, opset_version=opset, method=method,
-        dynamo=exporter == "dynamo", input_names=list(inputs), output_names=["y"],
+        model,
+        tuple(inputs.values()),
+        buf,
+        opset_version=opset,
+        method=method,
+        dynamo=exporter == "dynamo",
+        input_names=list(inputs),
+        output_names=["y"],
     )
     assert report.exporter == exporter
     proto = onnx.load_from_string(buf.getvalue())
@@ -136,7 +147,9 @@ def test_c10_plain_torch_export_is_invalid(c10, opset):
     proto = program.model_proto
     assert default_opset(proto) == opset
     assert "DeformConv" in op_types(proto)
-    with pytest.raises(onnx.checker.ValidationError, match=f"No Op registered for DeformConv with domain_version of {opset}"):
+    with pytest.raises(
+        onnx.checker.ValidationError, match=f"No Op registered for DeformConv with domain_version of {opset}"
+    ):
         onnx.checker.check_model(proto, full_check=True)
     with pytest.raises(Exception, match="No Op registered for DeformConv"):
         ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -171,8 +184,14 @@ class GuardedAlign(torch.nn.Module):
         taps = cfg.kernel[0] * cfg.kernel[1]
         self.predict = torch.nn.Conv2d(cfg.C_in, 3 * cfg.offset_groups * taps, 3, padding=1)
         self.dcn = torchvision.ops.DeformConv2d(
-            cfg.C_in, cfg.C_out, cfg.kernel, stride=cfg.stride, padding=cfg.padding, dilation=cfg.dilation,
-            groups=cfg.groups, bias=cfg.bias is not False,
+            cfg.C_in,
+            cfg.C_out,
+            cfg.kernel,
+            stride=cfg.stride,
+            padding=cfg.padding,
+            dilation=cfg.dilation,
+            groups=cfg.groups,
+            bias=cfg.bias is not False,
         )
         self.split = 2 * cfg.offset_groups * taps
         self.scale = cfg.offset_scale
@@ -205,8 +224,14 @@ def _c13_reference(model, x, feat):
         mask = torch.sigmoid(out[:, model.split :])
         assert offset.abs().mean() > 0.5  # real offsets, not a plain convolution
         return torchvision.ops.deform_conv2d(
-            x, offset, model.dcn.weight, model.dcn.bias, stride=model.dcn.stride,
-            padding=model.dcn.padding, dilation=model.dcn.dilation, mask=mask,
+            x,
+            offset,
+            model.dcn.weight,
+            model.dcn.bias,
+            stride=model.dcn.stride,
+            padding=model.dcn.padding,
+            dilation=model.dcn.dilation,
+            mask=mask,
         ).numpy()
 
 
@@ -280,7 +305,12 @@ def test_c13_fallback_keeps_dynamic_shapes(tmp_path, c13):
     path = tmp_path / "c13.onnx"
     with pytest.warns(UserWarning, match="falling back to the TorchScript exporter"):
         report = deform_onnx.export(
-            model, (x, feat), path, dynamo=True, opset_version=16, method="gather",
+            model,
+            (x, feat),
+            path,
+            dynamo=True,
+            opset_version=16,
+            method="gather",
             dynamic_shapes={"x": {0: N, 2: H, 3: W}, "feat": {0: N, 2: H, 3: W}},
         )
     assert report.exporter == "torchscript" and report.method == "gather"

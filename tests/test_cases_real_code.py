@@ -12,9 +12,9 @@ import pytest
 import torch
 import torchvision
 from onnx import TensorProto, helper, numpy_helper
-from util import Config, DeformLayer, assert_close, case_config, check, export, reference, run_ort
 
 import deform_onnx
+from util import Config, DeformLayer, assert_close, case_config, check, export, reference, run_ort
 
 #: (method, opset) per lowering: native at its floor, the standard-op ones at the default opset.
 LOWERINGS = (("native", 19), ("grid_sample", 17), ("gather", 17))
@@ -29,7 +29,9 @@ def _export(layer, inputs, method, opset, dynamic=False) -> bytes:
         deform_onnx.unregister()
 
 
-def wide_inputs(cfg: Config, scale: float, seed: int = 1, H=None, W=None, dtype=torch.float32) -> dict[str, torch.Tensor]:
+def wide_inputs(
+    cfg: Config, scale: float, seed: int = 1, H=None, W=None, dtype=torch.float32
+) -> dict[str, torch.Tensor]:
     """c17's inputs: ``x = randn``, offsets ``scale * tanh(randn)`` (up to ``scale`` px), ``mask = rand``."""
     H, W = H or cfg.H, W or cfg.W
     ho, wo = cfg.out_hw(H, W)
@@ -149,7 +151,10 @@ def test_c18_run_time_weight_exports_dynamic(tmp_path, kind, dynamo, opset):
     report = deform_onnx.export(model, tuple(inputs.values()), path, **kwargs)
     assert report.exporter == ("dynamo" if dynamo else "torchscript")
     _, new = _c18_model_and_inputs(kind, 17, 6, seed=1)
-    got = run_ort(check(path.read_bytes()).SerializeToString(), dict(zip([i.name for i in onnx.load(path).graph.input], new.values())))
+    got = run_ort(
+        check(path.read_bytes()).SerializeToString(),
+        dict(zip([i.name for i in onnx.load(path).graph.input], new.values())),
+    )
     assert_close(got, reference(model, new), what=f"c18 {kind} at 1x8x17x6")
 
 
@@ -206,7 +211,9 @@ def _c19_model(kind: str, opset: int) -> tuple[onnx.ModelProto, DeformLayer]:
                                 stride=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1, deform_groups=1)  # fmt: skip
         imports = [helper.make_opsetid("", opset), helper.make_opsetid("mmcv", 1)]
     else:
-        node = helper.make_node("DeformConv", ["x", "W", "offset", "B", "mask"], ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+        node = helper.make_node(
+            "DeformConv", ["x", "W", "offset", "B", "mask"], ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]
+        )
         imports = [helper.make_opsetid("", opset)]
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])
     return helper.make_model(helper.make_graph([node], "c19", inputs, [y], [w, b]), opset_imports=imports), layer
@@ -225,10 +232,18 @@ def test_c19_offset_of_the_wrong_size_fails_at_run_time(kind, method):
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(2, 8, 10, 10, generator=gen)
     for size in (20, 5):
-        bad = {"x": x, "offset": torch.randn(2, 18, size, size, generator=gen), "mask": torch.rand(2, 9, size, size, generator=gen)}
+        bad = {
+            "x": x,
+            "offset": torch.randn(2, 18, size, size, generator=gen),
+            "mask": torch.rand(2, 9, size, size, generator=gen),
+        }
         with pytest.raises(Exception, match="Reshape|DeformConv|[Ss]hape"):
             session.run(None, {k: v.numpy() for k, v in bad.items()})
-    good = {"x": x, "offset": torch.randn(2, 18, 10, 10, generator=gen) * 2, "mask": torch.rand(2, 9, 10, 10, generator=gen)}
+    good = {
+        "x": x,
+        "offset": torch.randn(2, 18, 10, 10, generator=gen) * 2,
+        "mask": torch.rand(2, 9, 10, 10, generator=gen),
+    }
     (got,) = session.run(None, {k: v.numpy() for k, v in good.items()})
     assert_close(got, reference(layer, good), what=f"c19 {kind} {method}")
 
@@ -355,7 +370,9 @@ def test_c21_openvino_node_lowers_to_openvinos_numbers(method, mask, scale):
 
     model, feeds = _c21(mask, scale)
     core = ov.Core()  # plain OpenVINO: its own frontend mapping of the node
-    compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = core.compile_model(
+        core.read_model(model.SerializeToString(), b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
+    )
     want = compiled(feeds)[0]
     lowered = deform_onnx.lower(model, method=method)
     assert {n.domain for n in lowered.graph.node} <= {"", "ai.onnx"}
@@ -394,7 +411,9 @@ def test_c17_default_export_of_a_4096_wide_map(tmp_path):
     report = deform_onnx.export(layer, tuple(inputs.values()), path)
     assert report.max_error is not None and report.max_error <= 1e-4
     got = run_ort(check(path.read_bytes()).SerializeToString(), inputs)
-    assert_close(got, reference(layer, inputs), what=f"default export ({report.exporter}, {report.method}@{report.opset})")
+    assert_close(
+        got, reference(layer, inputs), what=f"default export ({report.exporter}, {report.method}@{report.opset})"
+    )
 
 
 @pytest.mark.parametrize("kind", ["ones", "dynamic_filter"])

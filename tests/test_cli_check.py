@@ -80,8 +80,9 @@ def test_evaluator_fallback_uses_torchvision_and_reports_progress(opset17):
     native = lower(path, method="native", opset=19)
     seen = []
     start = time.monotonic()
-    got = ref_mod._evaluate(native, {k: v.numpy() for k, v in inputs.items()}, Deadline(None),
-                            lambda d, i, n: seen.append((d, i, n)))
+    got = ref_mod._evaluate(
+        native, {k: v.numpy() for k, v in inputs.items()}, Deadline(None), lambda d, i, n: seen.append((d, i, n))
+    )
     assert time.monotonic() - start < 30
     assert_close(got[0], _want(layer, inputs), what="onnx.reference + torchvision")
     assert [i for _, i, _ in seen] == list(range(len(native.graph.node)))
@@ -97,9 +98,12 @@ def test_asymmetric_pads_in_the_evaluator_match_torchvision():
     offset = torch.randn(1, 18, 7, 6, generator=gen) * 2
     node = helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], kernel_shape=[3, 3], pads=[1, 0, 2, 1])
     graph = helper.make_graph(
-        [node], "asym",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
-         helper.make_tensor_value_info("offset", TensorProto.FLOAT, offset.shape)],
+        [node],
+        "asym",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+            helper.make_tensor_value_info("offset", TensorProto.FLOAT, offset.shape),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(w.numpy(), "w")],
     )
@@ -134,7 +138,9 @@ def test_onnxruntime_run_is_terminated_at_the_deadline():
     names = [f"m{i}" for i in range(40)]
     nodes = [helper.make_node("MatMul", ["a" if i == 0 else names[i - 1], "w"], [names[i]]) for i in range(40)]
     graph = helper.make_graph(
-        nodes, "slow", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n])],
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n])],
         [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [n, n])],
         [numpy_helper.from_array(np.eye(n, dtype=np.float32), "w")],
     )
@@ -150,8 +156,9 @@ def test_file_without_deformable_nodes_has_no_lower_rows(tmp_path):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((3, 2, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
-                              "plain", [x], [y], [w])
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])], "plain", [x], [y], [w]
+    )
     path = tmp_path / "plain.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     result = invoke(path, "--repeat", "1")
@@ -193,7 +200,9 @@ def test_check_user_errors_exit_2_one_line(opset17, args, expected):
 def test_check_npz_of_another_dtype(opset17, tmp_path):
     path, _, inputs = opset17
     np.savez(tmp_path / "f64.npz", **{k: v.double().numpy() for k, v in inputs.items()})
-    _user_error(invoke(path, "--inputs", tmp_path / "f64.npz"), "--inputs x is float64, but the model's input x is float32")
+    _user_error(
+        invoke(path, "--inputs", tmp_path / "f64.npz"), "--inputs x is float64, but the model's input x is float32"
+    )
 
 
 def test_check_directory_and_bad_npz(tmp_path):

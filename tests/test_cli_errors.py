@@ -81,9 +81,11 @@ def conv_relu(tmp_path):
     """A plain Conv + Relu model at opset 17 (Relu has no 14 -> 13 adapter in onnx's version converter)."""
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])], "conv_relu",
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+        "conv_relu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
     )
     path = tmp_path / "conv_relu.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
@@ -102,7 +104,9 @@ def test_export_to_unwritable_folder_is_exit_2_not_a_failed_check(tmp_path, monk
 
 def test_lower_to_unwritable_folder(deform_file, tmp_path):
     folder = unwritable_folder(tmp_path)
-    one_line_error(invoke("lower", deform_file, "-o", folder / "out.onnx"), f"cannot write to the output folder {folder}")
+    one_line_error(
+        invoke("lower", deform_file, "-o", folder / "out.onnx"), f"cannot write to the output folder {folder}"
+    )
 
 
 def test_lower_into_a_file_as_folder(deform_file, tmp_path):
@@ -115,7 +119,9 @@ def test_lower_into_a_file_as_folder(deform_file, tmp_path):
 def test_lower_and_export_agree_on_a_missing_folder(deform_file, tmp_path, monkeypatch):
     """Both refuse ``-o missing/out.onnx`` with the same words (export creates only -o FOLDER)."""
     missing = tmp_path / "missing"
-    lower_line = one_line_error(invoke("lower", deform_file, "-o", missing / "out.onnx"), "does not exist; create it first")
+    lower_line = one_line_error(
+        invoke("lower", deform_file, "-o", missing / "out.onnx"), "does not exist; create it first"
+    )
     monkeypatch.chdir(tmp_path)
     (tmp_path / "user_models.py").write_text(USER_MODULE)
     export_line = one_line_error(
@@ -135,15 +141,21 @@ def test_lower_to_a_directory(deform_file, tmp_path):
 
 # -- opsets -----------------------------------------------------------------------------------------
 def test_lower_opset_out_of_range_names_the_range(deform_file, tmp_path):
-    line = one_line_error(invoke("lower", deform_file, "-o", tmp_path / "o.onnx", "--opset", "30"),
-                          "--opset 30 is out of range", f"opsets 11 to {onnx.defs.onnx_opset_version()}")
+    line = one_line_error(
+        invoke("lower", deform_file, "-o", tmp_path / "o.onnx", "--opset", "30"),
+        "--opset 30 is out of range",
+        f"opsets 11 to {onnx.defs.onnx_opset_version()}",
+    )
     assert "Assertion" not in line and "convert.h" not in line
-    one_line_error(invoke("lower", deform_file, "-o", tmp_path / "o.onnx", "--opset", "10"), "--opset 10 is out of range")
+    one_line_error(
+        invoke("lower", deform_file, "-o", tmp_path / "o.onnx", "--opset", "10"), "--opset 10 is out of range"
+    )
 
 
 def test_lower_conversion_error_has_no_stray_python_keyword(conv_relu, tmp_path):
-    line = one_line_error(invoke("lower", conv_relu, "-o", tmp_path / "o.onnx", "--opset", "11"),
-                          "no adapter from version 14 for Relu")
+    line = one_line_error(
+        invoke("lower", conv_relu, "-o", tmp_path / "o.onnx", "--opset", "11"), "no adapter from version 14 for Relu"
+    )
     assert line.endswith("the lowest opset this model converts to is 14"), line
 
 
@@ -151,8 +163,11 @@ def test_lower_conversion_error_has_no_stray_python_keyword(conv_relu, tmp_path)
 def test_export_wrong_rank_is_named_before_the_conv_fails(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "user_models.py").write_text(USER_MODULE)
-    line = one_line_error(invoke("export", "user_models.py:Net", "--input-shape", "1,3,64", "-o", "out"),
-                          "an input of shape 1,3,64 is rank 3", "predict (Conv2d) takes rank 4 (N,C,H,W)")
+    line = one_line_error(
+        invoke("export", "user_models.py:Net", "--input-shape", "1,3,64", "-o", "out"),
+        "an input of shape 1,3,64 is rank 3",
+        "predict (Conv2d) takes rank 4 (N,C,H,W)",
+    )
     assert "channels" not in line
     assert not (tmp_path / "out").exists()
 

@@ -18,7 +18,6 @@ from deform_onnx.cli import app
 from deform_onnx.cli._common import load_factory
 from deform_onnx.cli.export_cmd import DEFAULT_PLAN
 from deform_onnx.example import example_model, load_photo
-
 from util import ATOL, assert_close, run_ort
 
 runner = CliRunner()
@@ -99,8 +98,8 @@ def test_readme_shows_the_main_job_as_it_prints(main_job):
 
     result, _ = main_job
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    shown = readme[readme.index("What the main job prints"):]
-    shown = shown[shown.index("```") + 3:].split("```", 1)[0]
+    shown = readme[readme.index("What the main job prints") :]
+    shown = shown[shown.index("```") + 3 :].split("```", 1)[0]
     want, got = _rows(shown), _rows(result.stdout)
     assert set(want) == set(got), (want, got)
     for method, cells in got.items():
@@ -164,7 +163,10 @@ def test_user_factory_dynamic(user_module, exporter):
         (["user_models.py:build", "-s", "1,3,8,8", "--method", "native", "--opset", "17"], "needs opset >= 19"),
         (["user_models.py:build", "-s", "1,3,8,8", "--opset", "12", "--exporter", "dynamo"], "dynamo exporter's range"),
         (["user_models.py:build", "-s", "1,3,8,8", "--exporter", "onnxscript"], "unknown exporter"),
-        (["user_models.py:build", "-s", "1,3,8,8", "--opset", "13", "--exporter", "dynamo", "--dynamic"], "range 14..23 with --dynamic"),
+        (
+            ["user_models.py:build", "-s", "1,3,8,8", "--opset", "13", "--exporter", "dynamo", "--dynamic"],
+            "range 14..23 with --dynamic",
+        ),
         (["user_models.py:build", "-s", "1,3,8,8", "--method", "gather", "-o", "missing/m.onnx"], "does not exist"),
         (["user_models.py:build", "-s", "1,3,8,8", "-o", "three.onnx"], "3 exports are planned"),
         (["-s", "1,1,64,64"], "the example takes one image input N,3,H,W"),

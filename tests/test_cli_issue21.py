@@ -18,7 +18,6 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from deform_onnx.cli import app
-
 from test_cli_startup import probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,8 +111,20 @@ def no_traceback(result) -> None:
 def test_second_size_failure_is_a_row_not_a_traceback(models, tmp_path):
     """Item 1: the check at the second size raised out of the command (here: PyTorch at N=2)."""
     out = tmp_path / "out"
-    result = export(f"{models}:fixed_batch", "-s", "1,3,16,16", "--opset", "17", "--method", "gather",
-                    "--dynamic", "-o", str(out), "--repeat", "1")
+    result = export(
+        f"{models}:fixed_batch",
+        "-s",
+        "1,3,16,16",
+        "--opset",
+        "17",
+        "--method",
+        "gather",
+        "--dynamic",
+        "-o",
+        str(out),
+        "--repeat",
+        "1",
+    )
     no_traceback(result)
     assert result.exit_code == 1, result.output
     assert re.search(r"gather .* NO ", result.stdout), result.stdout
@@ -142,8 +153,22 @@ def test_resized_check_names_an_onnx_runtime_failure(models, tmp_path):
 def test_row_that_fails_the_cli_check_leaves_no_file(models, tmp_path):
     """Item 2: a file that differs from PyTorch at the second size is not left in the folder."""
     out = tmp_path / "out"
-    result = export(f"{models}:frozen_scale", "-s", "1,3,16,16", "--opset", "17", "--method", "gather",
-                    "--exporter", "torchscript", "--dynamic", "-o", str(out), "--repeat", "1")
+    result = export(
+        f"{models}:frozen_scale",
+        "-s",
+        "1,3,16,16",
+        "--opset",
+        "17",
+        "--method",
+        "gather",
+        "--exporter",
+        "torchscript",
+        "--dynamic",
+        "-o",
+        str(out),
+        "--repeat",
+        "1",
+    )
     no_traceback(result)
     assert result.exit_code == 1, result.output
     assert re.search(r"gather .* NO ", result.stdout), result.stdout
@@ -152,8 +177,22 @@ def test_row_that_fails_the_cli_check_leaves_no_file(models, tmp_path):
     # An earlier file of that name (maybe the user's) is neither replaced nor removed, and the line says so.
     stale = out / "frozen_scale_gather_op17.onnx"
     stale.write_bytes(b"an earlier export")
-    again = export(f"{models}:frozen_scale", "-s", "1,3,16,16", "--opset", "17", "--method", "gather",
-                   "--exporter", "torchscript", "--dynamic", "-o", str(out), "--repeat", "1")
+    again = export(
+        f"{models}:frozen_scale",
+        "-s",
+        "1,3,16,16",
+        "--opset",
+        "17",
+        "--method",
+        "gather",
+        "--exporter",
+        "torchscript",
+        "--dynamic",
+        "-o",
+        str(out),
+        "--repeat",
+        "1",
+    )
     assert again.exit_code == 1 and stale.read_bytes() == b"an earlier export", again.output
     assert "is an earlier file, left as it was" in again.stderr and onnx_files(out) == [stale.name], again.stderr
 
@@ -181,11 +220,18 @@ def _tiny_model(path: Path, nodes, inputs, outputs, opset: int) -> Path:
 def test_check_target_rule_broken_is_nonzero_one_line(tmp_path):
     """Item 4: a dynamic file checked for tflite (static shapes only) exited 0."""
     f = TensorProto.FLOAT
-    path = _tiny_model(tmp_path / "dyn.onnx", [helper.make_node("Relu", ["x"], ["y"])],
-                       [helper.make_tensor_value_info("x", f, ["N", 3, 4, 4])],
-                       [helper.make_tensor_value_info("y", f, ["N", 3, 4, 4])], 17)
-    result = runner.invoke(app, ["check", str(path), "--target", "tflite", "-r", "ort", "--input-shape",
-                                 "x=1,3,4,4", "--repeat", "0"], env={"COLUMNS": "200"})
+    path = _tiny_model(
+        tmp_path / "dyn.onnx",
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", f, ["N", 3, 4, 4])],
+        [helper.make_tensor_value_info("y", f, ["N", 3, 4, 4])],
+        17,
+    )
+    result = runner.invoke(
+        app,
+        ["check", str(path), "--target", "tflite", "-r", "ort", "--input-shape", "x=1,3,4,4", "--repeat", "0"],
+        env={"COLUMNS": "200"},
+    )
     no_traceback(result)
     assert result.exit_code == 1, result.output
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -199,7 +245,8 @@ def grid_sample_file(tmp_path_factory) -> Path:
         tmp_path_factory.mktemp("gs") / "gs.onnx",
         [helper.make_node("GridSample", ["x", "grid"], ["y"], align_corners=0)],
         [helper.make_tensor_value_info("x", f, [1, 2, 5, 5]), helper.make_tensor_value_info("grid", f, [1, 3, 3, 2])],
-        [helper.make_tensor_value_info("y", f, [1, 2, 3, 3])], 16,
+        [helper.make_tensor_value_info("y", f, [1, 2, 3, 3])],
+        16,
     )
 
 
@@ -212,13 +259,17 @@ def test_check_and_lower_take_one_decision(grid_sample_file, tmp_path):
     assert len(nodes_lowered(model, "gather")) == 1 and nodes_lowered(model, "auto") == []
     lowered = runner.invoke(app, ["lower", str(grid_sample_file), "--method", "gather", "-o", str(tmp_path / "l.onnx")])
     assert lowered.exit_code == 0 and "replaced 1 node" in lowered.stdout, lowered.output
-    checked = runner.invoke(app, ["check", str(grid_sample_file), "--method", "gather", "-r", "ort", "--repeat", "0"],
-                            env={"COLUMNS": "200"})
+    checked = runner.invoke(
+        app,
+        ["check", str(grid_sample_file), "--method", "gather", "-r", "ort", "--repeat", "0"],
+        env={"COLUMNS": "200"},
+    )
     assert checked.exit_code == 0, checked.output
     assert "lower(gather)" in checked.stdout and "no node that lower" not in checked.stdout, checked.stdout
     assert "onnxruntime rows: onnxruntime" in checked.stdout, checked.stdout  # item 10: which distribution ran
-    kept = runner.invoke(app, ["check", str(grid_sample_file), "--method", "auto", "-r", "ort", "--repeat", "0"],
-                         env={"COLUMNS": "200"})
+    kept = runner.invoke(
+        app, ["check", str(grid_sample_file), "--method", "auto", "-r", "ort", "--repeat", "0"], env={"COLUMNS": "200"}
+    )
     assert kept.exit_code == 0 and "lower(auto)" not in kept.stdout and "no node that lower" in kept.stdout, kept.output
 
 
@@ -233,8 +284,19 @@ def test_model_without_deformable_op_writes_one_file(models, tmp_path):
 
 def test_fused_msda_writes_one_file_with_a_note(models, tmp_path):
     out = tmp_path / "out"
-    result = export(f"{models}:msda", "-s", "value=1,16,1,4", "-s", "loc=1,3,1,1,2,2", "-s", "weights=1,3,1,1,2",
-                    "-o", str(out), "--repeat", "1")
+    result = export(
+        f"{models}:msda",
+        "-s",
+        "value=1,16,1,4",
+        "-s",
+        "loc=1,3,1,1,2,2",
+        "-s",
+        "weights=1,3,1,1,2",
+        "-o",
+        str(out),
+        "--repeat",
+        "1",
+    )
     assert result.exit_code == 0, result.output
     assert onnx_files(out) == ["msda_op17.onnx"], onnx_files(out)
     assert "share one form" in result.stderr, result.stderr
@@ -256,8 +318,21 @@ def test_deformable_model_still_gets_every_method(models):
 # -- item 7: float64 ------------------------------------------------------------------------------
 def test_float64_message_names_the_opset_and_no_verify(models, tmp_path):
     out = tmp_path / "out"
-    args = [f"{models}:dcn", "-s", "1,3,16,16", "--dtype", "float64", "--opset", "17", "--method", "gather",
-            "-o", str(out), "--repeat", "1"]
+    args = [
+        f"{models}:dcn",
+        "-s",
+        "1,3,16,16",
+        "--dtype",
+        "float64",
+        "--opset",
+        "17",
+        "--method",
+        "gather",
+        "-o",
+        str(out),
+        "--repeat",
+        "1",
+    ]
     result = export(*args)
     no_traceback(result)
     assert result.exit_code == 1, result.output
@@ -314,8 +389,8 @@ def test_cli_limits_are_the_exporters():
 # -- item 9: README ------------------------------------------------------------------------------
 def _readme_block_after(heading: str) -> str:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index(heading):]
-    return section[section.index("```") + 3:].split("```", 1)[0]
+    section = text[text.index(heading) :]
+    return section[section.index("```") + 3 :].split("```", 1)[0]
 
 
 def test_readme_export_synopsis_lists_every_option():
@@ -426,8 +501,11 @@ def test_missing_scikit_image_is_one_line_naming_the_extra(monkeypatch, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("DEFORM_ONNX_ORT_VENV"), reason="set DEFORM_ONNX_ORT_VENV to a venv that has "
-                    "another ONNX Runtime distribution (e.g. onnxruntime-gpu) and torch, and no onnxruntime")
+@pytest.mark.skipif(
+    not os.environ.get("DEFORM_ONNX_ORT_VENV"),
+    reason="set DEFORM_ONNX_ORT_VENV to a venv that has "
+    "another ONNX Runtime distribution (e.g. onnxruntime-gpu) and torch, and no onnxruntime",
+)
 def test_another_distribution_verifies_on_cpu(models, tmp_path):
     """Item 10 in a real environment: a venv with onnxruntime-gpu only (no CPU onnxruntime distribution).
 
@@ -438,12 +516,34 @@ def test_another_distribution_verifies_on_cpu(models, tmp_path):
     venv = Path(os.environ["DEFORM_ONNX_ORT_VENV"])
     python = venv / "bin" / "python"
     code = "from importlib import metadata; metadata.distribution('onnxruntime')"
-    assert subprocess.run([python, "-c", code], capture_output=True, check=False).returncode != 0, "the venv has onnxruntime"
+    assert subprocess.run([python, "-c", code], capture_output=True, check=False).returncode != 0, (
+        "the venv has onnxruntime"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
     proc = subprocess.run(
-        [python, "-c", "from deform_onnx.cli import main; main()", "export", f"{models}:dcn", "-s", "1,3,16,16",
-         "--method", "gather", "--opset", "17", "-o", str(tmp_path / "out"), "--repeat", "1"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600, check=False,
+        [
+            python,
+            "-c",
+            "from deform_onnx.cli import main; main()",
+            "export",
+            f"{models}:dcn",
+            "-s",
+            "1,3,16,16",
+            "--method",
+            "gather",
+            "--opset",
+            "17",
+            "-o",
+            str(tmp_path / "out"),
+            "--repeat",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = next(line for line in proc.stdout.splitlines() if line.startswith("checked in ONNX Runtime:"))

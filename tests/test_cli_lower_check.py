@@ -160,7 +160,16 @@ def test_check_bundled_example_on_the_photo(tmp_path):
     net = example_model()
     photo = load_photo(64)
     path = tmp_path / "example.onnx"
-    torch.onnx.export(net, (photo,), str(path), dynamo=True, opset_version=20, input_names=["image"], external_data=False, verbose=False)
+    torch.onnx.export(
+        net,
+        (photo,),
+        str(path),
+        dynamo=True,
+        opset_version=20,
+        input_names=["image"],
+        external_data=False,
+        verbose=False,
+    )
     assert "DeformConv" in op_types(onnx.load(str(path)))
     np.savez(tmp_path / "photo.npz", image=photo.numpy())
     result = invoke("check", path, "--inputs", tmp_path / "photo.npz", "--repeat", "1")

@@ -92,14 +92,16 @@ def _ort(path, feeds) -> list[np.ndarray]:
     return session.run(None, {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in feeds.items()})
 
 
-@pytest.mark.parametrize("archive,exporter", [("traced.pt", "torchscript"), ("scripted.pt", "torchscript"),
-                                              ("program.pt2", "dynamo")])
+@pytest.mark.parametrize(
+    "archive,exporter", [("traced.pt", "torchscript"), ("scripted.pt", "torchscript"), ("program.pt2", "dynamo")]
+)
 def test_archive_with_npz_inputs(shipped, monkeypatch, archive, exporter):
     root, _, x, want = shipped
     monkeypatch.chdir(root)
     out = root / f"{archive}.onnx"
-    result = invoke(archive, "--inputs", "image.npz", "--method", "grid_sample", "--opset", "17", "-o", out,
-                    "--repeat", "1")
+    result = invoke(
+        archive, "--inputs", "image.npz", "--method", "grid_sample", "--opset", "17", "-o", out, "--repeat", "1"
+    )
     assert result.exit_code == 0, result.stdout + result.stderr
     row = next(line for line in result.stdout.splitlines() if "grid_sample" in line)
     assert f" {exporter} " in row and "(fallback)" not in row, row  # a ScriptModule goes to TorchScript directly
@@ -112,15 +114,34 @@ def test_several_named_inputs_in_float64(shipped, monkeypatch):
     root, module, _, _ = shipped
     monkeypatch.chdir(root)
     out = root / "layer64.onnx"
-    result = invoke("models.py:Layer", "-s", "x=1,4,7,6", "-s", "offset=1,18,7,6", "-s", "mask=1x9x7x6",
-                    "--dtype", "float64", "--method", "gather", "--opset", "16", "-o", out, "--repeat", "1")
+    result = invoke(
+        "models.py:Layer",
+        "-s",
+        "x=1,4,7,6",
+        "-s",
+        "offset=1,18,7,6",
+        "-s",
+        "mask=1x9x7x6",
+        "--dtype",
+        "float64",
+        "--method",
+        "gather",
+        "--opset",
+        "16",
+        "-o",
+        out,
+        "--repeat",
+        "1",
+    )
     assert result.exit_code == 0, result.stdout + result.stderr
     assert "max abs error <= 1e-08" in result.stdout
     layer = module.Layer().double().eval()
     gen = torch.Generator().manual_seed(5)
-    feeds = {"x": torch.randn(1, 4, 7, 6, generator=gen, dtype=torch.float64),
-             "offset": torch.randn(1, 18, 7, 6, generator=gen, dtype=torch.float64) * 2,
-             "mask": torch.rand(1, 9, 7, 6, generator=gen, dtype=torch.float64)}
+    feeds = {
+        "x": torch.randn(1, 4, 7, 6, generator=gen, dtype=torch.float64),
+        "offset": torch.randn(1, 18, 7, 6, generator=gen, dtype=torch.float64) * 2,
+        "mask": torch.rand(1, 9, 7, 6, generator=gen, dtype=torch.float64),
+    }
     (got,) = _ort(out, feeds)
     assert got.dtype == np.float64
     with torch.no_grad():
@@ -132,8 +153,21 @@ def test_dtype_float16_and_per_input_dtype(shipped, monkeypatch):
     root, module, _, _ = shipped
     monkeypatch.chdir(root)
     out = root / "net16.onnx"
-    result = invoke("models.py:Net", "-s", "1,3,12,10:float16", "--dtype", "float16", "--method", "native",
-                    "--opset", "20", "-o", out, "--repeat", "1")
+    result = invoke(
+        "models.py:Net",
+        "-s",
+        "1,3,12,10:float16",
+        "--dtype",
+        "float16",
+        "--method",
+        "native",
+        "--opset",
+        "20",
+        "-o",
+        out,
+        "--repeat",
+        "1",
+    )
     assert result.exit_code == 0, result.stdout + result.stderr
     assert "0.01 + 0.01*|torch|" in result.stdout
     from deform_onnx.example import load_photo
@@ -155,8 +189,19 @@ def test_verbose_shows_each_exporter_and_where_it_stopped(shipped, monkeypatch):
     """
     root, _, _, _ = shipped
     monkeypatch.chdir(root)
-    args = ["scripted.pt", "--inputs", "image.npz", "--method", "native", "--opset", "21", "--exporter", "dynamo",
-            "-o", "forced"]
+    args = [
+        "scripted.pt",
+        "--inputs",
+        "image.npz",
+        "--method",
+        "native",
+        "--opset",
+        "21",
+        "--exporter",
+        "dynamo",
+        "-o",
+        "forced",
+    ]
     quiet = invoke(*args)
     assert quiet.exit_code == 1, quiet.output
     assert "run again with --verbose" in quiet.stderr
@@ -215,7 +260,6 @@ def test_api_dynamo_native_at_11_names_no_unworkable_method(shipped):
     with pytest.raises(ValueError) as info:
         deform_onnx.export(module.Net().eval(), (x,), "unused.onnx", opset_version=11, method="native", dynamo=True)
     assert "gather" in str(info.value) and "19" in str(info.value)
-
 
 
 def test_verbose_detail_carries_the_ir_note(capsys):

@@ -60,7 +60,11 @@ def probe(args: list[str], cwd: Path) -> tuple[dict, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
-        capture_output=True, text=True, env=env, cwd=cwd, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
     )
     line = [s for s in proc.stdout.splitlines() if s.startswith("PROBE ")]
     assert line, proc.stdout + proc.stderr
@@ -105,6 +109,12 @@ def test_help_shows_flags_as_plain_switches(command):
     result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "--help" in result.output and "<bool>" not in result.output, result.output
-    flag = {(): "--version", ("export",): "--dynamic", ("lower",): "--in-place", ("check",): "--timeout",
-            ("bench",): "--quick", ("quantize",): "--table"}[tuple(command)]
+    flag = {
+        (): "--version",
+        ("export",): "--dynamic",
+        ("lower",): "--in-place",
+        ("check",): "--timeout",
+        ("bench",): "--quick",
+        ("quantize",): "--table",
+    }[tuple(command)]
     assert flag in result.output

@@ -76,7 +76,9 @@ def test_pad_18_17_with_axes():
     y = h.make_tensor_value_info("y", T.FLOAT, None)
     node = h.make_node("Pad", ["x", "pads", "value", "axes"], ["y"], mode="constant")
     inits = [_ints("pads", [1, 2, 0, 3]), _ints("axes", [2, -1]), h.make_tensor("value", T.FLOAT, [], [0.5])]
-    _check(_model([node], [x], [y], inits), 14, {"x": RNG.standard_normal((1, 2, 3, 4)).astype(np.float32)}, "pad_18_17")
+    _check(
+        _model([node], [x], [y], inits), 14, {"x": RNG.standard_normal((1, 2, 3, 4)).astype(np.float32)}, "pad_18_17"
+    )
 
 
 def test_pad_18_17_runtime_axes_is_unrepairable():
@@ -85,7 +87,9 @@ def test_pad_18_17_runtime_axes_is_unrepairable():
     y = h.make_tensor_value_info("y", T.FLOAT, None)
     node = h.make_node("Pad", ["x", "pads", "", "axes"], ["y"], name="p")
     proto = _model([node], [x, axes], [y], [_ints("pads", [1, 1, 1, 1])])
-    with pytest.raises(ConversionError, match=r"Pad node 'p' cannot be converted from opset 18 to 17 \(pad_18_17\): .*run-time axes"):
+    with pytest.raises(
+        ConversionError, match=r"Pad node 'p' cannot be converted from opset 18 to 17 \(pad_18_17\): .*run-time axes"
+    ):
         convert_down(proto, 17)
 
 
@@ -103,7 +107,12 @@ def test_reduce_18_17(axes, noop):
     inputs = ["x", "axes"] if axes else ["x"]
     node = h.make_node("ReduceMean", inputs, ["y"], keepdims=0, noop_with_empty_axes=noop)
     inits = [_ints("axes", axes)] if axes else []
-    converted = _check(_model([node], [x], [y], inits), 17, {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)}, "reducemean_18_17")
+    converted = _check(
+        _model([node], [x], [y], inits),
+        17,
+        {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)},
+        "reducemean_18_17",
+    )
     assert all(a.name != "noop_with_empty_axes" for n in converted.graph.node for a in n.attribute)
 
 
@@ -128,8 +137,10 @@ def test_layernormalization_17_16(dtype):
 def test_batchnormalization_15_14_mixed_types():
     x = h.make_tensor_value_info("x", T.FLOAT16, [1, 2, 3, 3])
     y = h.make_tensor_value_info("y", T.FLOAT16, None)
-    inits = [h.make_tensor(n, T.FLOAT, [2], v) for n, v in
-             (("s", [1.5, 0.5]), ("b", [0.1, -0.2]), ("m", [0.3, -0.1]), ("v", [1.2, 0.8]))]
+    inits = [
+        h.make_tensor(n, T.FLOAT, [2], v)
+        for n, v in (("s", [1.5, 0.5]), ("b", [0.1, -0.2]), ("m", [0.3, -0.1]), ("v", [1.2, 0.8]))
+    ]
     node = h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])
     proto = _model([node], [x], [y], inits)
     converted, repairs = convert_down(proto, 14)

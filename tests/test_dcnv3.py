@@ -32,8 +32,10 @@ from util import ATOL, load_cases, op_types
 C24_EXPORTS = (
     [("torchscript", 11, m) for m in ("gather", "auto")]
     + [("torchscript", 16, m) for m in ("grid_sample", "gather", "auto")]
-    + [("dynamo", 17, m) for m in ("grid_sample", "gather")] + [("torchscript", 17, "auto")]
-    + [("dynamo", 20, "native")] + [("torchscript", 20, m) for m in ("grid_sample", "gather", "auto")]
+    + [("dynamo", 17, m) for m in ("grid_sample", "gather")]
+    + [("torchscript", 17, "auto")]
+    + [("dynamo", 20, "native")]
+    + [("torchscript", 20, m) for m in ("grid_sample", "gather", "auto")]
 )
 OTHER_EXPORTS = [("torchscript", 11, "gather"), ("dynamo", 17, "grid_sample")]
 NEW_SIZE = (7, 13)  # H, W for the dynamic-size runs (the case is 9x11)
@@ -45,15 +47,31 @@ def _case() -> dict:
 
 def _configs() -> dict[str, dict]:
     c = _case()
-    base = dict(channels=c["channels"], kernel=c["kernel"], stride=c["stride"], pad=c["pad"], dilation=c["dilation"],
-                group=c["group"], offset_scale=c["offset_scale"], remove_center=c["remove_center"])
+    base = dict(
+        channels=c["channels"],
+        kernel=c["kernel"],
+        stride=c["stride"],
+        pad=c["pad"],
+        dilation=c["dilation"],
+        group=c["group"],
+        offset_scale=c["offset_scale"],
+        remove_center=c["remove_center"],
+    )
     return {"c24": base, "remove_center": {**base, "remove_center": True}, "g4s2": {**base, "group": 4, "stride": 2}}
 
 
 def _layer(cfg: dict, seed: int = 24) -> DCNv3:
     torch.manual_seed(seed)
-    m = DCNv3(cfg["channels"], cfg["kernel"], cfg["stride"], cfg["pad"], cfg["dilation"], cfg["group"],
-              cfg["offset_scale"], cfg["remove_center"]).eval()
+    m = DCNv3(
+        cfg["channels"],
+        cfg["kernel"],
+        cfg["stride"],
+        cfg["pad"],
+        cfg["dilation"],
+        cfg["group"],
+        cfg["offset_scale"],
+        cfg["remove_center"],
+    ).eval()
     with torch.no_grad():  # offsets of a few pixels, some points outside the image
         m.offset.weight.mul_(6.0)
         m.mask.weight.mul_(3.0)
@@ -79,9 +97,9 @@ def _cuda_reference(x, offset, mask, k, s, p, d, G, gc, scale, remove_center):
                 p0w = centre - p + w * s - centre * scale
                 p0h = centre - p + h * s - centre * scale
                 for g in range(G):
-                    img = x[n, :, :, g * gc:(g + 1) * gc]
+                    img = x[n, :, :, g * gc : (g + 1) * gc]
                     for q, (i, j) in enumerate(taps):
-                        ow, oh = offset[n, h, w, (g * len(taps) + q) * 2:(g * len(taps) + q) * 2 + 2]
+                        ow, oh = offset[n, h, w, (g * len(taps) + q) * 2 : (g * len(taps) + q) * 2 + 2]
                         lw, lh = p0w + (i * d + ow) * scale, p0h + (j * d + oh) * scale
                         if not (lh > -1 and lw > -1 and lh < H and lw < W):
                             continue
@@ -91,7 +109,7 @@ def _cuda_reference(x, offset, mask, k, s, p, d, G, gc, scale, remove_center):
                             for xx, wx in ((w0, 1 - (lw - w0)), (w0 + 1, lw - w0)):
                                 if 0 <= yy < H and 0 <= xx < W:
                                     val += wy * wx * img[yy, xx]
-                        out[n, h, w, g * gc:(g + 1) * gc] += mask[n, h, w, g * len(taps) + q] * val
+                        out[n, h, w, g * gc : (g + 1) * gc] += mask[n, h, w, g * len(taps) + q] * val
     return out
 
 
@@ -143,8 +161,16 @@ def test_dcnv4_core_exports(tmp_path, opset, method):
     """The DCNv4 core exports (TorchScript) at 11 and 17 and matches PyTorch on ONNX Runtime at a new size."""
     x, om = _dcnv4_inputs()
     path = tmp_path / "dcnv4.onnx"
-    deform_onnx.export(_DCNv4(), (x, om), path, opset_version=opset, method=method, dynamo=False,
-                       input_names=["x", "om"], dynamic_axes={"x": {1: "H", 2: "W"}, "om": {1: "H", 2: "W"}})
+    deform_onnx.export(
+        _DCNv4(),
+        (x, om),
+        path,
+        opset_version=opset,
+        method=method,
+        dynamo=False,
+        input_names=["x", "om"],
+        dynamic_axes={"x": {1: "H", 2: "W"}, "om": {1: "H", 2: "W"}},
+    )
     import onnxruntime as ort
 
     x2, om2 = torch.randn(1, *NEW_SIZE, 16), torch.randn(1, *NEW_SIZE, 56) * 2
@@ -171,8 +197,9 @@ def _export(model, x, path, exporter: str, opset: int, method: str):
         kw = dict(dynamic_axes={"x": {1: "H", 2: "W"}})
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no silent fallback to the other exporter
-        return deform_onnx.export(model, (x,), path, opset_version=opset, method=method,
-                                  dynamo=exporter == "dynamo", input_names=["x"], **kw)
+        return deform_onnx.export(
+            model, (x,), path, opset_version=opset, method=method, dynamo=exporter == "dynamo", input_names=["x"], **kw
+        )
 
 
 @pytest.fixture(scope="session")
@@ -183,7 +210,7 @@ def dcnv3_exports(tmp_path_factory):
     for name, cfg in _configs().items():
         model = _layer(cfg)
         x = _input(_case()["H"], _case()["W"], cfg["channels"], seed=1)
-        for exporter, opset, method in (C24_EXPORTS if name == "c24" else OTHER_EXPORTS):
+        for exporter, opset, method in C24_EXPORTS if name == "c24" else OTHER_EXPORTS:
             path = folder / f"{name}_{exporter}_{opset}_{method}.onnx"
             report = _export(model, x, path, exporter, opset, method)
             out[name, exporter, opset, method] = (model, path, report)
@@ -235,15 +262,31 @@ def _trt_dcnv3_model(cfg: dict, scale: float, opset: int = 17, **extra_attrs) ->
     k, s, p, G = cfg["kernel"], cfg["stride"], cfg["pad"], cfg["group"]
     P = len(kernel_points(k, k, 1, 1, cfg["remove_center"]))
     C = cfg["channels"]
-    attrs = dict(kernel_h=k, kernel_w=k, stride_h=s, stride_w=s, pad_h=p, pad_w=p, dilation_h=1, dilation_w=1,
-                 group=G, group_channels=C // G, offset_scale=scale, im2col_step=256,
-                 remove_center=int(cfg["remove_center"]), **extra_attrs)
+    attrs = dict(
+        kernel_h=k,
+        kernel_w=k,
+        stride_h=s,
+        stride_w=s,
+        pad_h=p,
+        pad_w=p,
+        dilation_h=1,
+        dilation_w=1,
+        group=G,
+        group_channels=C // G,
+        offset_scale=scale,
+        im2col_step=256,
+        remove_center=int(cfg["remove_center"]),
+        **extra_attrs,
+    )
     node = helper.make_node("TRTDCNv3", ["x", "offset", "mask"], ["y"], domain="mmdeploy", name="dcnv3_0", **attrs)
     graph = helper.make_graph(
-        [node], "trt_dcnv3",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "H", "W", C]),
-         helper.make_tensor_value_info("offset", TensorProto.FLOAT, ["N", "Ho", "Wo", G * P * 2]),
-         helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", "Ho", "Wo", G * P])],
+        [node],
+        "trt_dcnv3",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "H", "W", C]),
+            helper.make_tensor_value_info("offset", TensorProto.FLOAT, ["N", "Ho", "Wo", G * P * 2]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", "Ho", "Wo", G * P]),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "Ho", "Wo", C])],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("mmdeploy", 1)])
@@ -278,8 +321,23 @@ def test_lower_trt_dcnv3_runs_on_plain_onnxruntime(name, method, opset):
     G, k = cfg["group"], cfg["kernel"]
     for N, H, W in ((1, _case()["H"], _case()["W"]), (2, *NEW_SIZE)):
         x, offset, mask = _trt_inputs(cfg, N, H, W, seed=N * H)
-        want = dcnv3_core(x, offset, mask, k, k, cfg["stride"], cfg["stride"], cfg["pad"], cfg["pad"], 1, 1, G,
-                          cfg["channels"] // G, scale, cfg["remove_center"]).numpy()
+        want = dcnv3_core(
+            x,
+            offset,
+            mask,
+            k,
+            k,
+            cfg["stride"],
+            cfg["stride"],
+            cfg["pad"],
+            cfg["pad"],
+            1,
+            1,
+            G,
+            cfg["channels"] // G,
+            scale,
+            cfg["remove_center"],
+        ).numpy()
         got = session.run(None, {"x": x.numpy(), "offset": offset.numpy(), "mask": mask.numpy()})[0]
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"{name} {method}@{opset} N={N} {H}x{W}")

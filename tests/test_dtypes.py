@@ -56,14 +56,30 @@ NO_ORT_CPU_KERNEL = {
     ("float64", "gather", 11): "Clip(11)",
 }
 
-CFG = Config(N=2, C_in=6, C_out=4, H=6, W=5, kernel=(3, 2), stride=(1, 2), padding=(1, 1), dilation=(2, 1),
-             groups=2, offset_groups=3, mask=True, bias=True, offset_scale=2.0)
+CFG = Config(
+    N=2,
+    C_in=6,
+    C_out=4,
+    H=6,
+    W=5,
+    kernel=(3, 2),
+    stride=(1, 2),
+    padding=(1, 1),
+    dilation=(2, 1),
+    groups=2,
+    offset_groups=3,
+    mask=True,
+    bias=True,
+    offset_scale=2.0,
+)
 #: A DCNv2 layer without bias: the native lowering then adds a zero bias of the model's dtype.
 CFG_NOBIAS = CFG.at(bias=False, groups=1, C_out=3)
 
-TORCHSCRIPT = [("native", o) for o in (19, 20)] + [("grid_sample", o) for o in range(16, 21)] + [
-    ("gather", o) for o in range(11, 21)
-]
+TORCHSCRIPT = (
+    [("native", o) for o in (19, 20)]
+    + [("grid_sample", o) for o in range(16, 21)]
+    + [("gather", o) for o in range(11, 21)]
+)
 #: Dynamo: builds at 18 and converts down; native at 20.
 DYNAMO = [("grid_sample", 16), ("grid_sample", 18), ("gather", 14), ("gather", 18), ("native", 20)]
 
@@ -154,7 +170,9 @@ def _compare(session: ort.InferenceSession, dtype: str, bias: bool = True, what:
     atol, rtol = _tol(dtype)
     err = np.abs(got.astype(np.float64) - want.astype(np.float64))
     bound = atol + rtol * np.abs(want.astype(np.float64))
-    assert (err <= bound).all(), f"{what}: max abs error {err.max():.3g} vs torchvision {dtype} (atol {atol}, rtol {rtol})"
+    assert (err <= bound).all(), (
+        f"{what}: max abs error {err.max():.3g} vs torchvision {dtype} (atol {atol}, rtol {rtol})"
+    )
     # Against float64 (the exact answer up to 1e-15), ORT is held to the same bound torchvision meets.
     exact = reference(DeformLayer(cfg.at(dtype=torch.float64)), {k: v.double() for k, v in inputs.items()})
     tv_err = np.abs(want.astype(np.float64) - exact)

@@ -47,18 +47,31 @@ def test_fixed_size_falls_back_to_torchscript_and_is_refused_there(tmp_path):
     """The warning quotes torch's guard; the TorchScript file freezes the same size, so the second-size
     check refuses it too: the error names both, and no file is written."""
     path = tmp_path / "m.onnx"
-    with pytest.warns(UserWarning, match=r"fixes a dynamic size.*size\(\)\[3\] // 8\) == 4"), \
-            pytest.raises(ExportError, match=r"does not hold at a second size .*broadcast.*dynamo exporter was "
-                                             r"abandoned first: the model's code fixes a dynamic size"):
-        deform_onnx.export(FixesWidth(), (torch.randn(1, 3, 16, 32),), path, opset_version=17,
-                           input_names=["x"], dynamic_axes=DYNAMIC)
+    with (
+        pytest.warns(UserWarning, match=r"fixes a dynamic size.*size\(\)\[3\] // 8\) == 4"),
+        pytest.raises(
+            ExportError,
+            match=r"does not hold at a second size .*broadcast.*dynamo exporter was "
+            r"abandoned first: the model's code fixes a dynamic size",
+        ),
+    ):
+        deform_onnx.export(
+            FixesWidth(), (torch.randn(1, 3, 16, 32),), path, opset_version=17, input_names=["x"], dynamic_axes=DYNAMIC
+        )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_fixed_size_without_fallback_raises():
     with pytest.raises(ExportError, match="fixes a dynamic size.*fallback=True or dynamo=False"):
-        deform_onnx.export(FixesWidth(), (torch.randn(1, 3, 16, 32),), io.BytesIO(), opset_version=17,
-                           input_names=["x"], dynamic_axes=DYNAMIC, fallback=False)
+        deform_onnx.export(
+            FixesWidth(),
+            (torch.randn(1, 3, 16, 32),),
+            io.BytesIO(),
+            opset_version=17,
+            input_names=["x"],
+            dynamic_axes=DYNAMIC,
+            fallback=False,
+        )
 
 
 @pytest.mark.parametrize("dynamic", ["axes", "shapes"])
@@ -66,8 +79,18 @@ def test_dynamic_model_stays_on_dynamo(dynamic):
     """No false alarm: size ranges and the like hold at larger sizes, so the dynamo file is written."""
     from torch.export import Dim
 
-    kwargs = ({"dynamic_axes": DYNAMIC} if dynamic == "axes"
-              else {"dynamic_shapes": ({2: Dim("H", min=4), 3: Dim("W", min=4)},)})
-    report = deform_onnx.export(KeepsWidth(), (torch.randn(1, 3, 16, 32),), io.BytesIO(), opset_version=17,
-                                input_names=["x"], fallback=False, **kwargs)
+    kwargs = (
+        {"dynamic_axes": DYNAMIC}
+        if dynamic == "axes"
+        else {"dynamic_shapes": ({2: Dim("H", min=4), 3: Dim("W", min=4)},)}
+    )
+    report = deform_onnx.export(
+        KeepsWidth(),
+        (torch.randn(1, 3, 16, 32),),
+        io.BytesIO(),
+        opset_version=17,
+        input_names=["x"],
+        fallback=False,
+        **kwargs,
+    )
     assert report.exporter == "dynamo"

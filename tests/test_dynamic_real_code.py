@@ -20,12 +20,12 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from real_code.deformable_detr_style import Encoder, TwoStage
-from real_code.internimage_style import SegNet
-from util import ATOL, load_cases
 
 import deform_onnx
 from deform_onnx.exporters import rewriters
+from real_code.deformable_detr_style import Encoder, TwoStage
+from real_code.internimage_style import SegNet
+from util import ATOL, load_cases
 
 DYNAMIC = {"x": {0: "N", 2: "H", 3: "W"}}
 EXPORTS = {"default": {}, "torchscript-11": {"dynamo": False, "opset_version": 11}}
@@ -172,7 +172,9 @@ def test_c27_runs_at_the_second_size(c27_model, c27_file):
 # --- the rewrites themselves ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("start, end, steps", [(0.5, 127.5, 128), (0.0, 4.0, 5), (1.5, 1.5, 1), (-1.0, 1.0, 2), (0.5, 24.5, 25)])
+@pytest.mark.parametrize(
+    "start, end, steps", [(0.5, 127.5, 128), (0.0, 4.0, 5), (1.5, 1.5, 1), (-1.0, 1.0, 2), (0.5, 24.5, 25)]
+)
 def test_linspace_over_a_size_matches_torch(start, end, steps):
     """The export-time linspace (captured with a symbolic ``steps``) gives ATen's values at other sizes too."""
 
@@ -183,7 +185,9 @@ def test_linspace_over_a_size_matches_torch(start, end, steps):
 
     with rewriters.while_exporting():
         # captured at a size >= 2 (torch.export fixes a dimension whose example is 1), run at 1 too
-        program = torch.export.export(Ramp(), (torch.zeros(1, max(steps, 3)),), dynamic_shapes=({1: torch.export.Dim("n")},))
+        program = torch.export.export(
+            Ramp(), (torch.zeros(1, max(steps, 3)),), dynamic_shapes=({1: torch.export.Dim("n")},)
+        )
     for n in sorted({steps, 1, 2, 7, 2 * steps + 1}):
         want = torch.linspace(start * n / steps, end * n / steps, n)
         got = program.module()(torch.zeros(1, n))

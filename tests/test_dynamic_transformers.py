@@ -19,12 +19,11 @@ import io
 import numpy as np
 import pytest
 import torch
-
 import transformers
-from test_msda_models_real import assert_topk_unambiguous, unit_scale
 
 import deform_onnx
 from deform_onnx.example import load_photo
+from test_msda_models_real import assert_topk_unambiguous, unit_scale
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 
@@ -44,45 +43,81 @@ class Outputs(torch.nn.Module):
 
     def forward(self, pixel_values):
         out = self.model(pixel_values=pixel_values)
-        return tuple(getattr(out, f) if f != "encoder scores" else out.enc_outputs_class.max(-1).values
-                     for f in self.fields)
+        return tuple(
+            getattr(out, f) if f != "encoder scores" else out.enc_outputs_class.max(-1).values for f in self.fields
+        )
 
 
 def _resnet(features):
-    return transformers.ResNetConfig(depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 64], embedding_size=16,
-                                     out_features=features)
+    return transformers.ResNetConfig(
+        depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 64], embedding_size=16, out_features=features
+    )
 
 
 def _deformable_detr():
     config = transformers.DeformableDetrConfig(
-        use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=_resnet(["stage2", "stage3", "stage4"]),
-        d_model=32, encoder_layers=1, decoder_layers=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=10,
-        encoder_attention_heads=2, decoder_attention_heads=2, num_labels=5,
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=_resnet(["stage2", "stage3", "stage4"]),
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        num_queries=10,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        num_labels=5,
     )
     return transformers.DeformableDetrForObjectDetection(config), ("logits", "pred_boxes"), None
 
 
 def _rt_detr():
     backbone = transformers.RTDetrResNetConfig(
-        depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 64], embedding_size=16, layer_type="basic",
+        depths=[1, 1, 1, 1],
+        hidden_sizes=[16, 32, 64, 64],
+        embedding_size=16,
+        layer_type="basic",
         out_features=["stage2", "stage3", "stage4"],
     )
     config = transformers.RTDetrConfig(
-        backbone_config=backbone, use_pretrained_backbone=False, encoder_in_channels=[32, 64, 64],
-        encoder_hidden_dim=32, d_model=32, decoder_in_channels=[32, 32, 32], encoder_ffn_dim=64,
-        decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2, decoder_layers=1,
-        num_queries=10, num_labels=5,
+        backbone_config=backbone,
+        use_pretrained_backbone=False,
+        encoder_in_channels=[32, 64, 64],
+        encoder_hidden_dim=32,
+        d_model=32,
+        decoder_in_channels=[32, 32, 32],
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        decoder_layers=1,
+        num_queries=10,
+        num_labels=5,
     )
     return transformers.RTDetrForObjectDetection(config), ("logits", "pred_boxes", "encoder scores"), config.num_queries
 
 
 def _mask2former():
     config = transformers.Mask2FormerConfig(
-        backbone_config=_resnet(["stage1", "stage2", "stage3", "stage4"]), use_pretrained_backbone=False,
-        feature_size=32, mask_feature_size=32, hidden_dim=32, encoder_feedforward_dim=64, dim_feedforward=64,
-        encoder_layers=1, decoder_layers=2, num_attention_heads=2, num_queries=10, num_labels=5,
+        backbone_config=_resnet(["stage1", "stage2", "stage3", "stage4"]),
+        use_pretrained_backbone=False,
+        feature_size=32,
+        mask_feature_size=32,
+        hidden_dim=32,
+        encoder_feedforward_dim=64,
+        dim_feedforward=64,
+        encoder_layers=1,
+        decoder_layers=2,
+        num_attention_heads=2,
+        num_queries=10,
+        num_labels=5,
     )
-    return transformers.Mask2FormerForUniversalSegmentation(config), ("class_queries_logits", "masks_queries_logits"), None
+    return (
+        transformers.Mask2FormerForUniversalSegmentation(config),
+        ("class_queries_logits", "masks_queries_logits"),
+        None,
+    )
 
 
 MODELS = {"deformable_detr": _deformable_detr, "rt_detr": _rt_detr, "mask2former": _mask2former}
@@ -98,7 +133,9 @@ def exported(request):
     with torch.no_grad():
         want = {size: [t.numpy() for t in model(x)] for size, x in photos.items()}
     f = io.BytesIO()
-    report = deform_onnx.export(model, (photos[EXPORT_SIZE],), f, input_names=["x"], dynamic_axes={"x": {2: "H", 3: "W"}})
+    report = deform_onnx.export(
+        model, (photos[EXPORT_SIZE],), f, input_names=["x"], dynamic_axes={"x": {2: "H", 3: "W"}}
+    )
     return request.param, model, photos, want, k, f.getvalue(), report
 
 

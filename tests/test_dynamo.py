@@ -26,8 +26,18 @@ from util import (
 
 #: groups 2, offset groups 3, mask and bias on, stride/padding/dilation differing per axis.
 SMALL = Config(
-    N=1, C_in=6, C_out=6, H=9, W=8, stride=(2, 1), padding=(1, 2), dilation=(1, 2),
-    groups=2, offset_groups=3, mask=True, bias=True,
+    N=1,
+    C_in=6,
+    C_out=6,
+    H=9,
+    W=8,
+    stride=(2, 1),
+    padding=(1, 2),
+    dilation=(1, 2),
+    groups=2,
+    offset_groups=3,
+    mask=True,
+    bias=True,
 )
 #: Sizes other than the export size (N=1, 9x8) that a dynamic model must run at.
 NEW_SIZES = [(2, 13, 11), (3, 6, 15)]
@@ -169,12 +179,20 @@ def test_export_dynamic_shapes(tmp_path, small, method, opset, shapes):
     kwargs = (
         {"dynamic_shapes": _named_dims()}
         if shapes == "dims"
-        else {"dynamic_shapes": _auto_dims()} if shapes == "auto-dims" else {"dynamic_axes": DYNAMIC_AXES}
+        else {"dynamic_shapes": _auto_dims()}
+        if shapes == "auto-dims"
+        else {"dynamic_axes": DYNAMIC_AXES}
     )
     path = tmp_path / "m.onnx"
     report = deform_onnx.export(
-        model, tuple(inputs.values()), path, opset_version=opset, method=method,
-        input_names=list(inputs), output_names=["y"], **kwargs,
+        model,
+        tuple(inputs.values()),
+        path,
+        opset_version=opset,
+        method=method,
+        input_names=list(inputs),
+        output_names=["y"],
+        **kwargs,
     )
     assert report.exporter == "dynamo" and report.fallback_reason is None
     data = path.read_bytes()
@@ -193,8 +211,14 @@ def test_dynamic_at_14_through_export(tmp_path, small, form):
     kwargs = {"dynamic_shapes": _named_dims()} if form == "dims" else {"dynamic_axes": DYNAMIC_AXES}
     path = tmp_path / "m.onnx"
     report = deform_onnx.export(
-        model, tuple(inputs.values()), path, opset_version=14, method="gather", input_names=list(inputs),
-        output_names=["y"], **kwargs,
+        model,
+        tuple(inputs.values()),
+        path,
+        opset_version=14,
+        method="gather",
+        input_names=list(inputs),
+        output_names=["y"],
+        **kwargs,
     )
     assert report.exporter == "dynamo" and report.fallback_reason is None
     assert any(r.startswith("shape_15_14 (Shape opset 15->14") for r in report.repairs), report.repairs
@@ -208,9 +232,7 @@ def test_dynamic_at_14_through_export(tmp_path, small, form):
 def test_direct_torch_export_dynamic(small):
     """The table with torch.onnx.export's own dynamic_shapes (no deform_onnx.export in between)."""
     model, inputs, _ = small
-    data = _torch_export(
-        model, inputs, 18, deform_onnx.translation_table("gather", 18), dynamic_shapes=_named_dims()
-    )
+    data = _torch_export(model, inputs, 18, deform_onnx.translation_table("gather", 18), dynamic_shapes=_named_dims())
     onnx.checker.check_model(onnx.load_from_string(data), full_check=True)
     _check_runs_at_new_sizes(model, data, "direct gather@18")
 

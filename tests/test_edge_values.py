@@ -42,8 +42,21 @@ TARGET_IDS = [f"{m}-op{o}" for m, o in TARGETS]
 
 CONFIGS = {
     # DCNv2 with groups, offset groups, asymmetric kernel/stride/dilation.
-    "dcnv2": Config(N=2, C_in=6, C_out=4, H=6, W=5, kernel=(3, 2), stride=(1, 2), padding=(1, 1),
-                    dilation=(2, 1), groups=2, offset_groups=3, mask=True, bias=True),
+    "dcnv2": Config(
+        N=2,
+        C_in=6,
+        C_out=4,
+        H=6,
+        W=5,
+        kernel=(3, 2),
+        stride=(1, 2),
+        padding=(1, 1),
+        dilation=(2, 1),
+        groups=2,
+        offset_groups=3,
+        mask=True,
+        bias=True,
+    ),
     # One pixel high / wide (case c11), DCNv1.
     "H1": Config(N=1, C_in=4, C_out=3, H=1, W=5, kernel=(1, 3), padding=(0, 1), mask=False, bias=True),
     "W1": Config(N=1, C_in=4, C_out=3, H=4, W=1, kernel=(3, 1), padding=(1, 0), offset_groups=2, mask=True, bias=False),
@@ -93,8 +106,22 @@ def _positions(cfg: Config, values: list[float], seed: int, axis: int) -> torch.
 def border_positions(size: int) -> list[float]:
     """Sample positions on and around the zero-padding border along an axis of ``size`` pixels."""
     eps = 2.0**-8  # exact in float32, so the sample lands exactly there in every implementation
-    return [-2.0, -1.0 - eps, -1.0, -1.0 + eps, -0.5, 0.0, eps, size - 1.0, size - 1.0 + eps,
-            size - 0.5, size - eps, float(size), size + eps, size + 1.0]
+    return [
+        -2.0,
+        -1.0 - eps,
+        -1.0,
+        -1.0 + eps,
+        -0.5,
+        0.0,
+        eps,
+        size - 1.0,
+        size - 1.0 + eps,
+        size - 0.5,
+        size - eps,
+        float(size),
+        size + eps,
+        size + 1.0,
+    ]
 
 
 def _run(method, opset, name, dynamic, offset, mask=None):
@@ -130,8 +157,9 @@ def test_integer_offsets(method, opset, name, dynamic):
     ho, wo = cfg.out_hw()
     gen = torch.Generator().manual_seed(1)
     reach = max(cfg.H, cfg.W) + 2
-    offset = torch.randint(-reach, reach + 1, (cfg.N, 2 * cfg.offset_groups * cfg.kernel[0] * cfg.kernel[1], ho, wo),
-                           generator=gen).to(torch.float32)
+    offset = torch.randint(
+        -reach, reach + 1, (cfg.N, 2 * cfg.offset_groups * cfg.kernel[0] * cfg.kernel[1], ho, wo), generator=gen
+    ).to(torch.float32)
     model, inputs, got = _run(method, opset, name, dynamic, offset)
     assert_close(got, reference(model, inputs), what=f"{method}@{opset} {name} integer offsets")
 
@@ -268,11 +296,16 @@ def test_spec_rejects_kernel_larger_than_input():
 def test_lower_file_with_kernel_larger_than_input():
     """An ONNX file with a static input too small for its DeformConv: lower() names the node and sizes."""
     f = onnx.TensorProto.FLOAT
-    node = helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="dcn", kernel_shape=[5, 3], pads=[1, 1, 1, 1])
+    node = helper.make_node(
+        "DeformConv", ["x", "w", "offset"], ["y"], name="dcn", kernel_shape=[5, 3], pads=[1, 1, 1, 1]
+    )
     graph = helper.make_graph(
         [node],
         "g",
-        [helper.make_tensor_value_info("x", f, [1, 2, 2, 6]), helper.make_tensor_value_info("offset", f, [1, 30, 1, 6])],
+        [
+            helper.make_tensor_value_info("x", f, [1, 2, 2, 6]),
+            helper.make_tensor_value_info("offset", f, [1, 30, 1, 6]),
+        ],
         [helper.make_tensor_value_info("y", f, [1, 2, 1, 6])],
         [numpy_helper.from_array(np.zeros((2, 2, 5, 3), np.float32), "w")],
     )

@@ -15,7 +15,6 @@ import torchvision
 import deform_onnx
 from deform_onnx.cli.export_cmd import DEFAULT_PLAN
 from deform_onnx.example import EXAMPLE_SIZE, example_model, load_photo, offset_stats
-
 from util import ATOL, assert_close, default_opset, op_types, run_ort
 
 

@@ -40,14 +40,27 @@ pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 #: A small layer with every parameter non-trivial: groups 2, offset groups 3,
 #: mask and bias on, stride, padding and dilation different per axis.
 SMALL = Config(
-    N=1, C_in=6, C_out=6, H=9, W=8, stride=(2, 1), padding=(1, 2), dilation=(1, 2),
-    groups=2, offset_groups=3, mask=True, bias=True,
+    N=1,
+    C_in=6,
+    C_out=6,
+    H=9,
+    W=8,
+    stride=(2, 1),
+    padding=(1, 2),
+    dilation=(1, 2),
+    groups=2,
+    offset_groups=3,
+    mask=True,
+    bias=True,
 )
 NAMES = ["x", "offset", "mask"]
 
 DYNAMO_OPSETS = range(api.DYNAMO_MIN_OPSET, 21)  # 14..20: the dynamo path's floor, see api.py
 TORCHSCRIPT_OPSETS = range(11, 21)
-MIN_OPSET = {"auto": OPS["deform_conv2d"].min_opset, **{m: low.min_opset for m, low in LOWERINGS.items()}}  # the registry's
+MIN_OPSET = {
+    "auto": OPS["deform_conv2d"].min_opset,
+    **{m: low.min_opset for m, low in LOWERINGS.items()},
+}  # the registry's
 
 
 #: "auto" on the (slower) dynamo path only where it changes its choice and at the
@@ -89,9 +102,7 @@ def _export(tmp_path, model, inputs, **kwargs):
 @pytest.mark.parametrize("exporter, method, opset", list(_grid()))
 def test_exporter_method_opset(tmp_path, small, exporter, method, opset):
     model, inputs, want = small
-    report, data = _export(
-        tmp_path, model, inputs, opset_version=opset, method=method, dynamo=exporter == "dynamo"
-    )
+    report, data = _export(tmp_path, model, inputs, opset_version=opset, method=method, dynamo=exporter == "dynamo")
     proto = onnx.load_from_string(data)
     assert default_opset(proto) == opset
     onnx.checker.check_model(proto, full_check=True)
@@ -119,7 +130,9 @@ NEW_SIZES = [(2, 13, 11), (3, 6, 15)]
 @pytest.mark.parametrize("method, opset", [("gather", 11), ("auto", 13), ("grid_sample", 16), ("native", 19)])
 def test_torchscript_dynamic_axes(tmp_path, small, method, opset):
     model, inputs, _ = small
-    _, data = _export(tmp_path, model, inputs, opset_version=opset, method=method, dynamo=False, dynamic_axes=DYNAMIC_AXES)
+    _, data = _export(
+        tmp_path, model, inputs, opset_version=opset, method=method, dynamo=False, dynamic_axes=DYNAMIC_AXES
+    )
     proto = onnx.load_from_string(data)
     dims = {i.name: [d.dim_param for d in i.type.tensor_type.shape.dim] for i in proto.graph.input}
     assert dims["x"] == ["N", "", "H", "W"]

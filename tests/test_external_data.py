@@ -14,11 +14,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from test_bfloat16 import ChunkDCN
 
 import deform_onnx
 from deform_onnx import large
 from deform_onnx.errors import ExportError, VerificationError
+from test_bfloat16 import ChunkDCN
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -50,9 +50,7 @@ def test_export_writes_model_and_data(small_limit, model, tmp_path, kw):
     assert report.max_error is not None and report.max_error <= 1e-4
     header = onnx.load(str(path), load_external_data=False)
     external = [t for t in header.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
-    assert external and {e.value for t in external for e in t.external_data if e.key == "location"} == {
-        "big.onnx.data"
-    }
+    assert external and {e.value for t in external for e in t.external_data if e.key == "location"} == {"big.onnx.data"}
     assert (tmp_path / "big.onnx.data").stat().st_size >= m.dcn.weight.numel() * 4 > path.stat().st_size / 4
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     with torch.no_grad():

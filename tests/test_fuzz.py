@@ -31,7 +31,12 @@ from util import Config, DeformLayer, assert_close, check, default_opset, export
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 
 #: Opsets each method is fuzzed at (the TorchScript exporter reaches 11..MAX_OPSET).
-METHOD_OPSETS = {"native": (19, MAX_OPSET), "grid_sample": (16, MAX_OPSET), "gather": (11, MAX_OPSET), "auto": (11, MAX_OPSET)}
+METHOD_OPSETS = {
+    "native": (19, MAX_OPSET),
+    "grid_sample": (16, MAX_OPSET),
+    "gather": (11, MAX_OPSET),
+    "auto": (11, MAX_OPSET),
+}
 
 
 @dataclass(frozen=True)
@@ -143,9 +148,7 @@ REGRESSIONS: list[tuple[str, FuzzCase, str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    "method, case", [(m, c) for m, c, _ in REGRESSIONS], ids=[why for _, _, why in REGRESSIONS]
-)
+@pytest.mark.parametrize("method, case", [(m, c) for m, c, _ in REGRESSIONS], ids=[why for _, _, why in REGRESSIONS])
 def test_regression(method, case):
     check_case(method, case)
 

@@ -38,8 +38,21 @@ from util import (
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor to a Python boolean:torch.jit.TracerWarning")
 
 CONFIGS = {
-    "dcnv2-grouped": Config(N=2, C_in=6, C_out=4, H=9, W=7, kernel=(3, 2), stride=(2, 1), padding=(1, 1),
-                            dilation=(2, 1), groups=2, offset_groups=3, mask=True, bias=True),
+    "dcnv2-grouped": Config(
+        N=2,
+        C_in=6,
+        C_out=4,
+        H=9,
+        W=7,
+        kernel=(3, 2),
+        stride=(2, 1),
+        padding=(1, 1),
+        dilation=(2, 1),
+        groups=2,
+        offset_groups=3,
+        mask=True,
+        bias=True,
+    ),
     "dcnv1-nobias": Config(N=1, C_in=6, C_out=6, H=6, W=8, kernel=(3, 3), padding=(1, 0), mask=False, bias=False),
 }
 ALLOWED = [(m, o) for m in METHOD_MIN_OPSET for o in method_opsets(m)]
@@ -80,8 +93,15 @@ def test_declares_requested_opset(method, opset, name, dynamic):
 
 # -- no O(H*W) constant -------------------------------------------------------------
 
-SIZE_CASES = [("native", 19), ("grid_sample", 16), ("grid_sample", 20), ("gather", 11), ("gather", 17),
-              ("auto", 12), ("auto", 17)]
+SIZE_CASES = [
+    ("native", 19),
+    ("grid_sample", 16),
+    ("grid_sample", 20),
+    ("gather", 11),
+    ("gather", 17),
+    ("auto", 12),
+    ("auto", 17),
+]
 
 
 def _static_constants(method: str, opset: int, cfg: Config) -> list[np.ndarray]:
@@ -128,8 +148,10 @@ def test_unknown_method_is_a_value_error():
 
 @pytest.mark.parametrize(
     "method,opset,needed",
-    [(m, o, LOWERINGS[m].min_opset) for m, o in (("native", 17), ("native", 18), ("native", 11), ("grid_sample", 15),
-                                                 ("grid_sample", 11))],
+    [
+        (m, o, LOWERINGS[m].min_opset)
+        for m, o in (("native", 17), ("native", 18), ("native", 11), ("grid_sample", 15), ("grid_sample", 11))
+    ],
 )
 def test_method_below_its_opset_is_a_value_error(register, tmp_path, method, opset, needed):
     """Asking for a method the opset cannot hold fails at export time, naming the opset it needs; no file."""
@@ -137,8 +159,9 @@ def test_method_below_its_opset_is_a_value_error(register, tmp_path, method, ops
     register(method)
     path = tmp_path / "model.onnx"
     with pytest.raises(ValueError, match=f"'{method}' needs opset >= {needed}"):
-        torch.onnx.export(DeformLayer(cfg), tuple(make_inputs(cfg).values()), str(path),
-                          dynamo=False, opset_version=opset)
+        torch.onnx.export(
+            DeformLayer(cfg), tuple(make_inputs(cfg).values()), str(path), dynamo=False, opset_version=opset
+        )
     assert not path.exists()
     assert list(tmp_path.iterdir()) == []
 

@@ -82,8 +82,21 @@ DIRECTML_OPS: dict[str, int] = {
 }  # fmt: skip
 
 CONFIGS = {
-    "dcnv2-grouped": Config(N=2, C_in=6, C_out=4, H=9, W=7, kernel=(3, 2), stride=(2, 1), padding=(1, 1),
-                            dilation=(2, 1), groups=2, offset_groups=3, mask=True, bias=True),
+    "dcnv2-grouped": Config(
+        N=2,
+        C_in=6,
+        C_out=4,
+        H=9,
+        W=7,
+        kernel=(3, 2),
+        stride=(2, 1),
+        padding=(1, 1),
+        dilation=(2, 1),
+        groups=2,
+        offset_groups=3,
+        mask=True,
+        bias=True,
+    ),
     "dcnv1": Config(N=1, C_in=4, C_out=4, H=6, W=8, kernel=(3, 3), padding=(1, 0), mask=False, bias=False),
 }
 METHODS = ("native", "grid_sample", "gather")
@@ -138,7 +151,12 @@ def _graphs():
                         functools.partial(dynamo_graph, method, opset, dynamic)))  # fmt: skip
     for method in ("grid_sample", "gather"):
         for dynamic in (False, True):
-            out.append((f"lower-{method}-op19-{'dyn' if dynamic else 'static'}", functools.partial(lowered_file, method, dynamic)))
+            out.append(
+                (
+                    f"lower-{method}-op19-{'dyn' if dynamic else 'static'}",
+                    functools.partial(lowered_file, method, dynamic),
+                )
+            )
     return out
 
 
@@ -175,7 +193,11 @@ def shape_violations(proto: onnx.ModelProto) -> list[str]:
             return None
         seen.add(name)
         if name in inits:
-            return None if inits[name] in INT_TYPES else f"initializer {name} is {onnx.TensorProto.DataType.Name(inits[name])}"
+            return (
+                None
+                if inits[name] in INT_TYPES
+                else f"initializer {name} is {onnx.TensorProto.DataType.Name(inits[name])}"
+            )
         if name in graph_inputs:
             return f"reaches graph input {name}"
         node = producer.get(name)
@@ -183,7 +205,11 @@ def shape_violations(proto: onnx.ModelProto) -> list[str]:
             return f"{name} has no producer"
         if node.op_type == "Constant":
             t = next(a.t for a in node.attribute if a.name == "value")
-            return None if t.data_type in INT_TYPES else f"Constant {name} is {onnx.TensorProto.DataType.Name(t.data_type)}"
+            return (
+                None
+                if t.data_type in INT_TYPES
+                else f"Constant {name} is {onnx.TensorProto.DataType.Name(t.data_type)}"
+            )
         if name not in types or types[name] == 0:
             return f"{name} ({node.op_type}) has no inferred type"
         if types[name] not in SHAPE_PATH_TYPES:

@@ -20,11 +20,11 @@ import onnx
 import pytest
 import torch
 import torch.nn.functional as F
-from util import load_cases, op_types
 
 import deform_onnx
 from deform_onnx.ops.grid_sample import reference as ref
 from deform_onnx.targets import resolve_target, violations
+from util import load_cases, op_types
 
 ATOL = 1e-5
 PADDINGS = ("zeros", "border", "reflection")
@@ -94,8 +94,11 @@ def _assert_matches(outs, configs, x, grid, what: str) -> None:
 
 
 def _gridsample_modes(proto: onnx.ModelProto) -> list[str]:
-    return [next((a.s.decode() for a in n.attribute if a.name == "mode"), "linear")
-            for n in proto.graph.node if n.op_type == "GridSample"]
+    return [
+        next((a.s.decode() for a in n.attribute if a.name == "mode"), "linear")
+        for n in proto.graph.node
+        if n.op_type == "GridSample"
+    ]
 
 
 # (exporter, opset, method, target) -> whether the file holds GridSample nodes (else the gather form).
@@ -134,8 +137,17 @@ def _export_all(table, configs, x, grid, folder) -> dict:
         path = folder / f"{exporter}_{opset}_{method}_{target}.onnx"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # TorchScript deprecation notes
-            report = deform_onnx.export(Sampler(configs), (x, grid), path, opset_version=opset, method=method,
-                                        target=target, dynamo=exporter == "dynamo", input_names=NAMES, verify=False)
+            report = deform_onnx.export(
+                Sampler(configs),
+                (x, grid),
+                path,
+                opset_version=opset,
+                method=method,
+                target=target,
+                dynamo=exporter == "dynamo",
+                input_names=NAMES,
+                verify=False,
+            )
         out[key] = onnx.load(str(path)), report
     return out
 
@@ -161,8 +173,11 @@ def test_references_match_pytorch_and_see_a_planted_fault(c29, c30):
         x, grid = x.double(), grid.double()
         want = [t.numpy() for t in Sampler(configs)(x, grid)]
         for (mode, pad, align), w in zip(configs, want):
-            got = fn(x.numpy(), grid.numpy(), mode, pad, align) if fn else \
-                ref.grid_sample_bicubic(x.numpy(), grid.numpy(), pad, align)
+            got = (
+                fn(x.numpy(), grid.numpy(), mode, pad, align)
+                if fn
+                else ref.grid_sample_bicubic(x.numpy(), grid.numpy(), pad, align)
+            )
             np.testing.assert_allclose(got, w, rtol=0, atol=1e-12, err_msg=f"{mode}/{pad}/{align}")
     x, grid = (t.double() for t in c30)
     planted = ref.cubic_weights
@@ -171,7 +186,10 @@ def test_references_match_pytorch_and_see_a_planted_fault(c29, c30):
         bad = ref.grid_sample_bicubic(x.numpy(), grid.numpy(), "border", False)
     finally:
         ref.cubic_weights = planted
-    assert np.abs(bad - F.grid_sample(x, grid, mode="bicubic", padding_mode="border", align_corners=False).numpy()).max() > 1e-3
+    assert (
+        np.abs(bad - F.grid_sample(x, grid, mode="bicubic", padding_mode="border", align_corners=False).numpy()).max()
+        > 1e-3
+    )
 
 
 def test_bicubic_pads_each_tap_not_the_coordinate(c30):
@@ -220,8 +238,9 @@ def test_c29_openvino_runs_the_gather_form_and_rejects_5d_gridsample(c29_exports
 
     x, grid = c29
     compiled = dov.compile(c29_exports["dynamo", None, None, "openvino"][0], device="CPU", precision="f32")
-    _assert_matches([np.asarray(v) for v in compiled([x.numpy(), grid.numpy()]).values()], C29_CONFIGS, x, grid,
-                    "OpenVINO gather")
+    _assert_matches(
+        [np.asarray(v) for v in compiled([x.numpy(), grid.numpy()]).values()], C29_CONFIGS, x, grid, "OpenVINO gather"
+    )
     # openvinotoolkit/openvino#37770: why the openvino target gets gather
     with pytest.raises(Exception, match="GridSample is only supported for 4D input"):
         dov.compile(c29_exports["torchscript", 20, "native", None][0], device="CPU", precision="f32")
@@ -246,9 +265,12 @@ def test_5d_cubic_node_is_kept_or_refused_never_written_wrong():
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("GridSample", ["x", "grid"], ["y"], name="gs", mode="cubic")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 4, 5]),
-         helper.make_tensor_value_info("grid", TensorProto.FLOAT, [1, 2, 3, 3, 3])],
+        [helper.make_node("GridSample", ["x", "grid"], ["y"], name="gs", mode="cubic")],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 4, 5]),
+            helper.make_tensor_value_info("grid", TensorProto.FLOAT, [1, 2, 3, 3, 3]),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
@@ -277,8 +299,13 @@ def test_c30_openvino_runs_both_forms(c30_exports, c30):
     x, grid = c30
     for key in (("torchscript", 11, "gather", None), ("torchscript", None, None, "openvino")):
         compiled = dov.compile(c30_exports[key][0], device="CPU", precision="f32")
-        _assert_matches([np.asarray(v) for v in compiled([x.numpy(), grid.numpy()]).values()], C30_CONFIGS, x, grid,
-                        f"OpenVINO {key}")
+        _assert_matches(
+            [np.asarray(v) for v in compiled([x.numpy(), grid.numpy()]).values()],
+            C30_CONFIGS,
+            x,
+            grid,
+            f"OpenVINO {key}",
+        )
 
 
 def test_c30_lower_rewrites_cubic_for_targets_without_it(c30_exports, c30):
@@ -297,14 +324,28 @@ def test_c30_lower_rewrites_cubic_for_targets_without_it(c30_exports, c30):
 def test_gather_forms_at_dynamic_sizes(c29, c30, tmp_path):
     """Dynamic sizes: exported at the case's size, run at another, still PyTorch's numbers."""
     for name, configs, (x, grid), axes in (
-        ("c29", C29_CONFIGS[::3], c29, {"x": {0: "N", 2: "D", 3: "H", 4: "W"}, "grid": {0: "N", 1: "a", 2: "b", 3: "c"}}),
+        (
+            "c29",
+            C29_CONFIGS[::3],
+            c29,
+            {"x": {0: "N", 2: "D", 3: "H", 4: "W"}, "grid": {0: "N", 1: "a", 2: "b", 3: "c"}},
+        ),
         ("c30", C30_CONFIGS, c30, {"x": {0: "N", 2: "H", 3: "W"}, "grid": {0: "N", 1: "a", 2: "b"}}),
     ):
         path = tmp_path / f"{name}.onnx"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            deform_onnx.export(Sampler(configs), (x, grid), path, opset_version=11, method="gather", dynamo=False,
-                               input_names=NAMES, dynamic_axes=axes, verify=False)
+            deform_onnx.export(
+                Sampler(configs),
+                (x, grid),
+                path,
+                opset_version=11,
+                method="gather",
+                dynamo=False,
+                input_names=NAMES,
+                dynamic_axes=axes,
+                verify=False,
+            )
         g = torch.Generator().manual_seed(7)
         sizes = (3, 3, 5, 4, 6) if x.dim() == 5 else (2, 3, 7, 9)
         x2 = torch.randn(*sizes, generator=g)
@@ -322,13 +363,25 @@ def test_gather_forms_keep_the_dtype(c29, c30, tmp_path, dtype):
         path = tmp_path / f"{name}.onnx"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            deform_onnx.export(Sampler(configs), (x, grid), path, opset_version=13, method="gather", dynamo=False,
-                               input_names=NAMES, verify=False)
+            deform_onnx.export(
+                Sampler(configs),
+                (x, grid),
+                path,
+                opset_version=13,
+                method="gather",
+                dynamo=False,
+                input_names=NAMES,
+                verify=False,
+            )
         got = _run(onnx.load(str(path)), x, grid)
         assert all(g.dtype == x.numpy().dtype for g in got), name
         with torch.no_grad():
-            want = [t.double().numpy() for t in Sampler(configs)(x if dtype == torch.float64 else x.float(),
-                                                                  grid if dtype == torch.float64 else grid.float())]
+            want = [
+                t.double().numpy()
+                for t in Sampler(configs)(
+                    x if dtype == torch.float64 else x.float(), grid if dtype == torch.float64 else grid.float()
+                )
+            ]
         atol = 1e-10 if dtype == torch.float64 else 4e-3
         for cfg, g, w in zip(configs, got, want):
             np.testing.assert_allclose(g.astype(np.float64), w, rtol=0, atol=atol, err_msg=f"{name} {dtype} {cfg}")

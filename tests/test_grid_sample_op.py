@@ -108,8 +108,13 @@ def exports(c22, tmp_path_factory):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no silent fallback to the other exporter
             report = deform_onnx.export(
-                AllModes(), (x, grid), path, opset_version=opset, method=method,
-                dynamo=exporter == "dynamo", input_names=NAMES,
+                AllModes(),
+                (x, grid),
+                path,
+                opset_version=opset,
+                method=method,
+                dynamo=exporter == "dynamo",
+                input_names=NAMES,
             )
         out[exporter, opset, method] = (onnx.load(str(path)), report)
     return out
@@ -135,8 +140,9 @@ def test_c22_export_matches_pytorch(exports, c22, key):
     native = method in ("native", "grid_sample") or (method == "auto" and opset >= 16)
     if native:
         assert ops.count("GridSample") == len(CONFIGS), ops
-        modes = {a.s.decode() for n in proto.graph.node if n.op_type == "GridSample" for a in n.attribute
-                 if a.name == "mode"}
+        modes = {
+            a.s.decode() for n in proto.graph.node if n.op_type == "GridSample" for a in n.attribute if a.name == "mode"
+        }
         assert modes == ({"linear", "nearest"} if opset >= 20 else {"bilinear", "nearest"}), modes
     else:
         assert "GridSample" not in ops, ops
@@ -165,7 +171,9 @@ def test_translation_table_covers_grid_sampler():
     assert torch.ops.aten.grid_sampler.default in table and torch.ops.aten.grid_sampler_2d.default in table
 
 
-@pytest.mark.parametrize("method, opset, dynamo", [("gather", 11, False), ("grid_sample", 16, False), ("gather", 17, True)])
+@pytest.mark.parametrize(
+    "method, opset, dynamo", [("gather", 11, False), ("grid_sample", 16, False), ("gather", 17, True)]
+)
 def test_dynamic_sizes_run_at_a_new_size(c22, tmp_path, method, opset, dynamo):
     """Dynamic N, H, W (and grid size): exported at c22's size, run at another, matches PyTorch there."""
     (x, grid), scale = c22
@@ -175,8 +183,9 @@ def test_dynamic_sizes_run_at_a_new_size(c22, tmp_path, method, opset, dynamo):
         kw = dict(dynamic_shapes=({0: n, 2: h, 3: w}, {0: n, 1: gh, 2: gw}))
     else:
         kw = dict(dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}, "grid": {0: "N", 1: "Ho", 2: "Wo"}})
-    deform_onnx.export(AllModes(), (x, grid), path, opset_version=opset, method=method, dynamo=dynamo,
-                       input_names=NAMES, **kw)
+    deform_onnx.export(
+        AllModes(), (x, grid), path, opset_version=opset, method=method, dynamo=dynamo, input_names=NAMES, **kw
+    )
     proto = onnx.load(str(path))
     assert ("GridSample" in op_types(proto)) == (method == "grid_sample")
     x2, grid2 = _inputs(5, 3, 8, 9, 20, 4, 6, scale)
@@ -196,8 +205,7 @@ def test_nearest_rounds_half_to_even(tmp_path):
             return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=True)
 
     path = tmp_path / "nearest.onnx"
-    deform_onnx.export(Nearest(), (x, grid), path, opset_version=11, method="gather", dynamo=False,
-                       input_names=NAMES)
+    deform_onnx.export(Nearest(), (x, grid), path, opset_version=11, method="gather", dynamo=False, input_names=NAMES)
     got = _run(onnx.load(str(path)), x, grid)[0]
     want = Nearest()(x, grid).numpy()
     assert np.array_equal(got, want)
@@ -216,7 +224,9 @@ def test_native_below_16_is_a_clear_error(c22, register):
 
 
 # -- lower --method gather on files with GridSample nodes ----------------------
-@pytest.mark.parametrize("key", [("torchscript", 16, "grid_sample"), ("dynamo", 20, "native")], ids=["opset16", "opset20"])
+@pytest.mark.parametrize(
+    "key", [("torchscript", 16, "grid_sample"), ("dynamo", 20, "native")], ids=["opset16", "opset20"]
+)
 @pytest.mark.parametrize("opset", [None, 11])
 def test_lower_gather_rewrites_grid_sample_nodes(exports, c22, key, opset):
     """No GridSample left; matches ONNX Runtime's GridSample on the original file and PyTorch."""
@@ -260,21 +270,32 @@ def test_gather_dtypes(c22, tmp_path, dtype):
     (x, grid), _ = c22
     x, grid = x.to(dtype), grid.to(dtype)
     path = tmp_path / "dtype.onnx"
-    deform_onnx.export(AllModes(), (x, grid), path, opset_version=13, method="gather", dynamo=False,
-                       input_names=NAMES, verify=False)
+    deform_onnx.export(
+        AllModes(), (x, grid), path, opset_version=13, method="gather", dynamo=False, input_names=NAMES, verify=False
+    )
     got = _run(onnx.load(str(path)), x, grid)
     assert all(g.dtype == np.dtype(str(dtype).split(".")[1]) for g in got)
     with torch.no_grad():
-        want = [t.numpy() for t in AllModes()(x.double(), grid.double())] if dtype == torch.float64 else \
-            [t.double().numpy() for t in AllModes()(x.float(), grid.float())]
+        want = (
+            [t.numpy() for t in AllModes()(x.double(), grid.double())]
+            if dtype == torch.float64
+            else [t.double().numpy() for t in AllModes()(x.float(), grid.float())]
+        )
     atol = 1e-10 if dtype == torch.float64 else 4e-3
     for (mode, pad, align), g, w in zip(CONFIGS, got, want):
         keep = ~_boundary_mask(grid.float(), x.shape[2], x.shape[3], align)[:, None] if mode == "nearest" else True
-        np.testing.assert_allclose(np.where(keep, g.astype(np.float64), 0), np.where(keep, w, 0), rtol=0, atol=atol,
-                                   err_msg=f"{dtype} {mode}/{pad}/{align}")
+        np.testing.assert_allclose(
+            np.where(keep, g.astype(np.float64), 0),
+            np.where(keep, w, 0),
+            rtol=0,
+            atol=atol,
+            err_msg=f"{dtype} {mode}/{pad}/{align}",
+        )
 
 
-@pytest.mark.parametrize("key", [("torchscript", 11, "gather"), ("torchscript", 16, "grid_sample")], ids=["gather", "native"])
+@pytest.mark.parametrize(
+    "key", [("torchscript", 11, "gather"), ("torchscript", 16, "grid_sample")], ids=["gather", "native"]
+)
 def test_openvino_runs_both_forms(exports, c22, key):
     """OpenVINO (CPU, f32) on the gather and the GridSample file: same PyTorch comparison."""
     pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvino`")
@@ -294,9 +315,12 @@ def test_lower_gather_refuses_what_it_cannot_lower():
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("GridSample", ["x", "grid"], ["y"], name="gs", mode="linear")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5]),
-         helper.make_tensor_value_info("grid", TensorProto.FLOAT, [1, 3, 1])],
+        [helper.make_node("GridSample", ["x", "grid"], ["y"], name="gs", mode="linear")],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5]),
+            helper.make_tensor_value_info("grid", TensorProto.FLOAT, [1, 3, 1]),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])

@@ -118,7 +118,9 @@ def test_cli_export_and_lower_write_the_lowest_ir_version(layer_inputs, native20
     assert result.exit_code == 0, result.output
     assert onnx.load(str(out)).ir_version == needed_ir(17)
     bad = tmp_path / "bad_export.onnx"
-    result = runner.invoke(app, ["export", "--method", "grid_sample", "--opset", "17", "-o", str(bad), "--ir-version", "7"])
+    result = runner.invoke(
+        app, ["export", "--method", "grid_sample", "--opset", "17", "-o", str(bad), "--ir-version", "7"]
+    )
     assert result.exit_code == 2 and "IR version 7 is too old" in result.output and not bad.exists()
 
     lowered = tmp_path / "low.onnx"
@@ -137,4 +139,3 @@ def test_cli_export_and_lower_write_the_lowest_ir_version(layer_inputs, native20
     result = runner.invoke(app, ["lower", native20, "-o", str(tmp_path / "bad.onnx"), "--ir-version", "7"])
     assert result.exit_code == 2 and "IR version 7 is too old" in result.output
     assert not (tmp_path / "bad.onnx").exists()
-

@@ -79,8 +79,9 @@ class PadResize(_DcnPack):
         b = F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=False)
         c = F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=True)
         d = F.interpolate(a + b + c, size=(h, w), mode="bilinear", align_corners=False)
-        e = F.interpolate(F.interpolate(y, size=(2 * h, 2 * w), mode="nearest"), size=(h, w), mode="bilinear",
-                          align_corners=True)
+        e = F.interpolate(
+            F.interpolate(y, size=(2 * h, 2 * w), mode="nearest"), size=(h, w), mode="bilinear", align_corners=True
+        )
         return self.deform(d + e)
 
 

@@ -85,7 +85,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()
@@ -135,8 +135,9 @@ def test_public_import_paths_survive_the_layout():
                  "DeformConvSpec", "LOWERINGS", "METHODS", "TARGETS", "TARGET_NAMES", "resolve_target",
                  "DCNv3", "dcnv3_core", "dcnv4_core"):  # fmt: skip
         assert getattr(deform_onnx, name) is not None, name
-    from deform_onnx.ops import MSDeformAttnCore, ms_deform_attn
     from deform_onnx.ops.ms_deform_attn import MSDeformAttnCore as via_module  # the old module path
+
+    from deform_onnx.ops import MSDeformAttnCore, ms_deform_attn
 
     assert via_module is MSDeformAttnCore
     assert deform_onnx.ops.ms_deform_attn is ms_deform_attn and callable(ms_deform_attn)  # the function, not a module

@@ -14,12 +14,12 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from test_bfloat16 import ChunkDCN
 from typer.testing import CliRunner
-from util import run_ort
 
 import deform_onnx
 from deform_onnx.cli import app
+from test_bfloat16 import ChunkDCN
+from util import run_ort
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

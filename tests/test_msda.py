@@ -29,7 +29,8 @@ AXES = {"sampling_locations": {1: "queries"}, "attention_weights": {1: "queries"
 PLAIN = (
     [("torchscript", o, m) for o in (11,) for m in ("gather", "auto")]
     + [("torchscript", o, m) for o in (16, 17) for m in ("grid_sample", "gather", "auto")]
-    + [("dynamo", 16, m) for m in ("grid_sample", "gather")] + [("dynamo", 17, "auto")]
+    + [("dynamo", 16, m) for m in ("grid_sample", "gather")]
+    + [("dynamo", 17, "auto")]
 )
 #: (exporter, opset) of the fused op (one lowering whatever the method).
 FUSED = [("torchscript", 11), ("torchscript", 17), ("dynamo", 16)]
@@ -83,8 +84,14 @@ def exports(c23, tmp_path_factory):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no silent fallback to the other exporter
             report = deform_onnx.export(
-                model, args, path, opset_version=opset, method=method, dynamo=exporter == "dynamo",
-                input_names=NAMES, dynamic_axes=AXES,
+                model,
+                args,
+                path,
+                opset_version=opset,
+                method=method,
+                dynamo=exporter == "dynamo",
+                input_names=NAMES,
+                dynamic_axes=AXES,
             )
         out[form, exporter, opset, method] = (onnx.load(str(path)), report)
     return out
@@ -104,8 +111,9 @@ def test_c23_plain_form_exports_and_matches(exports, c23, key):
     assert grid_samples == (len(shapes) if uses_grid_sample else 0)
     for queries, seed in ((c["queries"], 23), (11, 5)):
         new = _inputs(c, queries, seed) if seed != 23 else args
-        np.testing.assert_allclose(_run(proto, _feeds(new)), _want(shapes, new), rtol=0, atol=ATOL,
-                                   err_msg=f"{key} at {queries} queries")
+        np.testing.assert_allclose(
+            _run(proto, _feeds(new)), _want(shapes, new), rtol=0, atol=ATOL, err_msg=f"{key} at {queries} queries"
+        )
 
 
 @pytest.mark.parametrize("key", FUSED, ids=[f"{e}-{o}" for e, o in FUSED])
@@ -121,13 +129,19 @@ def test_c23_fused_op_exports_one_pass_and_matches(exports, c23, key):
     assert set(ops) <= TENSORRT_OPS, sorted(set(ops) - TENSORRT_OPS)
     for queries, seed in ((c["queries"], 23), (11, 5)):
         new = _inputs(c, queries, seed) if seed != 23 else args
-        np.testing.assert_allclose(_run(proto, _feeds(new)), _want(shapes, new), rtol=0, atol=ATOL,
-                                   err_msg=f"{key} at {queries} queries")
+        np.testing.assert_allclose(
+            _run(proto, _feeds(new)), _want(shapes, new), rtol=0, atol=ATOL, err_msg=f"{key} at {queries} queries"
+        )
 
 
 @pytest.mark.parametrize(
-    "key", [("plain", "torchscript", 11, "gather"), ("plain", "torchscript", 16, "grid_sample"),
-            ("fused", "torchscript", 11, "auto")], ids=["plain-gather", "plain-gridsample", "fused"],
+    "key",
+    [
+        ("plain", "torchscript", 11, "gather"),
+        ("plain", "torchscript", 16, "grid_sample"),
+        ("fused", "torchscript", 11, "auto"),
+    ],
+    ids=["plain-gather", "plain-gridsample", "fused"],
 )
 def test_c23_openvino(exports, c23, key):
     """OpenVINO (CPU, f32) runs the per-level gather, per-level GridSample and fused files within 1e-4."""
@@ -150,21 +164,37 @@ def test_fused_op_eager_is_the_reference_and_checks_shapes(c23):
 
 # -- lower: plugin nodes ------------------------------------------------------------------
 
+
 def _plugin_model(c23, domain: str, op_type: str, index_dtype, opset: int, **attrs) -> onnx.ModelProto:
     """One MSDA plugin node: level sizes and starts as initializers, the rest graph inputs (queries dynamic)."""
     c, shapes, _ = c23
     sizes = np.array([h * w for h, w in shapes])
-    inits = [numpy_helper.from_array(np.array(shapes, dtype=index_dtype), "spatial_shapes"),
-             numpy_helper.from_array(np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(index_dtype), "level_start_index")]
+    inits = [
+        numpy_helper.from_array(np.array(shapes, dtype=index_dtype), "spatial_shapes"),
+        numpy_helper.from_array(np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(index_dtype), "level_start_index"),
+    ]
     N, M, D, L, P = c["N"], c["heads"], c["head_dim"], len(shapes), c["points"]
-    node = helper.make_node(op_type, ["value", "spatial_shapes", "level_start_index", "sampling_locations",
-                                      "attention_weights"], ["out"], name="msda", domain=domain, **attrs)
+    node = helper.make_node(
+        op_type,
+        ["value", "spatial_shapes", "level_start_index", "sampling_locations", "attention_weights"],
+        ["out"],
+        name="msda",
+        domain=domain,
+        **attrs,
+    )
     graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info("value", TensorProto.FLOAT, [N, int(sizes.sum()), M, D]),
-         helper.make_tensor_value_info("sampling_locations", TensorProto.FLOAT, [N, "q", M, L, P, 2]),
-         helper.make_tensor_value_info("attention_weights", TensorProto.FLOAT, [N, "q", M, L, P])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [N, "q", M, D] if op_type.endswith("_TRT") else [N, "q", M * D])],
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("value", TensorProto.FLOAT, [N, int(sizes.sum()), M, D]),
+            helper.make_tensor_value_info("sampling_locations", TensorProto.FLOAT, [N, "q", M, L, P, 2]),
+            helper.make_tensor_value_info("attention_weights", TensorProto.FLOAT, [N, "q", M, L, P]),
+        ],
+        [
+            helper.make_tensor_value_info(
+                "out", TensorProto.FLOAT, [N, "q", M, D] if op_type.endswith("_TRT") else [N, "q", M * D]
+            )
+        ],
         initializer=inits,
     )
     imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
@@ -215,7 +245,9 @@ def test_c23_lower_cli(c23, tmp_path):
 
 def test_lower_refuses_unknown_plugin_attributes(c23):
     model = _plugin_model(c23, "mmdeploy", "MMCVMultiScaleDeformableAttention", np.int64, 17, im2col_step=64, mode=1)
-    with pytest.raises(ValueError, match=r"node msda \(mmdeploy::MMCVMultiScaleDeformableAttention\): unknown attribute"):
+    with pytest.raises(
+        ValueError, match=r"node msda \(mmdeploy::MMCVMultiScaleDeformableAttention\): unknown attribute"
+    ):
         deform_onnx.lower(model)
     del model.graph.node[0].attribute[1]  # mode
     del model.graph.node[0].input[4]
@@ -228,8 +260,9 @@ def test_fused_op_other_dtypes(c23, dtype):
     """float16 (coordinates in float32) and float64 files match PyTorch at the dtype's export tolerance."""
     c, shapes, args = c23
     args = tuple(t.to(dtype) for t in args)
-    report = deform_onnx.export(MSDeformAttnCore(shapes), args, io.BytesIO(), opset_version=17,
-                                dynamo=False, input_names=NAMES)
+    report = deform_onnx.export(
+        MSDeformAttnCore(shapes), args, io.BytesIO(), opset_version=17, dynamo=False, input_names=NAMES
+    )
     (tol,) = report.tolerances.values()
     assert tol.dtype == str(dtype).removeprefix("torch.") and report.max_error <= tol.atol
 
@@ -239,8 +272,8 @@ def test_grid_of_another_dtype_is_cast_to_the_input_dtype():
     Deformable DETR; PyTorch itself requires one dtype) is cast, since ORT has no mixed GridSample kernel."""
     import onnx_ir as ir
 
-    from deform_onnx.ops.grid_sample.binding import emit_grid_sampler
     from deform_onnx.builder import TapeBuilder
+    from deform_onnx.ops.grid_sample.binding import emit_grid_sampler
 
     x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 2, 4, 5]))
     grid = ir.Value(name="grid", type=ir.TensorType(ir.DataType.DOUBLE), shape=ir.Shape([1, 3, 3, 2]))

@@ -112,14 +112,26 @@ def assert_matches(got, want) -> None:
 def rtdetr():
     """``(model, {size: photo}, {size: PyTorch outputs}, num_queries)``; seed 3 of :func:`unit_scale`."""
     backbone = transformers.RTDetrResNetConfig(
-        depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 64], embedding_size=16, layer_type="basic",
+        depths=[1, 1, 1, 1],
+        hidden_sizes=[16, 32, 64, 64],
+        embedding_size=16,
+        layer_type="basic",
         out_features=["stage2", "stage3", "stage4"],
     )
     config = transformers.RTDetrConfig(
-        backbone_config=backbone, use_pretrained_backbone=False, encoder_in_channels=[32, 64, 64],
-        encoder_hidden_dim=32, d_model=32, decoder_in_channels=[32, 32, 32], encoder_ffn_dim=64,
-        decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2, decoder_layers=1,
-        num_queries=10, num_labels=5,
+        backbone_config=backbone,
+        use_pretrained_backbone=False,
+        encoder_in_channels=[32, 64, 64],
+        encoder_hidden_dim=32,
+        d_model=32,
+        decoder_in_channels=[32, 32, 32],
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        decoder_layers=1,
+        num_queries=10,
+        num_labels=5,
         attn_implementation="eager",  # scaled_dot_product_attention has no symbolic below opset 14
     )
     photos = {size: load_photo(size) for size in (EXPORT_SIZE, OTHER_SIZE)}
@@ -214,13 +226,24 @@ def mask2former():
     """``(model, photo, PyTorch outputs)``: a ResNet backbone (transformers' default is Swin), one
     pixel-decoder encoder layer, two decoder layers; seed 0 of :func:`unit_scale`."""
     backbone = transformers.ResNetConfig(
-        depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 64], embedding_size=16,
+        depths=[1, 1, 1, 1],
+        hidden_sizes=[16, 32, 64, 64],
+        embedding_size=16,
         out_features=["stage1", "stage2", "stage3", "stage4"],
     )
     config = transformers.Mask2FormerConfig(
-        backbone_config=backbone, use_pretrained_backbone=False, feature_size=32, mask_feature_size=32,
-        hidden_dim=32, encoder_feedforward_dim=64, dim_feedforward=64, encoder_layers=1, decoder_layers=2,
-        num_attention_heads=2, num_queries=10, num_labels=5,
+        backbone_config=backbone,
+        use_pretrained_backbone=False,
+        feature_size=32,
+        mask_feature_size=32,
+        hidden_dim=32,
+        encoder_feedforward_dim=64,
+        dim_feedforward=64,
+        encoder_layers=1,
+        decoder_layers=2,
+        num_attention_heads=2,
+        num_queries=10,
+        num_labels=5,
     )
     photo = load_photo(EXPORT_SIZE)
     torch.manual_seed(0)

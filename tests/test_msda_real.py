@@ -29,12 +29,24 @@ class LastHidden(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def detr():
-    backbone = transformers.ResNetConfig(depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 64], embedding_size=16,
-                                         out_features=["stage2", "stage3", "stage4"])
+    backbone = transformers.ResNetConfig(
+        depths=[1, 1, 1, 1],
+        hidden_sizes=[16, 32, 64, 64],
+        embedding_size=16,
+        out_features=["stage2", "stage3", "stage4"],
+    )
     config = transformers.DeformableDetrConfig(
-        use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone, d_model=64,
-        encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=20,
-        encoder_attention_heads=4, decoder_attention_heads=4,
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=backbone,
+        d_model=64,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        num_queries=20,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
         attn_implementation="eager",  # scaled_dot_product_attention has no symbolic below opset 14
     )
     torch.manual_seed(0)

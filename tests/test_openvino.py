@@ -15,10 +15,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvino`")
 
-import deform_onnx  # noqa: E402
-import deform_onnx.openvino as dov  # noqa: E402
-from test_rewrite import mmcv_model  # noqa: E402
-from util import Config, DeformLayer, assert_close, case_config, make_inputs, reference  # noqa: E402
+import deform_onnx
+import deform_onnx.openvino as dov
+from test_rewrite import mmcv_model
+from util import Config, DeformLayer, assert_close, case_config, make_inputs, reference
 
 
 def run_ov(model, inputs: dict[str, torch.Tensor]) -> np.ndarray:
@@ -82,7 +82,9 @@ def test_c12_border_flag_matters(c12_native, monkeypatch):
 @pytest.mark.parametrize("opset", [17, 16, 11])
 def test_dynamo_native_lowered_runs_on_openvino(c12_native, opset):
     path, layer, inputs = c12_native
-    assert_close(run_ov(deform_onnx.lower(path, opset=opset), inputs), reference(layer, inputs), what=f"lowered@{opset}")
+    assert_close(
+        run_ov(deform_onnx.lower(path, opset=opset), inputs), reference(layer, inputs), what=f"lowered@{opset}"
+    )
 
 
 def _native_node_model(cfg: Config, layer: DeformLayer, inputs, empty_bias: bool) -> onnx.ModelProto:
@@ -92,11 +94,20 @@ def _native_node_model(cfg: Config, layer: DeformLayer, inputs, empty_bias: bool
     if not empty_bias:
         inits.append(numpy_helper.from_array(layer.conv.bias.detach().numpy(), "b"))
     node = helper.make_node(
-        "DeformConv", names, ["y"], name="dc", dilations=list(cfg.dilation), group=cfg.groups,
-        kernel_shape=list(cfg.kernel), offset_group=cfg.offset_groups, pads=[*cfg.padding, *cfg.padding], strides=list(cfg.stride),
+        "DeformConv",
+        names,
+        ["y"],
+        name="dc",
+        dilations=list(cfg.dilation),
+        group=cfg.groups,
+        kernel_shape=list(cfg.kernel),
+        offset_group=cfg.offset_groups,
+        pads=[*cfg.padding, *cfg.padding],
+        strides=list(cfg.stride),
     )
     graph = helper.make_graph(
-        [node], "g",
+        [node],
+        "g",
         [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in inputs.items()],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [cfg.N, cfg.C_out, *cfg.out_hw()])],
         inits,
@@ -108,8 +119,20 @@ def _native_node_model(cfg: Config, layer: DeformLayer, inputs, empty_bias: bool
 def test_extension_layout_with_groups_stride_dilation(empty_bias):
     # Uneven stride/padding/dilation, groups and offset groups: a swapped (dy, dx) or group layout fails.
     cfg = Config(
-        N=2, C_in=8, C_out=6, H=9, W=11, kernel=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2),
-        groups=2, offset_groups=2, mask=True, bias=False if empty_bias else True, offset_scale=2.0,
+        N=2,
+        C_in=8,
+        C_out=6,
+        H=9,
+        W=11,
+        kernel=(3, 2),
+        stride=(2, 1),
+        padding=(1, 0),
+        dilation=(1, 2),
+        groups=2,
+        offset_groups=2,
+        mask=True,
+        bias=False if empty_bias else True,
+        offset_scale=2.0,
     )
     layer = DeformLayer(cfg)
     inputs = make_inputs(cfg)
@@ -117,7 +140,9 @@ def test_extension_layout_with_groups_stride_dilation(empty_bias):
     assert_close(run_ov(model, inputs), reference(layer, inputs), what=f"extension empty_bias={empty_bias}")
 
 
-@pytest.mark.parametrize("modulated, bias, domain", [(False, False, "mmcv"), (True, True, "mmcv"), (True, False, "mmdeploy")])
+@pytest.mark.parametrize(
+    "modulated, bias, domain", [(False, False, "mmcv"), (True, True, "mmcv"), (True, False, "mmdeploy")]
+)
 def test_extension_mmcv_nodes(modulated, bias, domain):
     cfg = Config(C_in=8, C_out=4, H=7, W=8, stride=(1, 2), groups=2, offset_groups=2, mask=modulated, bias=bias)
     proto, layer, feeds = mmcv_model(cfg, modulated=modulated, domain=domain)

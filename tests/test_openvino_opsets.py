@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvino`")
 
-import deform_onnx  # noqa: E402
-from deform_onnx.exporters.torchscript import MAX_OPSET  # noqa: E402
-from deform_onnx.ops.registry import LOWERINGS  # noqa: E402
-from test_openvino import run_ov  # noqa: E402
-from util import assert_close, reference  # noqa: E402
+import deform_onnx
+from deform_onnx.exporters.torchscript import MAX_OPSET
+from deform_onnx.ops.registry import LOWERINGS
+from test_openvino import run_ov
+from util import assert_close, reference
 
 SWEEP = [(m, o) for m in ("grid_sample", "gather") for o in range(LOWERINGS[m].min_opset, MAX_OPSET + 1)]
 

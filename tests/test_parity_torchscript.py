@@ -93,16 +93,35 @@ def _pair_can_fit(names, i, a, j, b) -> bool:
 
 DYNAMIC_CONFIGS = {
     # grouped, strided, dilated, mask and bias; padding lets H = W = 1 fit.
-    "grouped": Config(N=2, C_in=6, C_out=4, H=9, W=8, kernel=(3, 3), stride=(2, 1), padding=(2, 1),
-                      dilation=(2, 1), groups=2, offset_groups=3, mask=True, bias=True),
+    "grouped": Config(
+        N=2,
+        C_in=6,
+        C_out=4,
+        H=9,
+        W=8,
+        kernel=(3, 3),
+        stride=(2, 1),
+        padding=(2, 1),
+        dilation=(2, 1),
+        groups=2,
+        offset_groups=3,
+        mask=True,
+        bias=True,
+    ),
     # plain DCNv1 without bias, non-square kernel, no padding along W.
     "plain": Config(N=1, C_in=6, C_out=6, H=7, W=6, kernel=(3, 2), padding=(1, 0), mask=False, bias=False),
 }
 #: (N, H, W) run sizes per config, all different from the export size.
 DYNAMIC_SIZES = {"grouped": [(3, 13, 5), (1, 1, 20)], "plain": [(2, 5, 17), (3, 20, 2)]}
 DYNAMIC_EXPORTS = [
-    ("native", 19), ("native", 20), ("grid_sample", 16), ("grid_sample", 20),
-    ("gather", 11), ("gather", 17), ("auto", 13), ("auto", 17),
+    ("native", 19),
+    ("native", 20),
+    ("grid_sample", 16),
+    ("grid_sample", 20),
+    ("gather", 11),
+    ("gather", 17),
+    ("auto", 13),
+    ("auto", 17),
 ]
 
 
@@ -133,8 +152,20 @@ MODULE_KINDS = [("native", 19), ("grid_sample", 17), ("gather", 11), ("auto", 12
 @pytest.mark.parametrize("kind", ["traced", "scripted"])
 @pytest.mark.parametrize("method,opset", MODULE_KINDS, ids=[f"{m}-op{o}" for m, o in MODULE_KINDS])
 def test_traced_and_scripted_modules(register, method, opset, kind):
-    cfg = Config(N=2, C_in=6, C_out=4, H=7, W=9, kernel=(3, 2), stride=(2, 1), padding=(1, 1),
-                 groups=2, offset_groups=3, mask=True, bias=True)
+    cfg = Config(
+        N=2,
+        C_in=6,
+        C_out=4,
+        H=7,
+        W=9,
+        kernel=(3, 2),
+        stride=(2, 1),
+        padding=(1, 1),
+        groups=2,
+        offset_groups=3,
+        mask=True,
+        bias=True,
+    )
     register(method)
     model = DeformLayer(cfg)
     inputs = make_inputs(cfg)

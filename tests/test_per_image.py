@@ -16,7 +16,6 @@ import torch
 
 import deform_onnx
 from deform_onnx.ops.deform_conv import common
-
 from util import Config, DeformLayer, assert_close, make_inputs, reference, run_ort
 
 CFG = Config(N=3, C_in=4, C_out=4, H=64, W=64, groups=2, offset_groups=2)
@@ -26,8 +25,18 @@ def _export(cfg: Config, method: str, dynamo: bool, dynamic_batch: bool = False)
     model, inputs = DeformLayer(cfg), make_inputs(cfg)
     axes = {name: {0: "N"} for name in (*inputs, "y")} if dynamic_batch else None
     buf = io.BytesIO()
-    deform_onnx.export(model, tuple(inputs.values()), buf, opset_version=17, method=method, dynamo=dynamo,
-                       input_names=list(inputs), output_names=["y"], dynamic_axes=axes, verify=False)
+    deform_onnx.export(
+        model,
+        tuple(inputs.values()),
+        buf,
+        opset_version=17,
+        method=method,
+        dynamo=dynamo,
+        input_names=list(inputs),
+        output_names=["y"],
+        dynamic_axes=axes,
+        verify=False,
+    )
     return onnx.load_from_string(buf.getvalue()), model, inputs
 
 

@@ -118,8 +118,9 @@ def test_report_says_what_and_why_with_a_per_layer_table(files):
 def test_quantizing_the_offset_path_moves_samples_further(files):
     """What the placement avoids, measured: with the predictors quantized the samples move further."""
     other = files["tmp"] / "offset_quantized.onnx"
-    report = deform_onnx.quantize(files["native"], other, files["calibration"], eval_inputs=load_photo(),
-                                  quantize_offset_path=True)
+    report = deform_onnx.quantize(
+        files["native"], other, files["calibration"], eval_inputs=load_photo(), quantize_offset_path=True
+    )
     default = files["report"]
     assert any(why == "offset path, quantized on request" for _, _, why in report.quantized)
     assert report.sample_shift_px > default.sample_shift_px
@@ -137,13 +138,26 @@ def test_cli_quantizes_from_a_folder_of_images(example, files):
     folder.mkdir()
     for name in CALIBRATION:
         image = getattr(skimage.data, name)()
-        skimage.io.imsave(folder / f"{name}.png", np.stack([image] * 3, -1) if image.ndim == 2 else image,
-                          check_contrast=False)
+        skimage.io.imsave(
+            folder / f"{name}.png", np.stack([image] * 3, -1) if image.ndim == 2 else image, check_contrast=False
+        )
     out = files["tmp"] / "cli_int8.onnx"
-    result = CliRunner().invoke(app, [
-        "quantize", str(files["native"]), "-o", str(out), "--calibration", str(folder),
-        "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225", "--table",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "quantize",
+            str(files["native"]),
+            "-o",
+            str(out),
+            "--calibration",
+            str(folder),
+            "--mean",
+            "0.485,0.456,0.406",
+            "--std",
+            "0.229,0.224,0.225",
+            "--table",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert f"wrote {out}" in result.output and "| tensor |" in result.output
     assert cosine(run(out, photo.numpy()), want) >= MIN_COSINE
@@ -172,8 +186,9 @@ def test_tensorrt_target_follows_explicit_quantization_rules(example, files):
     # And a Q on a weighted op's output (TensorRT's placement quantizes inputs).
     matmul = next(n for n in qmodel.graph.node if n.name in {q for q, op, _ in report.quantized if op == "MatMul"})
     scale = next(n.input[1] for n in qmodel.graph.node if n.op_type == "QuantizeLinear")
-    qmodel.graph.node.append(onnx.helper.make_node("QuantizeLinear", [matmul.output[0], scale], ["planted"],
-                                                   name="planted_q"))
+    qmodel.graph.node.append(
+        onnx.helper.make_node("QuantizeLinear", [matmul.output[0], scale], ["planted"], name="planted_q")
+    )
     assert any("planted_q" in v and "output" in v for v in tensorrt_violations(qmodel, placement_of(report)))
 
 
@@ -181,8 +196,10 @@ def placement_of(report):
     """A Placement naming the report's quantized nodes (what tensorrt_violations checks inputs of)."""
     from deform_onnx.quantize import Placement
 
-    return Placement(quantize=[n for n, _, _ in report.quantized],
-                     offset_path={n for n, _, why in report.kept_float if why.startswith("offset path")})
+    return Placement(
+        quantize=[n for n, _, _ in report.quantized],
+        offset_path={n for n, _, why in report.kept_float if why.startswith("offset path")},
+    )
 
 
 def test_bad_input_is_refused_before_work_and_nothing_is_written(files):
@@ -204,8 +221,9 @@ def test_bad_input_is_refused_before_work_and_nothing_is_written(files):
         Preprocess(layout="CHW")
     from deform_onnx.cli import app
 
-    result = CliRunner().invoke(app, ["quantize", str(files["native"]), "-o", str(dst), "-c", str(files["tmp"]),
-                                      "--mean", "0.5,0.5"])
+    result = CliRunner().invoke(
+        app, ["quantize", str(files["native"]), "-o", str(dst), "-c", str(files["tmp"]), "--mean", "0.5,0.5"]
+    )
     assert result.exit_code == 2 and "--mean" in result.output
     assert not dst.exists()
 
@@ -222,8 +240,11 @@ def test_openvino_target_quantizes_with_nncf_and_keeps_predictors_float(example,
     model = ov.Core().read_model(str(out))
     predictors = {n for n, _, why in report.kept_float if why.startswith("offset path") and n.startswith("node_conv")}
     assert predictors  # the example's four offset/mask predictors
-    fake_quantized = [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "Convolution"
-                      and op.input_value(0).get_node().get_type_name() == "FakeQuantize"]
+    fake_quantized = [
+        op.get_friendly_name()
+        for op in model.get_ops()
+        if op.get_type_name() == "Convolution" and op.input_value(0).get_node().get_type_name() == "FakeQuantize"
+    ]
     assert fake_quantized  # the model's own convolutions are INT8
     assert not [n for n in fake_quantized if n.split("/")[0] in predictors]
     got = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})([photo.numpy()])[0]
@@ -241,7 +262,8 @@ def test_integer_contraction_form_is_the_same_convolution(example, files, method
     ops = {n.op_type for n in lowered.graph.node}
     assert "Sum" in ops and "DeformConv" not in ops
     got = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, {lowered.graph.input[0].name: photo.numpy()})[0]
+        None, {lowered.graph.input[0].name: photo.numpy()}
+    )[0]
     assert np.abs(got - want).max() <= 1e-4
 
 
@@ -267,5 +289,6 @@ def test_64_channel_dcnv2_stack_keeps_cosine_on_an_unseen_photo(tmp_path):
     report = deform_onnx.quantize(native, out, [bench.photo(n, 96) for n in CALIBRATION], eval_inputs=photo)
     assert report.fused.get("MatMulIntegerToFloat") == 9  # 3 layers x 3 kernel rows
     assert {n for n, op, why in report.kept_float if op == "Conv"} and all(
-        why.startswith("offset path") for _, op, why in report.kept_float if op == "Conv")
+        why.startswith("offset path") for _, op, why in report.kept_float if op == "Conv"
+    )
     assert cosine(run(out, photo.numpy()), want) >= MIN_COSINE

@@ -103,7 +103,7 @@ class TPS(torch.nn.Module):
         delta[:fiducials, 1:3] = C
         delta[:fiducials, 3:] = d**2 * torch.log(d + torch.eye(fiducials, dtype=f64))
         delta[fiducials, 3:] = 1
-        delta[fiducials + 1:, 3:] = C.T
+        delta[fiducials + 1 :, 3:] = C.T
         self.register_buffer("inv_delta_C", torch.linalg.inv(delta).float())
         H, W = size
         gx = (torch.arange(-W, W, 2, dtype=f64) + 1.0) / W

@@ -41,8 +41,15 @@ def dynamo_native(cfg: Config, opset: int, path, seed: int = 0):
     layer = DeformLayer(cfg, seed=seed)
     inputs = make_inputs(cfg, seed=seed + 1)
     torch.onnx.export(
-        layer, tuple(inputs.values()), str(path), dynamo=True, opset_version=opset,
-        input_names=list(inputs), output_names=["y"], verbose=False, external_data=False,
+        layer,
+        tuple(inputs.values()),
+        str(path),
+        dynamo=True,
+        opset_version=opset,
+        input_names=list(inputs),
+        output_names=["y"],
+        verbose=False,
+        external_data=False,
     )
     assert "DeformConv" in op_types(onnx.load(str(path))), "premise: the dynamo exporter emits DeformConv"
     return layer, inputs
@@ -70,11 +77,23 @@ def mmcv_model(cfg: Config, *, modulated: bool, domain: str = "mmcv", opset: int
         names = ["input", "offset", "weight"]
         op, attrs = "MMCVDeformConv2d", {"bias": 0, "im2col_step": 32}
     node = helper.make_node(
-        op, names, ["y"], name="dcn", domain=domain,
-        stride=list(cfg.stride), padding=list(cfg.padding), dilation=list(cfg.dilation),
-        groups=cfg.groups, deform_groups=cfg.offset_groups, **attrs,
+        op,
+        names,
+        ["y"],
+        name="dcn",
+        domain=domain,
+        stride=list(cfg.stride),
+        padding=list(cfg.padding),
+        dilation=list(cfg.dilation),
+        groups=cfg.groups,
+        deform_groups=cfg.offset_groups,
+        **attrs,
     )
-    graph_inputs = [helper.make_tensor_value_info(n, F, list(inputs[k].shape)) for n, k in zip(names, ("x", "offset", "mask")) if k in inputs]
+    graph_inputs = [
+        helper.make_tensor_value_info(n, F, list(inputs[k].shape))
+        for n, k in zip(names, ("x", "offset", "mask"))
+        if k in inputs
+    ]
     y = helper.make_tensor_value_info("y", F, [cfg.N, cfg.C_out, *cfg.out_hw()])
     graph = helper.make_graph([node], "mmcv", graph_inputs, [y], inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(domain, 1)])
@@ -132,12 +151,18 @@ def test_deformconv_in_too_old_opset_file_is_rescued():
     cfg = Config(C_in=4, C_out=4, H=6, W=7, offset_groups=2, mask=True, bias=True)
     layer = DeformLayer(cfg)
     inputs = make_inputs(cfg)
-    node = helper.make_node("DeformConv", ["x", "w", "offset", "b", "mask"], ["y"], name="dc", pads=[1, 1, 1, 1], offset_group=2)
+    node = helper.make_node(
+        "DeformConv", ["x", "w", "offset", "b", "mask"], ["y"], name="dc", pads=[1, 1, 1, 1], offset_group=2
+    )
     graph = helper.make_graph(
-        [node], "g",
+        [node],
+        "g",
         [helper.make_tensor_value_info(k, F, list(v.shape)) for k, v in inputs.items()],
         [helper.make_tensor_value_info("y", F, [cfg.N, cfg.C_out, *cfg.out_hw()])],
-        [numpy_helper.from_array(layer.conv.weight.detach().numpy(), "w"), numpy_helper.from_array(layer.conv.bias.detach().numpy(), "b")],
+        [
+            numpy_helper.from_array(layer.conv.weight.detach().numpy(), "w"),
+            numpy_helper.from_array(layer.conv.bias.detach().numpy(), "b"),
+        ],
     )
     invalid = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(onnx.checker.ValidationError):
@@ -156,7 +181,9 @@ def test_c09_mmcv_modulated_lowers_to_standard_ops():
     standard_only(lowered)
     assert "mmcv" not in {o.domain for o in lowered.opset_import}
     assert default_opset(lowered) == 13
-    assert_close(run_feeds(lowered, feeds), reference(layer, dict(zip(("x", "offset", "mask"), feeds.values()))), what="c09")
+    assert_close(
+        run_feeds(lowered, feeds), reference(layer, dict(zip(("x", "offset", "mask"), feeds.values()))), what="c09"
+    )
 
 
 MMCV_KINDS = [
@@ -173,8 +200,19 @@ MMCV_KINDS = [
 def test_mmcv_nodes_lower_and_match_torchvision(modulated, bias, domain):
     # Uneven stride/padding/dilation and groups catch a swapped (h, w) or a layout slip.
     cfg = Config(
-        C_in=8, C_out=6, H=9, W=11, kernel=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2),
-        groups=2, offset_groups=2, mask=modulated, bias=bias, offset_scale=2.0,
+        C_in=8,
+        C_out=6,
+        H=9,
+        W=11,
+        kernel=(3, 2),
+        stride=(2, 1),
+        padding=(1, 0),
+        dilation=(1, 2),
+        groups=2,
+        offset_groups=2,
+        mask=modulated,
+        bias=bias,
+        offset_scale=2.0,
     )
     proto, layer, feeds = mmcv_model(cfg, modulated=modulated, domain=domain)
     lowered = deform_onnx.lower(proto)
@@ -190,14 +228,18 @@ def test_mmdeploy_four_entry_padding():
     attr = next(a for a in proto.graph.node[0].attribute if a.name == "padding")
     attr.ints[:] = [1, 1, 1, 1]  # mmdeploy writes [ph, ph, pw, pw]
     lowered = deform_onnx.lower(proto)
-    assert_close(run_feeds(lowered, feeds), reference(layer, dict(zip(("x", "offset"), feeds.values()))), what="4-entry padding")
+    assert_close(
+        run_feeds(lowered, feeds), reference(layer, dict(zip(("x", "offset"), feeds.values()))), what="4-entry padding"
+    )
     # [ph, ph, pw, pw] with ph != pw: padding (1, 0), as mmdeploy's symbolic wrote it.
     cfg10 = cfg.at(padding=(1, 0))
     proto, layer, feeds = mmcv_model(cfg10, modulated=False, domain="mmdeploy")
     attr = next(a for a in proto.graph.node[0].attribute if a.name == "padding")
     attr.ints[:] = [1, 1, 0, 0]
     lowered = deform_onnx.lower(proto)
-    assert_close(run_feeds(lowered, feeds), reference(layer, dict(zip(("x", "offset"), feeds.values()))), what="[1, 1, 0, 0]")
+    assert_close(
+        run_feeds(lowered, feeds), reference(layer, dict(zip(("x", "offset"), feeds.values()))), what="[1, 1, 0, 0]"
+    )
     attr.ints[:] = [1, 0, 1, 0]  # means (1, 0) to mmdeploy's kernels but not to its symbolic
     with pytest.raises(ValueError, match="dcn.*ambiguous"):
         deform_onnx.lower(proto)
@@ -216,16 +258,36 @@ def two_node_model(opset: int = 19, batch: int | str = "N") -> onnx.ModelProto:
     nodes = [
         helper.make_node("Relu", ["x"], ["xr"], name="relu"),
         helper.make_node("Conv", ["xr", "w_off"], ["off"], name="offset_conv", pads=[1, 1, 1, 1], doc_string="offsets"),
-        helper.make_node("DeformConv", ["xr", "w1", "off", "b1"], ["d1"], name="dc1", pads=[1, 1, 1, 1], kernel_shape=[3, 3], offset_group=2),
-        helper.make_node("DeformConv", ["xr", "w2", "off"], ["d2"], name="dc2", pads=[1, 1, 1, 1], group=2, offset_group=2),
+        helper.make_node(
+            "DeformConv",
+            ["xr", "w1", "off", "b1"],
+            ["d1"],
+            name="dc1",
+            pads=[1, 1, 1, 1],
+            kernel_shape=[3, 3],
+            offset_group=2,
+        ),
+        helper.make_node(
+            "DeformConv", ["xr", "w2", "off"], ["d2"], name="dc2", pads=[1, 1, 1, 1], group=2, offset_group=2
+        ),
         helper.make_node("Add", ["d1", "d2"], ["y"], name="add"),
     ]
     graph = helper.make_graph(
-        nodes, "two", [helper.make_tensor_value_info("x", F, [batch, 6, 8, 9])], [helper.make_tensor_value_info("y", F, [batch, 6, 8, 9])], inits,
-        value_info=[helper.make_tensor_value_info("off", F, [batch, 36, 8, 9]), helper.make_tensor_value_info("d1", F, [batch, 6, 8, 9])],
+        nodes,
+        "two",
+        [helper.make_tensor_value_info("x", F, [batch, 6, 8, 9])],
+        [helper.make_tensor_value_info("y", F, [batch, 6, 8, 9])],
+        inits,
+        value_info=[
+            helper.make_tensor_value_info("off", F, [batch, 36, 8, 9]),
+            helper.make_tensor_value_info("d1", F, [batch, 6, 8, 9]),
+        ],
     )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.example", 2)], producer_name="test", doc_string="doc"
+        graph,
+        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.example", 2)],
+        producer_name="test",
+        doc_string="doc",
     )
     helper.set_model_props(model, {"author": "tests"})
     onnx.checker.check_model(model, full_check=True)
@@ -259,7 +321,9 @@ def assert_untouched(before: onnx.ModelProto, after: onnx.ModelProto, replaced: 
     assert {k: new_init.get(k) for k in old_init} == old_init
     assert [v.SerializeToString() for v in after.graph.input] == [v.SerializeToString() for v in before.graph.input]
     assert [v.SerializeToString() for v in after.graph.output] == [v.SerializeToString() for v in before.graph.output]
-    assert [v.SerializeToString() for v in after.graph.value_info] == [v.SerializeToString() for v in before.graph.value_info]
+    assert [v.SerializeToString() for v in after.graph.value_info] == [
+        v.SerializeToString() for v in before.graph.value_info
+    ]
     assert after.metadata_props == before.metadata_props
     assert (after.producer_name, after.doc_string) == (before.producer_name, before.doc_string)
     # Case c25: the IR version written is the lowest the opsets need (onnx's own table).
@@ -286,7 +350,14 @@ def test_external_data_is_kept(tmp_path):
     src_dir.mkdir()
     src = src_dir / "m.onnx"
     # onnx.save moves the tensors of the proto it saves to external data: save a copy.
-    onnx.save(two_node_model(), str(src), save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    onnx.save(
+        two_node_model(),
+        str(src),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
     src_bytes = {p.name: p.read_bytes() for p in src_dir.iterdir()}
     report = lower_file(src, dst_dir / "out.onnx")
     assert [r.node for r in report.replaced] == ["dc1", "dc2"]
@@ -326,7 +397,10 @@ def test_model_without_deformable_nodes_comes_back_unchanged(tmp_path):
 
 # -- errors ---------------------------------------------------------------------------------------
 def _single(node: onnx.NodeProto, weight_shape, opset: int = 19, weight_as_input: bool = False) -> onnx.ModelProto:
-    inputs = [helper.make_tensor_value_info("x", F, [1, 4, 6, 6]), helper.make_tensor_value_info("offset", F, [1, 18, 4, 4])]
+    inputs = [
+        helper.make_tensor_value_info("x", F, [1, 4, 6, 6]),
+        helper.make_tensor_value_info("offset", F, [1, 18, 4, 4]),
+    ]
     inits = []
     if weight_as_input:
         inputs.append(helper.make_tensor_value_info("w", F, weight_shape))
@@ -339,14 +413,49 @@ def _single(node: onnx.NodeProto, weight_shape, opset: int = 19, weight_as_input
 @pytest.mark.parametrize(
     "node, weight_shape, kwargs, match",
     [
-        (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n1", foo=1), [4, 4, 3, 3], {}, "n1.*unknown attribute.*foo"),
-        (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n2", pads=[0] * 6), [4, 4, 3, 3, 3], {}, "n2.*2-D"),
+        (
+            helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n1", foo=1),
+            [4, 4, 3, 3],
+            {},
+            "n1.*unknown attribute.*foo",
+        ),
+        (
+            helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n2", pads=[0] * 6),
+            [4, 4, 3, 3, 3],
+            {},
+            "n2.*2-D",
+        ),
         (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n3"), [4, 4, 3, 3, 3], {}, "n3.*2-D"),
-        (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n4", pads=[1, 1, 0, 0]), [4, 4, 3, 3], {}, "n4.*offset height 4 does not match the output height 5"),
-        (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n5"), ["Co", 4, 3, 3], {"weight_as_input": True}, "n5.*weight's shape is not static"),
-        (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n6", kernel_shape=[5, 5]), [4, 4, 3, 3], {}, r"n6.*kernel \(5, 5\) does not match the weight"),
-        (helper.make_node("MMCVDeformConv2d", ["x", "offset", "w"], ["y"], name="n7", domain="mmcv", bias=1), [4, 4, 3, 3], {}, "n7.*bias"),
-        (helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n8", group=3), [4, 4, 3, 3], {}, "n8.*groups"),
+        (
+            helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n4", pads=[1, 1, 0, 0]),
+            [4, 4, 3, 3],
+            {},
+            "n4.*offset height 4 does not match the output height 5",
+        ),
+        (
+            helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n5"),
+            ["Co", 4, 3, 3],
+            {"weight_as_input": True},
+            "n5.*weight's shape is not static",
+        ),
+        (
+            helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n6", kernel_shape=[5, 5]),
+            [4, 4, 3, 3],
+            {},
+            r"n6.*kernel \(5, 5\) does not match the weight",
+        ),
+        (
+            helper.make_node("MMCVDeformConv2d", ["x", "offset", "w"], ["y"], name="n7", domain="mmcv", bias=1),
+            [4, 4, 3, 3],
+            {},
+            "n7.*bias",
+        ),
+        (
+            helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="n8", group=3),
+            [4, 4, 3, 3],
+            {},
+            "n8.*groups",
+        ),
     ],
 )
 def test_bad_nodes_raise_naming_the_node(node, weight_shape, kwargs, match):
@@ -355,7 +464,11 @@ def test_bad_nodes_raise_naming_the_node(node, weight_shape, kwargs, match):
 
 
 def test_opset_too_low_for_method_names_the_fix():
-    model = _single(helper.make_node("MMCVDeformConv2d", ["x", "offset", "w"], ["y"], name="n", domain="mmcv"), [4, 4, 3, 3], opset=13)
+    model = _single(
+        helper.make_node("MMCVDeformConv2d", ["x", "offset", "w"], ["y"], name="n", domain="mmcv"),
+        [4, 4, 3, 3],
+        opset=13,
+    )
     with pytest.raises(ValueError, match="opset 13.*--opset"):
         deform_onnx.lower(model, method="grid_sample")
     lowered = deform_onnx.lower(model, method="grid_sample", opset=16)
@@ -379,9 +492,16 @@ def test_node_in_subgraph_with_constant_weight():
     weight = (rng.standard_normal((4, 4, 3, 3)) / 6).astype(np.float32)
     then_graph = helper.make_graph(
         [helper.make_node("DeformConv", ["x", "wc", "offset"], ["yt"], name="inner", pads=[1, 1, 1, 1])],
-        "then", [], [helper.make_tensor_value_info("yt", F, [1, 4, 5, 5])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("yt", F, [1, 4, 5, 5])],
     )
-    else_graph = helper.make_graph([helper.make_node("Identity", ["x"], ["ye"])], "else", [], [helper.make_tensor_value_info("ye", F, [1, 4, 5, 5])])
+    else_graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["ye"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("ye", F, [1, 4, 5, 5])],
+    )
     graph = helper.make_graph(
         [
             helper.make_node("Constant", [], ["wc"], name="weight", value=numpy_helper.from_array(weight)),
@@ -422,6 +542,9 @@ def test_failed_opset_conversion_names_the_lowest_reachable_opset():
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    with pytest.raises(ValueError, match=r"no adapter from version 15 for BatchNormalization\); the lowest opset this model converts to is 14"):
+    with pytest.raises(
+        ValueError,
+        match=r"no adapter from version 15 for BatchNormalization\); the lowest opset this model converts to is 14",
+    ):
         deform_onnx.lower(model, opset=11)
     assert next(o.version for o in deform_onnx.lower(model, opset=14).opset_import if o.domain == "") == 14

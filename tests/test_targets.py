@@ -18,9 +18,9 @@ import pytest
 from typer.testing import CliRunner
 
 import deform_onnx
+from deform_onnx.builder.forms import EMIT_FORMS
 from deform_onnx.cli import app
 from deform_onnx.targets import TARGET_NAMES, all_targets, resolve_target, violations
-from deform_onnx.builder.forms import EMIT_FORMS
 from deform_onnx.targets.rules import RULES
 from util import DeformLayer, assert_close, case_config, make_inputs, op_types, reference, run_ort
 
@@ -206,4 +206,6 @@ def test_cli_targets_and_faults(tmp_path, layer_inputs):
     assert "the file as is passes its rules" in result.stdout  # TensorRT has a DeformConv plugin
     result = runner.invoke(app, ["check", str(src), "--target", "directml", "--runtime", "ort"])
     assert result.exit_code == 1, result.output  # check --target exits 1 when the file breaks the rules (3fc1346)
-    assert "the file as is breaks" in result.stdout and "DeformConv node(s): DirectML has no DeformConv" in result.stdout
+    assert (
+        "the file as is breaks" in result.stdout and "DeformConv node(s): DirectML has no DeformConv" in result.stdout
+    )

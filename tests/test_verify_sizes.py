@@ -132,8 +132,11 @@ def test_frozen_size_is_refused_at_a_second_size(tmp_path, dtype, dynamo):
     static = deform_onnx.export(model, (x,), io.BytesIO(), dynamo=dynamo, input_names=["x"])
     assert static.max_error is not None
     path = tmp_path / "m.onnx"
-    with pytest.raises(ExportError, match=r"does not hold at a second size .*at Split node .*value 256 "
-                                          r"\(H/1\*W/1\) in .*What to do"):
+    with pytest.raises(
+        ExportError,
+        match=r"does not hold at a second size .*at Split node .*value 256 "
+        r"\(H/1\*W/1\) in .*What to do",
+    ):
         deform_onnx.export(model, (x,), path, dynamo=dynamo, input_names=["x"],
                            dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})  # fmt: skip
     assert list(tmp_path.iterdir()) == []

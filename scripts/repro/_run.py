@@ -17,12 +17,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
 
-from deform_onnx.runtimes.venvs import cached_venv  # noqa: E402
 from matrix_runners import BUILDS  # noqa: E402
 
+from deform_onnx.runtimes.venvs import cached_venv  # noqa: E402
 
-def run(build_key: str, model: Path, feeds: dict[str, np.ndarray], output_shape: list[int], timeout: float = 900,
-        args: list[str] | None = None) -> dict:
+
+def run(
+    build_key: str,
+    model: Path,
+    feeds: dict[str, np.ndarray],
+    output_shape: list[int],
+    timeout: float = 900,
+    args: list[str] | None = None,
+) -> dict:
     """Run ``model`` with ``feeds`` in the build keyed ``build_key`` (e.g. ``"pnnx"``, ``"onnx2tf"``).
 
     ``args``: extra command-line arguments of the converter (read by the onnx2tf runner).

@@ -24,7 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _run import run  # noqa: E402
+from _run import run
 
 
 def model(mid: list[int]) -> onnx.ModelProto:
@@ -44,7 +44,11 @@ def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
     out.mkdir(parents=True, exist_ok=True)
     x = np.arange(96, dtype=np.float32).reshape(1, 6, 4, 4)
-    for name, mid in (("ncnn_rank5", [2, 3, 1, 4, 4]), ("ncnn_rank5_lead1", [1, 3, 2, 4, 4]), ("ncnn_rank4", [2, 3, 4, 4])):
+    for name, mid in (
+        ("ncnn_rank5", [2, 3, 1, 4, 4]),
+        ("ncnn_rank5_lead1", [1, 3, 2, 4, 4]),
+        ("ncnn_rank4", [2, 3, 4, 4]),
+    ):
         path = out / f"{name}.onnx"
         onnx.save(model(mid), path)
         print(f"{name}: Reshape to {mid}: ", end="", flush=True)

@@ -78,8 +78,11 @@ def cases() -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor], dict, l
     wide = {"x": torch.randn(1, 16, 16, 20), "offset": torch.randn(1, 18, 16, 20) * 2}
     tflite = {"target": "tflite"}
     M, D, L, P, Lq = 2, 8, 2, 4, 10  # heads, channels per head, levels, points, queries
-    msda = {"value": torch.randn(1, 8 * 8 + 4 * 4, M, D), "loc": torch.rand(1, Lq, M, L, P, 2),
-            "attn": torch.softmax(torch.randn(1, Lq, M, L * P), -1).reshape(1, Lq, M, L, P)}
+    msda = {
+        "value": torch.randn(1, 8 * 8 + 4 * 4, M, D),
+        "loc": torch.rand(1, Lq, M, L, P, 2),
+        "attn": torch.softmax(torch.randn(1, Lq, M, L * P), -1).reshape(1, Lq, M, L, P),
+    }
     return {
         "tflite_gather_apart": (example.stage3, stage3, tflite, []),
         "tflite_gather_together": (example.stage3, stage3, {"method": "gather", "opset_version": 13}, []),

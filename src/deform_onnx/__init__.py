@@ -49,12 +49,12 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from .api import ExportError, ExportReport, VerificationError, export
     from .exporters.dynamo import translation_table
     from .exporters.torchscript import register, unregister
-    from .ops.registry import LOWERINGS, METHODS, resolve_method
-    from .rewrite import lower
-    from .ops.deform_conv.spec import DeformConvSpec
     from .irversion import lowest_ir_version
     from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
+    from .ops.deform_conv.spec import DeformConvSpec
+    from .ops.registry import LOWERINGS, METHODS, resolve_method
     from .quantize import QuantizeReport, quantize
+    from .rewrite import lower
     from .targets import TARGET_NAMES, TARGETS, Target, resolve_target
 
 

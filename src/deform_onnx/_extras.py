@@ -10,8 +10,7 @@ import importlib.util
 
 #: The one-line error when scikit-image (the bundled photo) is missing.
 EXAMPLE_MISSING = (
-    "the bundled example photo needs scikit-image: pip install 'deform-onnx[example]' "
-    "(or pip install scikit-image)"
+    "the bundled example photo needs scikit-image: pip install 'deform-onnx[example]' (or pip install scikit-image)"
 )
 
 

@@ -16,10 +16,8 @@ from . import dynamic_check as _dynamic_check
 from . import sizes as _sizes
 from ._io import write_bytes_atomic
 from .bfloat16 import choose_opset as _bfloat16_opset  # bfloat16: opset 22 (verified in dynamic_check)
-from .large import ExternalSink, is_large
 from .conversion import ConversionError
 from .errors import ExportError, MissingKernelError, VerificationError
-from .irversion import apply_ir_version, check_requested
 from .exporters import dynamo as _dynamo
 from .exporters import rewriters as _rewriters
 from .exporters import torchscript as _torchscript
@@ -28,8 +26,10 @@ from .exporters.calls import cause as _cause
 from .exporters.calls import export_dynamo as _export_dynamo
 from .exporters.calls import export_torchscript as _export_torchscript
 from .exporters.guards import FixedDynamicSize, parameter_names
-from .ops.registry import resolve_method
+from .irversion import apply_ir_version, check_requested
+from .large import ExternalSink, is_large
 from .ops.deform_conv.spec import MIN_OPSET, DeformConvSpec
+from .ops.registry import resolve_method
 from .verification import OutputCheck, Tolerance, Verified
 
 __all__ = ["ExportError", "ExportReport", "VerificationError", "check_deform_modules", "export"]
@@ -205,7 +205,9 @@ def export(
         # Fail before the (slow) export, not after it.
         raise FileNotFoundError(f"output folder {Path(f).parent} does not exist; create it first")
     # Suggestions name methods that work on the path that will run (the fallback reaches 11).
-    lowering = resolve_method(method, opset_version, path_min_opset=DYNAMO_MIN_OPSET if dynamo and not fallback else None)
+    lowering = resolve_method(
+        method, opset_version, path_min_opset=DYNAMO_MIN_OPSET if dynamo and not fallback else None
+    )
     if not isinstance(args, tuple):
         args = (args,)
     _check_opset_range(opset_version, dynamo)
@@ -216,8 +218,22 @@ def export(
         # while exporting (deform_onnx.exporters.rewriters); undone on exit.
         with choice.emitting(), _rewriters.while_exporting():  # hook (issue 12): graph forms for the target
             return _export_eval(
-                model, args, f, opset_version, lowering.name, dynamo, input_names, output_names,
-                dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=choice, ir_version=ir_version,
+                model,
+                args,
+                f,
+                opset_version,
+                lowering.name,
+                dynamo,
+                input_names,
+                output_names,
+                dynamic_shapes,
+                dynamic_axes,
+                verify,
+                rtol,
+                atol,
+                fallback,
+                choice=choice,
+                ir_version=ir_version,
                 verify_shapes=verify_shapes,
             )
     finally:
@@ -226,8 +242,23 @@ def export(
 
 
 def _export_eval(
-    model, args, f, opset_version, method, dynamo, input_names, output_names,
-    dynamic_shapes, dynamic_axes, verify, rtol, atol, fallback, choice=None, ir_version=None, verify_shapes=None,
+    model,
+    args,
+    f,
+    opset_version,
+    method,
+    dynamo,
+    input_names,
+    output_names,
+    dynamic_shapes,
+    dynamic_axes,
+    verify,
+    rtol,
+    atol,
+    fallback,
+    choice=None,
+    ir_version=None,
+    verify_shapes=None,
 ) -> ExportReport:
     start = time.perf_counter()
     fallback_reason, repairs, done = None, [], None
@@ -238,8 +269,21 @@ def _export_eval(
         if dynamo:
             try:
                 done = _try_dynamo(
-                    model, args, opset_version, method, input_names, output_names, dynamic_shapes,
-                    dynamic_axes, verify, rtol, atol, ir_version, choice, sized, sink,
+                    model,
+                    args,
+                    opset_version,
+                    method,
+                    input_names,
+                    output_names,
+                    dynamic_shapes,
+                    dynamic_axes,
+                    verify,
+                    rtol,
+                    atol,
+                    ir_version,
+                    choice,
+                    sized,
+                    sink,
                 )
             except _DynamoUnfit as exc:
                 fallback_reason = str(exc)
@@ -285,7 +329,9 @@ def _export_eval(
     )
     if verified is not None:
         report.max_error, report.worst_output, report.tolerances = (
-            verified.max_error, verified.worst_output, verified.tolerances,
+            verified.max_error,
+            verified.worst_output,
+            verified.tolerances,
         )
         from .ort_distribution import describe  # hook (issue 21): which ONNX Runtime distribution verified it
 
@@ -301,8 +347,21 @@ class _DynamoUnfit(Exception):
 
 
 def _try_dynamo(
-    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify, rtol, atol,
-    ir_version=None, choice=None, sized=None, sink=None,
+    model,
+    args,
+    opset,
+    method,
+    input_names,
+    output_names,
+    dynamic_shapes,
+    dynamic_axes,
+    verify,
+    rtol,
+    atol,
+    ir_version=None,
+    choice=None,
+    sized=None,
+    sink=None,
 ) -> tuple[onnx.ModelProto, bytes | str, Verified | None, list]:
     """Export, validate and verify on the dynamo path, or raise :class:`_DynamoUnfit` naming why not.
 
@@ -316,8 +375,17 @@ def _try_dynamo(
         )
     try:
         proto, repairs = _export_dynamo(
-            model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, sink=sink,
-            notes=sized.notes if sized is not None else None, guards=sized.guards if sized is not None else None,
+            model,
+            args,
+            opset,
+            method,
+            input_names,
+            output_names,
+            dynamic_shapes,
+            dynamic_axes,
+            sink=sink,
+            notes=sized.notes if sized is not None else None,
+            guards=sized.guards if sized is not None else None,
         )
     except _capture_errors() as exc:
         _raise_bad_deform_input(exc)

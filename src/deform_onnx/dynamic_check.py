@@ -14,9 +14,8 @@ import onnx
 import torch
 
 from . import sizes
-from .exporters.guards import parameter_names
-
 from .errors import ExportError, MissingKernelError, VerificationError
+from .exporters.guards import parameter_names
 from .frozen import describe, static_dims
 from .sizes import Axis, shown
 from .verification import Verified, make_session, verify
@@ -50,8 +49,15 @@ def static_dims_error(
 
 
 def check_dynamic_file(
-    model, args: tuple, data: bytes, proto: onnx.ModelProto, axes: list[Axis], second: list[tuple],
-    rtol: float | None, atol: float | None, pytorch_ran: bool = False,
+    model,
+    args: tuple,
+    data: bytes,
+    proto: onnx.ModelProto,
+    axes: list[Axis],
+    second: list[tuple],
+    rtol: float | None,
+    atol: float | None,
+    pytorch_ran: bool = False,
 ) -> tuple[Verified, list[Verified], float]:
     """Verify ``data`` at the example ``args`` and at each of ``second`` (``[(args, shapes), ...]``).
 
@@ -68,6 +74,7 @@ def check_dynamic_file(
     from .bfloat16 import has_bfloat16, verify_bfloat16
 
     if has_bfloat16(model, args):  # ONNX Runtime lacks bfloat16 Conv: bfloat16.py runs it (OpenVINO fallback)
+
         def check(a, where=""):
             return verify_bfloat16(model, a, data, rtol, atol)
     else:

@@ -65,7 +65,9 @@ class DeformBlock(nn.Module):
         self.conv2 = torchvision.ops.DeformConv2d(out_channels, out_channels, 3, padding=1, groups=groups, bias=False)
         self.bn2 = nn.BatchNorm2d(out_channels)
         self.shortcut = (
-            nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False), nn.BatchNorm2d(out_channels))
+            nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False), nn.BatchNorm2d(out_channels)
+            )
             if stride != 1 or in_channels != out_channels
             else nn.Identity()
         )
@@ -207,7 +209,9 @@ def offset_stats(model: ExampleDCNv2, x: torch.Tensor) -> list[float]:
         split = 2 * block.offset_groups * 9
         for pred in (block.pred1, block.pred2):
             handles.append(
-                pred.register_forward_hook(lambda m, a, out, split=split: stats.append(float(out[:, :split].abs().mean())))
+                pred.register_forward_hook(
+                    lambda m, a, out, split=split: stats.append(float(out[:, :split].abs().mean()))
+                )
             )
     try:
         with torch.no_grad():

@@ -17,8 +17,19 @@ from .sizes import Axis
 
 #: (op type, input index) pairs whose input is a shape or a size.
 SHAPE_INPUTS = {
-    ("Reshape", 1), ("Expand", 1), ("Tile", 1), ("ConstantOfShape", 0), ("Range", 0), ("Range", 1),
-    ("Range", 2), ("Slice", 1), ("Slice", 2), ("Split", 1), ("Resize", 3), ("Upsample", 1), ("TopK", 1),
+    ("Reshape", 1),
+    ("Expand", 1),
+    ("Tile", 1),
+    ("ConstantOfShape", 0),
+    ("Range", 0),
+    ("Range", 1),
+    ("Range", 2),
+    ("Slice", 1),
+    ("Slice", 2),
+    ("Split", 1),
+    ("Resize", 3),
+    ("Upsample", 1),
+    ("TopK", 1),
 }
 #: Ops a shape passes through on its way to a shape input.
 _PASS = {"Concat", "Cast", "Identity", "Unsqueeze", "Squeeze", "Mul", "Div", "Add", "Sub", "Gather"}
@@ -83,7 +94,7 @@ def _constants(proto: onnx.ModelProto) -> dict[str, tuple[np.ndarray, str, onnx.
     for init in proto.graph.initializer:
         try:
             out[init.name] = (numpy_helper.to_array(init), "initializer", None)
-        except Exception:  # noqa: BLE001, S112 - external data etc.: not a size
+        except Exception:  # noqa: BLE001 - external data etc.: not a size
             continue
     for node in proto.graph.node:
         if node.op_type == "Constant" and node.output:

@@ -78,7 +78,10 @@ class ExternalSink:
         data = self.folder / self.data_name
         data.unlink(missing_ok=True)  # a second export (the TorchScript fallback) starts afresh
         ext.convert_model_to_external_data(
-            proto, all_tensors_to_one_file=True, location=self.data_name, size_threshold=SIZE_THRESHOLD,
+            proto,
+            all_tensors_to_one_file=True,
+            location=self.data_name,
+            size_threshold=SIZE_THRESHOLD,
         )
         ext.write_external_data_tensors(proto, str(self.folder))
         self._stripped = True
@@ -120,8 +123,7 @@ class ExternalSink:
             raise ExportError(f"the exported model is not valid ONNX: {str(exc).splitlines()[0]}") from None
 
     def file_size(self) -> int:
-        return sum(p.stat().st_size for p in (self.folder / self.path.name, self.folder / self.data_name)
-                   if p.exists())
+        return sum(p.stat().st_size for p in (self.folder / self.path.name, self.folder / self.data_name) if p.exists())
 
     def commit(self) -> Path:
         """Move the data file, then the ``.onnx``, into place; remove the temporary folder."""

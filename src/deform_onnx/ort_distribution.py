@@ -74,9 +74,19 @@ def find(path: list[str] | None = None) -> OrtDistribution | None:
 
 #: Distributions known to install the ``onnxruntime`` module (looked up by name first: scanning
 #: every installed distribution takes most of a second); any other is found by the full scan.
-KNOWN = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml", "onnxruntime-qnn",
-         "onnxruntime-training", "onnxruntime-rocm", "onnxruntime-migraphx", "onnxruntime-cann", "ort-nightly",
-         "ort-nightly-gpu")
+KNOWN = (
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-openvino",
+    "onnxruntime-directml",
+    "onnxruntime-qnn",
+    "onnxruntime-training",
+    "onnxruntime-rocm",
+    "onnxruntime-migraphx",
+    "onnxruntime-cann",
+    "ort-nightly",
+    "ort-nightly-gpu",
+)
 
 
 def _installed(name: str) -> metadata.Distribution | None:

@@ -166,7 +166,7 @@ def make_session(data: bytes):
     options.log_severity_level = 3
     try:
         return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 - ORT raises its own NotImplemented / Fail types
+    except Exception as exc:
         missing = _missing_kernel(str(exc), data)
         if missing is None:
             raise
@@ -215,7 +215,12 @@ def _max_abs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None = None) -> f
 
 
 def verify(
-    model, args: tuple, data: bytes, rtol: float | None = None, atol: float | None = None, session=None,
+    model,
+    args: tuple,
+    data: bytes,
+    rtol: float | None = None,
+    atol: float | None = None,
+    session=None,
     where: str = "",
 ) -> Verified:
     """Run ``data`` in ONNX Runtime (CPU) on ``args`` and compare with the model in PyTorch.
@@ -276,8 +281,9 @@ def verify(
             continue
         if tol.dtype in LOW_PRECISION:
             ref, why = reference(torch.float32)
-            check = _low_precision(name, g, e_np, ref[index] if ref is not None and index < len(ref) else None,
-                                   why, tol, where)
+            check = _low_precision(
+                name, g, e_np, ref[index] if ref is not None and index < len(ref) else None, why, tol, where
+            )
         else:
             check = _own_dtype(name, g, e_np, tol, where, reference if tol.dtype == "float32" else None, index, again)
         checks[name] = check
@@ -321,7 +327,9 @@ def _own_dtype(name, g, e, tol: Tolerance, where: str, reference, index: int, ag
     file_err, torch_err = _max_abs(g, r64, finite), _max_abs(e, r64, finite)
     if file_err <= FLOAT64_FACTOR * torch_err:
         return OutputCheck(
-            "float64 copy", file_err, torch_err,
+            "float64 copy",
+            file_err,
+            torch_err,
             f"within {FLOAT64_FACTOR:g}x PyTorch float32's own error against float64 (the model is ill-conditioned "
             f"in float32: PyTorch float32 vs the file {err:.3g})",
         )

@@ -32,6 +32,7 @@ from .deform_conv import (
     run_benchmark,
     select_contenders,
 )
+from .grid_sample_forms import GRID_SAMPLE_5D, GRID_SAMPLE_BICUBIC
 from .harness import (
     PAUSE_S,
     BenchResult,
@@ -61,7 +62,6 @@ from .runtimes import (
     ort_profile,
     ort_session,
 )
-from .grid_sample_forms import GRID_SAMPLE_5D, GRID_SAMPLE_BICUBIC
 from .sampling import GRID_SAMPLE, MSDA, GridSampleShape, MSDAShape
 
 #: ``--op`` name -> suite.

@@ -35,7 +35,6 @@ def check_opt_level(level: str) -> str:
     return level
 
 
-
 def openvino_config(threads: int) -> dict:
     """CPU plugin settings: f32, ``threads`` inference threads, one stream, latency mode."""
     return {

@@ -154,8 +154,13 @@ class DeformConvCase:
         with torch.inference_mode():
             self.reference = self.module(*self.args).numpy()
         self.inputs_path = workdir / "inputs.npz"
-        np.savez(self.inputs_path, **self.feeds, weight=self.weight.numpy(), bias=self.bias.numpy(),
-                 stride=np.array(s.stride))
+        np.savez(
+            self.inputs_path,
+            **self.feeds,
+            weight=self.weight.numpy(),
+            bias=self.bias.numpy(),
+            stride=np.array(s.stride),
+        )
         w = self.weight.numel()
         #: Element counts of the weight, of one kernel row or tap of it, and of the bias:
         #: constants of these sizes are the layer's own weights, re-laid out by the exporter.
@@ -172,8 +177,17 @@ class DeformConvCase:
 
         if (method, opset) not in self._exports:
             path = self.path(f"{method}_opset{opset}")
-            report = export(self.module, self.args, str(path), opset_version=opset, method=method, dynamo=False,
-                            input_names=list(self.inputs), output_names=["output"], verify=False)
+            report = export(
+                self.module,
+                self.args,
+                str(path),
+                opset_version=opset,
+                method=method,
+                dynamo=False,
+                input_names=list(self.inputs),
+                output_names=["output"],
+                verify=False,
+            )
             self._exports[(method, opset)] = path, self.file_stats(path, report.export_seconds)
         path, stats = self._exports[(method, opset)]
         return path, replace(stats)
@@ -224,8 +238,16 @@ def _prepare_dense(case: DeformConvCase, opt_level: str | None = None) -> Prepar
         want = conv(case.inputs["input"]).numpy()
     if key not in case._exports:
         path = case.path("dense_conv_opset17")
-        report = export(conv, (case.inputs["input"],), str(path), opset_version=17, dynamo=False,
-                        input_names=["input"], output_names=["output"], verify=False)
+        report = export(
+            conv,
+            (case.inputs["input"],),
+            str(path),
+            opset_version=17,
+            dynamo=False,
+            input_names=["input"],
+            output_names=["output"],
+            verify=False,
+        )
         case._exports[key] = path, case.file_stats(path, report.export_seconds)
     path, stats = case._exports[key]
     return ort_prepared(path, case.feeds, case.threads, replace(stats), opt_level, reference=want)
@@ -263,8 +285,15 @@ def _prepare_old(case: DeformConvCase, opt_level: str | None = None) -> Prepared
         old.register_deform_conv2d_onnx_op()  # registers at opset 12 only
         try:
             start = time.perf_counter()
-            torch.onnx.export(case.module, case.args, str(path), dynamo=False, opset_version=12,
-                              input_names=list(case.inputs), output_names=["output"])
+            torch.onnx.export(
+                case.module,
+                case.args,
+                str(path),
+                dynamo=False,
+                opset_version=12,
+                input_names=list(case.inputs),
+                output_names=["output"],
+            )
             seconds = time.perf_counter() - start
         finally:
             with warnings.catch_warnings():  # it registered opset 12 only: quiet "nothing at opset N"
@@ -380,7 +409,9 @@ def evaluate_goals(result: BenchResult) -> list[Goal]:
 
     def ratio_goal(name, key, limit, worst=False, to=None):
         g = result.worst_ratio(key, to) if worst else result.geomean_ratio(key, to)
-        out.append(Goal(name, fmt(g) if not worst or g is None else f"worst {g:.2f}x", None if g is None else g <= limit))
+        out.append(
+            Goal(name, fmt(g) if not worst or g is None else f"worst {g:.2f}x", None if g is None else g <= limit)
+        )
 
     def speed_goal(name, slow, fast, limit):
         s = result.geomean_ratio(slow, fast)  # geomean of time(slow) / time(fast)
@@ -395,24 +426,41 @@ def evaluate_goals(result: BenchResult) -> list[Goal]:
     ratio_goal("issue 13: grid_sample <= 1.0x ORT native at every shape", "ort-grid_sample", 1.0, worst=True)
     ratio_goal("issue 13: gather <= 1.5x ORT native at every shape", "ort-gather", 1.5, worst=True)
     for key in ("ort-grid_sample", "ort-gather"):
-        ratio_goal(f"issue 13 stretch: {key.removeprefix('ort-')} within 1.5x of the dense Conv at every shape",
-                   key, 1.5, worst=True, to=LIMIT)
+        ratio_goal(
+            f"issue 13 stretch: {key.removeprefix('ort-')} within 1.5x of the dense Conv at every shape",
+            key,
+            1.5,
+            worst=True,
+            to=LIMIT,
+        )
     ratio_goal("issue 13: OpenVINO after lower() <= 1.0x ORT native (geomean)", "ov-lowered", 1.0)
     lowered = [k for k in ("ort-grid_sample", "ort-gather") if k in {c.key for c in result.contenders}]
     consts = [result.cell(s, k).stats.largest_constant_bytes for s in result.shapes for k in lowered]
     consts = [c for c in consts if c is not None]
     extra = [extra_bytes(result, s, k) for s in result.shapes for k in lowered]
     extra = [e for e in extra if e is not None]
-    out.append(Goal("no lowered node adds > 64 KB to the file beyond the weights",
-                    (f"largest constant {max(consts) / 1024:.1f} KB; whole lowering adds at most "
-                     f"{max(extra) / 1024:.1f} KB over the native file") if consts and extra else "n/a",
-                    (max(consts) <= 64 * 1024) if consts else None))
+    out.append(
+        Goal(
+            "no lowered node adds > 64 KB to the file beyond the weights",
+            (
+                f"largest constant {max(consts) / 1024:.1f} KB; whole lowering adds at most "
+                f"{max(extra) / 1024:.1f} KB over the native file"
+            )
+            if consts and extra
+            else "n/a",
+            (max(consts) <= 64 * 1024) if consts else None,
+        )
+    )
     for key in lowered:
         ratios = [result.memory_ratio(s, key) for s in result.shapes]
         ratios = [r for r in ratios if r is not None]
-        out.append(Goal(f"peak memory of {key.removeprefix('ort-')} lowering <= 1.5x native (every shape)",
-                        f"worst {max(ratios):.2f}x" if ratios else "n/a",
-                        (max(ratios) <= 1.5) if ratios else None))
+        out.append(
+            Goal(
+                f"peak memory of {key.removeprefix('ort-')} lowering <= 1.5x native (every shape)",
+                f"worst {max(ratios):.2f}x" if ratios else "n/a",
+                (max(ratios) <= 1.5) if ratios else None,
+            )
+        )
     return out
 
 
@@ -450,8 +498,9 @@ def select_contenders(keys: Sequence[str] | None, opt_levels: Sequence[str] = ()
     return SUITE.select(keys, opt_levels)
 
 
-def run_benchmark(shapes: Sequence[BenchShape] = FULL_SHAPES, contenders: Sequence[Contender] = CONTENDERS,
-                  **kwargs) -> BenchResult:
+def run_benchmark(
+    shapes: Sequence[BenchShape] = FULL_SHAPES, contenders: Sequence[Contender] = CONTENDERS, **kwargs
+) -> BenchResult:
     """:func:`.harness.run_suite` on deformable convolution (keyword arguments as there).
 
     Returns:

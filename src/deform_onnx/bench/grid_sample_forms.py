@@ -121,8 +121,10 @@ GRID_SAMPLE_5D = Suite(
     parse_shape=FormShape.parse,
     full_shapes=(FormShape(1, 16, 32), FormShape(1, 32, 24), FormShape(2, 8, 32, grid=16)),
     quick_shapes=(FormShape(1, 16, 16),),
-    markers=("<!-- deform-onnx bench --op grid_sample_5d: begin (generated; edit outside these markers) -->",
-             "<!-- deform-onnx bench --op grid_sample_5d: end -->"),
+    markers=(
+        "<!-- deform-onnx bench --op grid_sample_5d: begin (generated; edit outside these markers) -->",
+        "<!-- deform-onnx bench --op grid_sample_5d: end -->",
+    ),
     heading="## F.grid_sample 5-D (trilinear)",
     shape_note="N x C x S: input [N, C, S, S, S], grid [N, S, S, S, 3] unless `grid G` ([N, G, G, G, 3]); "
     "trilinear, padding zeros, align_corners=False",
@@ -134,8 +136,9 @@ GRID_SAMPLE_BICUBIC = Suite(
     title="F.grid_sample bicubic (4-D, zeros)",
     contenders=(
         Contender("torch", "PyTorch eager", _eager),
-        Contender("ort-gridsample-cubic", "ORT GridSample bicubic (opset 17)", _ort("module", "grid_sample", 17),
-                  ort=True),
+        Contender(
+            "ort-gridsample-cubic", "ORT GridSample bicubic (opset 17)", _ort("module", "grid_sample", 17), ort=True
+        ),
         Contender("ort-gather", "ORT 16-tap gather (opset 11)", _ort("module", "gather", 11), ort=True),
     ),
     legend={
@@ -151,8 +154,10 @@ GRID_SAMPLE_BICUBIC = Suite(
     parse_shape=FormShape.parse,
     full_shapes=(FormShape(1, 64, 128), FormShape(1, 16, 128), FormShape(4, 32, 64)),
     quick_shapes=(FormShape(1, 32, 64),),
-    markers=("<!-- deform-onnx bench --op grid_sample_bicubic: begin (generated; edit outside these markers) -->",
-             "<!-- deform-onnx bench --op grid_sample_bicubic: end -->"),
+    markers=(
+        "<!-- deform-onnx bench --op grid_sample_bicubic: begin (generated; edit outside these markers) -->",
+        "<!-- deform-onnx bench --op grid_sample_bicubic: end -->",
+    ),
     heading="## F.grid_sample bicubic",
     shape_note="N x C x H: input [N, C, H, H], grid [N, H, H, 2] unless `grid G` ([N, G, G, 2]); bicubic, "
     "padding zeros, align_corners=False",

@@ -99,8 +99,9 @@ class Contender:
         if not self.ort:
             raise ValueError(f"{self.key} does not run in ONNX Runtime: it has no optimisation level")
         check_opt_level(level)
-        return Contender(f"{self.key}@{level}", f"{self.label} @{level}",
-                         functools.partial(self.prepare, opt_level=level), ort=False)
+        return Contender(
+            f"{self.key}@{level}", f"{self.label} @{level}", functools.partial(self.prepare, opt_level=level), ort=False
+        )
 
 
 class Case(Protocol):
@@ -173,8 +174,10 @@ class Suite:
         keys = list(keys or known)
         unknown = [k for k in keys if k.split("@", 1)[0] not in known]
         if unknown:
-            raise ValueError(f"unknown contender(s) for --op {self.op}: {', '.join(unknown)}; "
-                             f"choose from {', '.join(known)} (ONNX Runtime ones also as KEY@LEVEL)")
+            raise ValueError(
+                f"unknown contender(s) for --op {self.op}: {', '.join(unknown)}; "
+                f"choose from {', '.join(known)} (ONNX Runtime ones also as KEY@LEVEL)"
+            )
         chosen = [c for c in self.contenders if c.key in keys]
         leveled = [known[k.split("@")[0]].at_level(k.split("@", 1)[1]) for k in keys if "@" in k]
         leveled += [c.at_level(level) for level in opt_levels for c in chosen if c.ort]
@@ -188,8 +191,13 @@ class Suite:
 PAUSE_S = 0.005
 
 
-def time_round_robin(runners: dict[str, Callable[[], Any]], runs: int, warmup: int,
-                     on_round: Callable[[int], None] | None = None, pause: float = PAUSE_S) -> dict[str, list[float]]:
+def time_round_robin(
+    runners: dict[str, Callable[[], Any]],
+    runs: int,
+    warmup: int,
+    on_round: Callable[[int], None] | None = None,
+    pause: float = PAUSE_S,
+) -> dict[str, list[float]]:
     """Seconds per call of each runner, interleaved.
 
     Every round calls each runner once; the starting runner rotates by one
@@ -312,8 +320,9 @@ def run_suite(
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="deform-onnx-bench-")
         workdir = tmp.name
-    result = BenchResult(shapes, contenders, {}, runs, warmup, threads, memory, machine=machine_info(threads),
-                         suite=suite)
+    result = BenchResult(
+        shapes, contenders, {}, runs, warmup, threads, memory, machine=machine_info(threads), suite=suite
+    )
     result.machine["load_before"] = loadavg()
     try:
         for shape in shapes:
@@ -374,7 +383,9 @@ def first_line(e: BaseException) -> str:
 def _version(dist: str) -> str:
     from importlib import metadata
 
-    if dist == "onnxruntime":  # any distribution of the module (onnxruntime-gpu, -openvino, ...), named when not the CPU one
+    if (
+        dist == "onnxruntime"
+    ):  # any distribution of the module (onnxruntime-gpu, -openvino, ...), named when not the CPU one
         from ..ort_distribution import find
 
         found = find()
@@ -408,5 +419,10 @@ def machine_info(threads: int) -> dict:
         cores = os.cpu_count() or 0
     versions = {d: _version(d) for d in VERSIONED}
     versions["python"] = platform.python_version()
-    return {"cpu": cpu, "cores": cores, "os": f"{platform.system()} {platform.release()}", "threads": threads,
-            "versions": versions}
+    return {
+        "cpu": cpu,
+        "cores": cores,
+        "os": f"{platform.system()} {platform.release()}",
+        "threads": threads,
+        "versions": versions,
+    }

@@ -15,7 +15,7 @@ from .config import ORT_CONFIG, ORT_OPT_LEVELS, openvino_config
 
 # -- peak memory in a fresh process -------------------------------------------
 _CHILD = textwrap.dedent(
-    r'''
+    r"""
     import gc, json, resource, sys
     import numpy as np
 
@@ -81,7 +81,7 @@ _CHILD = textwrap.dedent(
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
         method = "ru_maxrss"
     print(json.dumps({"peak_bytes": max(peak, 0), "method": method}))
-    '''
+    """
 )
 
 #: How :func:`peak_memory` measures (for reports).
@@ -105,11 +105,19 @@ def peak_memory(job: dict, inputs: Path, threads: int, timeout: float = 600) -> 
     with np.load(inputs) as data:
         names = list(data.files)
     level = job.get("opt_level")
-    job = dict(job, inputs=str(inputs), feeds=names, threads=threads, ov_config=openvino_config(threads),
-               ort_config=ORT_CONFIG, opt_level=ORT_OPT_LEVELS[level] if level else None)
+    job = dict(
+        job,
+        inputs=str(inputs),
+        feeds=names,
+        threads=threads,
+        ov_config=openvino_config(threads),
+        ort_config=ORT_CONFIG,
+        opt_level=ORT_OPT_LEVELS[level] if level else None,
+    )
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps(job)], capture_output=True, text=True, timeout=timeout, env=env
+    )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"peak-memory process failed: {last}")

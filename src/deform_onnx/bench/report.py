@@ -63,8 +63,9 @@ def time_rows(result: BenchResult) -> list[list[str]]:
         row = [c.label]
         for s in result.shapes:
             cell = result.cell(s, c.key)
-            row.append(f"{_fmt_ms(cell.median)} ({fmt_x(result.ratio(s, c.key))})" if cell.ok
-                       else _short_status(cell.status))
+            row.append(
+                f"{_fmt_ms(cell.median)} ({fmt_x(result.ratio(s, c.key))})" if cell.ok else _short_status(cell.status)
+            )
         row.append(fmt_x(result.geomean_ratio(c.key)))
         rows.append(row)
     return rows
@@ -77,8 +78,12 @@ def limit_rows(result: BenchResult) -> list[list[str]]:
         return []
     rows = []
     for c in result.contenders:
-        row = [c.label] + [fmt_x(result.ratio(s, c.key, limit)) if result.cell(s, c.key).ok
-                           else _short_status(result.cell(s, c.key).status) for s in result.shapes]
+        row = [c.label] + [
+            fmt_x(result.ratio(s, c.key, limit))
+            if result.cell(s, c.key).ok
+            else _short_status(result.cell(s, c.key).status)
+            for s in result.shapes
+        ]
         rows.append(row + [fmt_x(result.geomean_ratio(c.key, limit))])
     return rows
 
@@ -94,8 +99,18 @@ def model_header(result: BenchResult) -> list[str]:
     """Column names of :func:`model_rows`."""
     ref = result.suite.ref_name if result.suite else "native"
     oracle = result.suite.oracle if result.suite else "torchvision"
-    return ["shape", "contender", "nodes", "file KB", f"file KB beyond {ref}", "largest non-weight constant KB",
-            "export s", "peak inference MB", f"peak / {ref}", f"max abs err vs {oracle}"]
+    return [
+        "shape",
+        "contender",
+        "nodes",
+        "file KB",
+        f"file KB beyond {ref}",
+        "largest non-weight constant KB",
+        "export s",
+        "peak inference MB",
+        f"peak / {ref}",
+        f"max abs err vs {oracle}",
+    ]
 
 
 def model_rows(result: BenchResult) -> list[list[str]]:
@@ -108,17 +123,20 @@ def model_rows(result: BenchResult) -> list[list[str]]:
             if not cell.ok:
                 continue
             st = cell.stats
-            rows.append([
-                s.label, c.label,
-                "—" if st.nodes is None else str(st.nodes),
-                _fmt_kb(st.file_bytes),
-                _fmt_kb(extra_bytes(result, s, c.key)),
-                _fmt_kb(st.largest_constant_bytes),
-                "—" if st.export_s is None else f"{st.export_s:.2f}",
-                _fmt_mb(st.peak_bytes),
-                fmt_x(result.memory_ratio(s, c.key)),
-                "—" if st.max_abs_err is None else f"{st.max_abs_err:.1e}",
-            ])
+            rows.append(
+                [
+                    s.label,
+                    c.label,
+                    "—" if st.nodes is None else str(st.nodes),
+                    _fmt_kb(st.file_bytes),
+                    _fmt_kb(extra_bytes(result, s, c.key)),
+                    _fmt_kb(st.largest_constant_bytes),
+                    "—" if st.export_s is None else f"{st.export_s:.2f}",
+                    _fmt_mb(st.peak_bytes),
+                    fmt_x(result.memory_ratio(s, c.key)),
+                    "—" if st.max_abs_err is None else f"{st.max_abs_err:.1e}",
+                ]
+            )
     return rows
 
 
@@ -188,15 +206,24 @@ def render_markdown(result: BenchResult) -> str:
     ]
     limits = limit_rows(result)
     if limits:
-        parts += ["", f"### Ratio to {_label(result, suite.limit)} (time / the dense Conv's time; 1.00x = the limit)",
-                  "", _md_table(["contender", *[s.label for s in result.shapes], "geomean ratio"], limits)]
+        parts += [
+            "",
+            f"### Ratio to {_label(result, suite.limit)} (time / the dense Conv's time; 1.00x = the limit)",
+            "",
+            _md_table(["contender", *[s.label for s in result.shapes], "geomean ratio"], limits),
+        ]
     parts += ["", "### Models", "", _md_table(model_header(result), model_rows(result))]
     evaluated = goals(result)
     if evaluated:
-        parts += ["", "### Goals", "",
-                  _md_table(["goal", "measured", "met"],
-                            [[g.name, g.measured, "n/a" if g.met is None else ("yes" if g.met else "**no**")]
-                             for g in evaluated])]
+        parts += [
+            "",
+            "### Goals",
+            "",
+            _md_table(
+                ["goal", "measured", "met"],
+                [[g.name, g.measured, "n/a" if g.met is None else ("yes" if g.met else "**no**")] for g in evaluated],
+            ),
+        ]
     extra = notes(result)
     if extra:
         parts += ["", "Not run:", ""] + [f"- {line}" for line in extra]
@@ -225,8 +252,10 @@ def rich_tables(result: BenchResult) -> list:
     from rich.table import Table
 
     ref = _label(result, result.reference)
-    times = Table(title=f"{result.suite.title}: median ms per call (ratio to {ref}), {result.threads} threads, "
-                        f"median of {result.runs} after {result.warmup} warm-up")
+    times = Table(
+        title=f"{result.suite.title}: median ms per call (ratio to {ref}), {result.threads} threads, "
+        f"median of {result.runs} after {result.warmup} warm-up"
+    )
     tables = [times]
     limits = limit_rows(result)
     if limits:

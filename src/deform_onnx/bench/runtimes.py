@@ -45,8 +45,14 @@ def ort_session(path: str | os.PathLike, threads: int, opt_level: str | None = N
     return ort.InferenceSession(str(path), ort_session_options(threads, opt_level), providers=["CPUExecutionProvider"])
 
 
-def ort_prepared(path: Path, feeds: dict[str, np.ndarray], threads: int, stats: ModelStats,
-                 opt_level: str | None = None, reference: np.ndarray | None = None) -> Prepared:
+def ort_prepared(
+    path: Path,
+    feeds: dict[str, np.ndarray],
+    threads: int,
+    stats: ModelStats,
+    opt_level: str | None = None,
+    reference: np.ndarray | None = None,
+) -> Prepared:
     """A contender running ``path`` in ONNX Runtime on the ``feeds`` its inputs name (others are dropped)."""
     sess = ort_session(path, threads, opt_level)
     names = {i.name for i in sess.get_inputs()}
@@ -71,8 +77,14 @@ class NodeTime:
     output_bytes: int
 
 
-def ort_profile(path: str | os.PathLike, feeds: dict, threads: int = 2, runs: int = 20,
-                warmup: int = 3, opt_level: str | None = None) -> list[NodeTime]:
+def ort_profile(
+    path: str | os.PathLike,
+    feeds: dict,
+    threads: int = 2,
+    runs: int = 20,
+    warmup: int = 3,
+    opt_level: str | None = None,
+) -> list[NodeTime]:
     """Per-node kernel times of ``path`` from ``SessionOptions.enable_profiling``, slowest first.
 
     The first ``warmup`` runs are left out; each node's time is its median

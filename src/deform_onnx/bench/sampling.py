@@ -57,8 +57,17 @@ class _ExportingCase:
         key = (name, method, opset)
         if key not in self._exports:
             path = self.workdir / f"{name}_{method}_opset{opset}.onnx"
-            report = export(module, self.args, str(path), opset_version=opset, method=method, dynamo=False,
-                            input_names=list(self.inputs), output_names=["output"], verify=False)
+            report = export(
+                module,
+                self.args,
+                str(path),
+                opset_version=opset,
+                method=method,
+                dynamo=False,
+                input_names=list(self.inputs),
+                output_names=["output"],
+                verify=False,
+            )
             self._exports[key] = path, file_stats(path, report.export_seconds)
         path, stats = self._exports[key]
         return path, replace(stats)
@@ -176,8 +185,10 @@ GRID_SAMPLE = Suite(
     parse_shape=GridSampleShape.parse,
     full_shapes=(GridSampleShape(1, 64, 128), GridSampleShape(1, 256, 64), GridSampleShape(4, 64, 64)),
     quick_shapes=(GridSampleShape(1, 64, 64),),
-    markers=("<!-- deform-onnx bench --op grid_sample: begin (generated; edit outside these markers) -->",
-             "<!-- deform-onnx bench --op grid_sample: end -->"),
+    markers=(
+        "<!-- deform-onnx bench --op grid_sample: begin (generated; edit outside these markers) -->",
+        "<!-- deform-onnx bench --op grid_sample: end -->",
+    ),
     heading="## F.grid_sample",
     shape_note="N x C x H: input [N, C, H, H], grid [N, H, H, 2] unless `grid G` ([N, G, G, 2]); "
     "bilinear, padding zeros, align_corners=False",
@@ -229,8 +240,10 @@ class MSDAShape:
         Raises:
             ValueError: malformed text, non-positive numbers, or channels not divisible by heads.
         """
-        usage = ("expected Q[,levels=HxW/HxW/...][,heads=M][,points=P][,channels=C] for --op msda "
-                 "(Q: queries or 'all'), e.g. 900 or all,levels=24x24/12x12")
+        usage = (
+            "expected Q[,levels=HxW/HxW/...][,heads=M][,points=P][,channels=C] for --op msda "
+            "(Q: queries or 'all'), e.g. 900 or all,levels=24x24/12x12"
+        )
         dims, opts = _parse_opts(text)
         try:
             (q,) = dims
@@ -262,11 +275,16 @@ class MSDACase(_ExportingCase):
         g = torch.Generator().manual_seed(0)
         q, m, lv, p, d = shape.num_queries, shape.heads, len(shape.levels), shape.points, shape.channels // shape.heads
         attn = torch.randn(1, q, m, lv * p, generator=g).softmax(-1).view(1, q, m, lv, p)
-        self.inputs = dict(zip(MSDA_NAMES, (
-            torch.randn(1, shape.pixels, m, d, generator=g),
-            torch.rand(1, q, m, lv, p, 2, generator=g) * 1.2 - 0.1,
-            attn,
-        )))
+        self.inputs = dict(
+            zip(
+                MSDA_NAMES,
+                (
+                    torch.randn(1, shape.pixels, m, d, generator=g),
+                    torch.rand(1, q, m, lv, p, 2, generator=g) * 1.2 - 0.1,
+                    attn,
+                ),
+            )
+        )
         self.module = MSDeformAttnReference(shape.levels).eval()  # the code as Deformable DETR ships it
         self.fused = MSDeformAttnCore(shape.levels).eval()
         self._setup(workdir, threads)
@@ -276,14 +294,22 @@ def evaluate_msda_goals(result: BenchResult) -> list[Goal]:
     """Issue 10's speed goals for MSDA, from this run (each must hold at every query count)."""
     out = []
     for name, key, to in (
-        ("gather form (plain export, method gather) at least as fast as the plain GridSample graph",
-         "ort-plain-gather", "ort-plain-grid_sample"),
+        (
+            "gather form (plain export, method gather) at least as fast as the plain GridSample graph",
+            "ort-plain-gather",
+            "ort-plain-grid_sample",
+        ),
         ("fused lowering at least as fast as the plain GridSample graph", "ort-fused", "ort-plain-grid_sample"),
         ("fused lowering faster than PyTorch eager", "ort-fused", "torch"),
     ):
         worst = result.worst_ratio(key, to)
-        out.append(Goal(name, "n/a" if worst is None else f"worst {worst:.2f}x its time",
-                        None if worst is None else worst <= 1.0))
+        out.append(
+            Goal(
+                name,
+                "n/a" if worst is None else f"worst {worst:.2f}x its time",
+                None if worst is None else worst <= 1.0,
+            )
+        )
     return out
 
 
@@ -292,8 +318,12 @@ MSDA = Suite(
     title="multi-scale deformable attention",
     contenders=(
         Contender("torch", "PyTorch eager", _eager),
-        Contender("ort-plain-grid_sample", "ORT plain export, GridSample per level",
-                  _ort("module", "grid_sample", OPSET), ort=True),
+        Contender(
+            "ort-plain-grid_sample",
+            "ORT plain export, GridSample per level",
+            _ort("module", "grid_sample", OPSET),
+            ort=True,
+        ),
         Contender("ort-plain-gather", "ORT plain export, gather per level", _ort("module", "gather", OPSET), ort=True),
         Contender("ort-fused", "ORT fused ms_deform_attn", _ort("fused", "auto", OPSET), ort=True),
     ),
@@ -312,12 +342,16 @@ MSDA = Suite(
     make_case=MSDACase,
     parse_shape=MSDAShape.parse,
     full_shapes=(MSDAShape(1), MSDAShape(900), MSDAShape(None)),
-    quick_shapes=(MSDAShape(1, MSDA_QUICK_LEVELS), MSDAShape(900, MSDA_QUICK_LEVELS),
-                  MSDAShape(None, MSDA_QUICK_LEVELS)),
+    quick_shapes=(
+        MSDAShape(1, MSDA_QUICK_LEVELS),
+        MSDAShape(900, MSDA_QUICK_LEVELS),
+        MSDAShape(None, MSDA_QUICK_LEVELS),
+    ),
     markers=("<!-- msda: begin (generated by benchmarks/msda.py) -->", "<!-- msda: end -->"),
     heading="## Multi-scale deformable attention",
     shape_note="queries (`q`; `(all)`: every pixel of every level, the encoder), batch 1; levels "
-    + ", ".join(f"{h}x{w}" for h, w in MSDA_LEVELS) + ", 8 heads, 4 points, 256 channels unless the label "
+    + ", ".join(f"{h}x{w}" for h, w in MSDA_LEVELS)
+    + ", 8 heads, 4 points, 256 channels unless the label "
     "says otherwise (`L` levels, `M` heads, `P` points, `C` channels)",
     inputs_note="value randn; sampling locations uniform in [-0.1, 1.1]; attention weights softmax(randn) over "
     "levels x points; seed 0",

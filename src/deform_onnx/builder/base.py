@@ -58,7 +58,10 @@ class Builder:
             # Some adapters (onnxscript's tracer) type a Cast's output only later: remember it.
             from onnx.helper import tensor_dtype_to_np_dtype
 
-            self.__dict__.setdefault("_cast_dtypes", {})[id(out)] = (out, np.dtype(tensor_dtype_to_np_dtype(attrs["to"])))
+            self.__dict__.setdefault("_cast_dtypes", {})[id(out)] = (
+                out,
+                np.dtype(tensor_dtype_to_np_dtype(attrs["to"])),
+            )
         return out
 
     def value_dtype(self, value: Value) -> np.dtype | None:

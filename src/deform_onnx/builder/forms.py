@@ -55,8 +55,15 @@ from typing import Iterator
 __all__ = ["EMIT_FORMS", "graph_forms", "wants"]
 
 #: The forms a lowering can be asked for while emitting.
-EMIT_FORMS = ("batch 1", "offset groups apart", "no NaN guard", "GridSample 4-D only", "no GridSample cubic",
-              "gather where GridSample cannot", "integer contraction")
+EMIT_FORMS = (
+    "batch 1",
+    "offset groups apart",
+    "no NaN guard",
+    "GridSample 4-D only",
+    "no GridSample cubic",
+    "gather where GridSample cannot",
+    "integer contraction",
+)
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 
 

@@ -76,7 +76,6 @@ def _attr_suffix(value) -> str:
     raise TypeError(f"unsupported attribute value {value!r}")
 
 
-
 def traced_output_dtype(g) -> np.dtype | None:
     """The numpy dtype of the traced node's (first) output, or ``None`` when the trace has none."""
     try:

@@ -8,10 +8,9 @@ import torch, onnx and the runtimes inside the command functions only, so
 
 from __future__ import annotations
 
-from ._app import app
-
 # Command modules register themselves on `app` when imported.
-from . import commands  # noqa: E402,F401
+from . import commands  # noqa: F401
+from ._app import app
 
 
 def main() -> None:

@@ -44,7 +44,8 @@ def print_attempts(results: list) -> None:
     """``--verbose``: each exporter tried for each row, where it stopped, and the details."""
     for r in results:
         for exporter, outcome, detail in r.attempts:
-            err_console.print(f"[bold]{r.job.method}@{r.job.opset}[/] {exporter} exporter: {outcome}", highlight=False,
-                              soft_wrap=True)
+            err_console.print(
+                f"[bold]{r.job.method}@{r.job.opset}[/] {exporter} exporter: {outcome}", highlight=False, soft_wrap=True
+            )
             for line in detail:
                 err_console.print(f"    {line}", markup=False, highlight=False, soft_wrap=True)

@@ -23,7 +23,6 @@ USER_ERROR = 2
 CHECK_FAILED = 1
 
 
-
 def _width(stream) -> int | None:
     """Terminal width on a terminal; else ``$COLUMNS`` or 120 (rich's 80 would cut the tables in logs)."""
     if stream.isatty():

@@ -25,8 +25,17 @@ def check_method(method: str) -> None:
 #: Floating dtypes the CLI feeds and exports (torch and numpy share these names).
 DTYPES = ("float32", "float16", "float64")
 #: Accepted spellings -> canonical name.
-DTYPE_ALIASES = {"float32": "float32", "f32": "float32", "float": "float32", "float16": "float16", "f16": "float16",
-                 "half": "float16", "float64": "float64", "f64": "float64", "double": "float64"}
+DTYPE_ALIASES = {
+    "float32": "float32",
+    "f32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "f16": "float16",
+    "half": "float16",
+    "float64": "float64",
+    "f64": "float64",
+    "double": "float64",
+}
 
 
 def parse_dtype(text: str, where: str = "--dtype") -> str:

@@ -24,39 +24,55 @@ FULL_RUNS, FULL_WARMUP = 30, 3
 @app.command("bench")
 def bench_command(
     op: str = typer.Option(
-        "deform_conv", "--op",
+        "deform_conv",
+        "--op",
         help="What to time: deform_conv (torchvision deform_conv2d), grid_sample (F.grid_sample bilinear zeros), "
         "msda (multi-scale deformable attention, a Deformable-DETR encoder layer), grid_sample_5d (5-D trilinear: "
         "GridSample-20 vs the gather form), grid_sample_bicubic (GridSample cubic vs the 16-tap gather form).",
     ),
     quick: bool = typer.Option(
-        False, "--quick", help=f"The op's small shape set, {QUICK_WARMUP} warm-up + {QUICK_RUNS} rounds (default: its BENCHMARKS.md shapes, {FULL_RUNS} rounds)."
+        False,
+        "--quick",
+        help=f"The op's small shape set, {QUICK_WARMUP} warm-up + {QUICK_RUNS} rounds (default: its BENCHMARKS.md shapes, {FULL_RUNS} rounds).",
     ),
     shape: Optional[List[str]] = typer.Option(
-        None, "--shape", help="Shape to time instead of the default set, repeatable. deform_conv: N,C,H[,og=G][,stride=S][,mask=0]; "
-        "grid_sample: N,C,H[,grid=G]; msda: Q|all[,levels=HxW/HxW/...][,heads=M][,points=P][,channels=C]."
+        None,
+        "--shape",
+        help="Shape to time instead of the default set, repeatable. deform_conv: N,C,H[,og=G][,stride=S][,mask=0]; "
+        "grid_sample: N,C,H[,grid=G]; msda: Q|all[,levels=HxW/HxW/...][,heads=M][,points=P][,channels=C].",
     ),
     contender: Optional[List[str]] = typer.Option(
-        None, "--contender", "-c",
+        None,
+        "--contender",
+        "-c",
         help="Only these contenders, repeatable (default: all of the op's). deform_conv: torch, ort-native, "
         "ort-grid_sample, ort-gather, ort-old, ort-dense, ov-extension, ov-lowered; grid_sample: torch, "
         "ort-grid_sample, ort-gather; msda: torch, ort-plain-grid_sample, ort-plain-gather, ort-fused. "
         "An ONNX Runtime one may carry a level: ort-gather@basic.",
     ),
     ort_opt_level: Optional[List[str]] = typer.Option(
-        None, "--ort-opt-level",
+        None,
+        "--ort-opt-level",
         help="Also time every selected ONNX Runtime contender at this graph optimisation level, as KEY@LEVEL "
         f"rows, repeatable: {', '.join(ORT_OPT_LEVELS)} (plain rows use ORT's default, all).",
     ),
-    runs: Optional[int] = typer.Option(None, "--runs", min=1, help=f"Timed rounds (median over them). Default {FULL_RUNS}."),
+    runs: Optional[int] = typer.Option(
+        None, "--runs", min=1, help=f"Timed rounds (median over them). Default {FULL_RUNS}."
+    ),
     warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help=f"Untimed rounds first. Default {FULL_WARMUP}."),
     threads: int = typer.Option(2, "--threads", min=1, help="Intra-op threads of every runtime."),
-    memory: bool = typer.Option(True, "--memory/--no-memory", help="Measure peak memory of one inference (a fresh process per model)."),
+    memory: bool = typer.Option(
+        True, "--memory/--no-memory", help="Measure peak memory of one inference (a fresh process per model)."
+    ),
     output: Optional[Path] = typer.Option(
-        None, "--output", "-o",
+        None,
+        "--output",
+        "-o",
         help="Also write the tables as markdown; an existing file keeps its text outside the generated block.",
     ),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep the exported models in this folder (default: temporary)."),
+    workdir: Optional[Path] = typer.Option(
+        None, "--workdir", help="Keep the exported models in this folder (default: temporary)."
+    ),
 ) -> None:
     """Time an op side by side: PyTorch, ONNX Runtime (native or plain graphs and this project's lowerings), OpenVINO.
 

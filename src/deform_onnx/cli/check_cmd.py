@@ -37,7 +37,9 @@ def parse_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
         if spec.name is None:
             raise UserError(f"--input-shape {text!r}: give NAME=D1,D2,..., e.g. x=1,3,32,32")
         if spec.dtype is not None:
-            raise UserError(f"--input-shape {text!r}: check takes each input's dtype from the model; drop ':{spec.dtype}'")
+            raise UserError(
+                f"--input-shape {text!r}: check takes each input's dtype from the model; drop ':{spec.dtype}'"
+            )
     return {s.name: s.shape for s in parsed}
 
 
@@ -90,7 +92,9 @@ def make_feeds(model, shapes: dict[str, tuple[int, ...]], npz: dict | None = Non
     for source, keys in (("--input-shape", shapes), ("--inputs", npz or {})):
         unknown = sorted(set(keys) - names)
         if unknown:
-            raise UserError(f"{source} names {', '.join(unknown)}, but the model's inputs are {', '.join(sorted(names))}")
+            raise UserError(
+                f"{source} names {', '.join(unknown)}, but the model's inputs are {', '.join(sorted(names))}"
+            )
     feeds = {}
     for v in inputs:
         dims = list(v.shape) if v.shape is not None else None
@@ -152,20 +156,27 @@ def check_command(
     ),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz file with input arrays by name."),
     method: Optional[str] = typer.Option(
-        None, "--method", "-m", help="Lowering for the lowered paths: auto, native, grid_sample or gather. "
-        "Default: the target's, else auto."
+        None,
+        "--method",
+        "-m",
+        help="Lowering for the lowered paths: auto, native, grid_sample or gather. Default: the target's, else auto.",
     ),
     precision: str = typer.Option(
         "f32", "--precision", help="OpenVINO inference precision hint: f32, f16 or bf16 (OpenVINO has no f64)."
     ),
     tolerance: Optional[float] = typer.Option(
-        None, "--tolerance", help="Max abs error allowed against the reference. Default: the outputs' dtype's "
+        None,
+        "--tolerance",
+        help="Max abs error allowed against the reference. Default: the outputs' dtype's "
         "tolerance (float32 1e-4, float16 1e-2 + 1e-2*max|reference|, float64 1e-8; deform_onnx.verification).",
         show_default=False,
     ),
     repeat: int = typer.Option(5, "--repeat", min=0, help="Timed runs per path after the first (median reported)."),
     timeout: float = typer.Option(
-        DEFAULT_TIMEOUT, "--timeout", min=0.001, help="Seconds each path and the reference may run; past it the row says 'timed out'."
+        DEFAULT_TIMEOUT,
+        "--timeout",
+        min=0.001,
+        help="Seconds each path and the reference may run; past it the row says 'timed out'.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
     target: Optional[str] = typer.Option(
@@ -216,10 +227,8 @@ def check_command(
         feeds = make_feeds(model, shapes, npz, seed)
 
     from ..rewrite import find_nodes
-    from ..runtimes import reference, run_paths
+    from ..runtimes import lowered_here, reference, run_paths
     from ..runtimes.border import BAND, border_feeds
-
-    from ..runtimes import lowered_here
 
     deformable = bool(find_nodes(model))
     to_lower = bool(lowered_here(model, method, target, force))  # what run_paths and lower() decide
@@ -232,7 +241,10 @@ def check_command(
         want, ref_label = reference(model_path, feeds, results, timeout=timeout, progress=show)
         if border is not None:  # the border input: correctness only, no timing
             border_results = run_paths(
-                model_path, border, repeat=0, progress=lambda what: show(f"{what} (border input): running", 0, None),
+                model_path,
+                border,
+                repeat=0,
+                progress=lambda what: show(f"{what} (border input): running", 0, None),
                 **paths,
             )
             border_want, border_label = reference(model_path, border, border_results, timeout=timeout, progress=show)
@@ -339,7 +351,9 @@ def _check_precision(precision: str, runtimes: list[str]) -> None:
                 "OpenVINO has no f64 inference (its CPU plugin runs f32, f16 or bf16): use --precision f32, "
                 "or --runtime ort to run a float64 model on ONNX Runtime alone"
             )
-        raise UserError("--precision is OpenVINO's inference precision (f32, f16, bf16); ONNX Runtime runs the model's own dtypes")
+        raise UserError(
+            "--precision is OpenVINO's inference precision (f32, f16, bf16); ONNX Runtime runs the model's own dtypes"
+        )
     if p not in PRECISIONS:
         raise UserError(f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
 
@@ -353,8 +367,12 @@ def _progress():
     @contextlib.contextmanager
     def display():
         with Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-            console=err_console, transient=True,
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
         ) as progress:
             task = progress.add_task("checking", total=None)
 
@@ -364,4 +382,3 @@ def _progress():
             yield show
 
     return display()
-

@@ -18,12 +18,19 @@ import typer
 from rich.markup import escape
 
 from ._app import app
+from ._attempts import print_attempts, stage_and_detail
 from ._common import (
-    CHECK_FAILED, UserError, check_output_folder, console, err_console, fail, make_output_folder, one_line,
+    CHECK_FAILED,
+    UserError,
+    check_output_folder,
+    console,
+    err_console,
+    fail,
+    make_output_folder,
+    one_line,
     user_errors,
 )
 from ._inputs import InputSpec, check_method, load_npz, parse_dtype, parse_specs
-from ._attempts import print_attempts, stage_and_detail
 from ._models import check_input_ranks, from_npz, from_specs, load_model, model_dtype, model_kind
 
 #: The main job: one export per lowering, each at an opset that runtimes commonly
@@ -92,7 +99,9 @@ def export_command(
         show_default=False,
     ),
     input_shape: List[str] = typer.Option(
-        [], "--input-shape", "-s",
+        [],
+        "--input-shape",
+        "-s",
         help="Example input: [NAME=]D1,D2,...[:DTYPE], e.g. 1,3,224,224 or 1x3x224x224 or x=1,3,64,64:float16; "
         "repeat it, each with a NAME, for several inputs (in forward order).",
     ),
@@ -100,14 +109,19 @@ def export_command(
         None, "--inputs", help=".npz file with the example inputs, in forward order (names become input names)."
     ),
     dtype: Optional[str] = typer.Option(
-        None, "--dtype", help="float32, float16 or float64: the model and its floating inputs are cast to it. "
+        None,
+        "--dtype",
+        help="float32, float16 or float64: the model and its floating inputs are cast to it. "
         "Default: the model's own dtype.",
     ),
     opset: Optional[int] = typer.Option(
         None, "--opset", help="Default-domain opset. Default: grid_sample@17, gather@11, native@20."
     ),
     method: Optional[str] = typer.Option(
-        None, "--method", "-m", help="Lowering: auto, native, grid_sample or gather. Default: each one the opset allows."
+        None,
+        "--method",
+        "-m",
+        help="Lowering: auto, native, grid_sample or gather. Default: each one the opset allows.",
     ),
     exporter: Optional[str] = typer.Option(
         None,
@@ -128,7 +142,10 @@ def export_command(
     ),
     repeat: int = typer.Option(10, "--repeat", min=1, help="Timed runs per latency (the median is shown)."),
     verbose: bool = typer.Option(
-        False, "--verbose", "-v", help="Show each exporter tried, where it stopped and the graph around the "
+        False,
+        "--verbose",
+        "-v",
+        help="Show each exporter tried, where it stopped and the graph around the "
         "deformable op, not only the one-line error.",
     ),
     target: Optional[str] = typer.Option(
@@ -139,7 +156,9 @@ def export_command(
         None, "--ir-version", help="IR version of the files. Default: the lowest their opsets need."
     ),
     no_verify: bool = typer.Option(
-        False, "--no-verify", help="Write the files without running them in ONNX Runtime against PyTorch "
+        False,
+        "--no-verify",
+        help="Write the files without running them in ONNX Runtime against PyTorch "
         "(e.g. float64 ops ONNX Runtime's CPU kernels lack); the ok column says UNVERIFIED.",
     ),
 ) -> None:
@@ -168,7 +187,9 @@ def export_command(
             if len(specs) != 1 or len(shape) != 4 or shape[1] != 3:
                 raise UserError(f"the example takes one image input N,3,H,W, not {', '.join(map(str, specs))}")
         elif not specs and npz is None:
-            raise UserError("give the example input with --input-shape (e.g. --input-shape 1,3,224,224) or --inputs FILE.npz")
+            raise UserError(
+                "give the example input with --input-shape (e.g. --input-shape 1,3,224,224) or --inputs FILE.npz"
+            )
         count = len(npz) if npz is not None else len(specs)
         if dynamic and count != 1:
             raise UserError("--dynamic makes N, H and W of one input dynamic; the model is given several inputs")
@@ -192,7 +213,9 @@ def export_command(
                 raise UserError(f"target {choice.target.name!r} takes static shapes only; drop --dynamic "
                                 "(or pass --force to write the file anyway)")  # fmt: skip
         # torch.export cannot capture a ScriptModule: a TorchScript archive goes to the TorchScript exporter.
-        jobs = _plan(name, method, opset, exporter or ("torchscript" if kind == "torchscript" else None), output, dynamic)
+        jobs = _plan(
+            name, method, opset, exporter or ("torchscript" if kind == "torchscript" else None), output, dynamic
+        )
         from ..irversion import check_requested
 
         for job in jobs:
@@ -289,7 +312,9 @@ def export_command(
         err_console.print(f"[red]{len(failed)} of {len(results)} exports failed the check ({bound}); "
                           "no file written for them[/]", highlight=False)  # fmt: skip
         if not verbose and any(r.problem for r in failed):
-            err_console.print("run again with --verbose to see each exporter tried and where it stopped", highlight=False)
+            err_console.print(
+                "run again with --verbose to see each exporter tried and where it stopped", highlight=False
+            )
         raise typer.Exit(CHECK_FAILED)
     if no_verify:
         err_console.print(f"[bold yellow]UNVERIFIED: {len(results)} file(s) written without running them in ONNX "
@@ -326,8 +351,8 @@ def _plan(
     name: str, method: str | None, opset: int | None, exporter: str | None, output: Path, dynamic: bool
 ) -> list[Job]:
     """The exports to run; raises ``UserError``/``ValueError`` for arguments that cannot work (no torch needed)."""
-    from ..ops.registry import LOWERINGS, resolve_method
     from ..ops.deform_conv.spec import MIN_OPSET
+    from ..ops.registry import LOWERINGS, resolve_method
     from . import _limits
 
     if exporter is not None and exporter not in EXPORTERS:
@@ -367,7 +392,9 @@ def _plan(
         jobs.append(Job(lowering.name, o, chosen, exporter is not None, output / f"{name}_{lowering.name}_op{o}.onnx"))
     if output.suffix == ".onnx":
         if len(jobs) != 1:
-            raise UserError(f"-o {output} names one file but {len(jobs)} exports are planned; give a folder or --method")
+            raise UserError(
+                f"-o {output} names one file but {len(jobs)} exports are planned; give a folder or --method"
+            )
         jobs[0].path = output
     return jobs
 
@@ -389,11 +416,15 @@ def _one_form(jobs: list[Job], net, tensors, method: str | None, name: str, outp
     if output.suffix != ".onnx":
         job.path = output / f"{name}_op{job.opset}.onnx"
     if not ops:
-        note = ("the model has no op to lower (no deform_conv2d, grid_sample or ms_deform_attn call): every "
-                f"method writes the same graph, so one file is written ({job.path.name}, opset {job.opset})")
+        note = (
+            "the model has no op to lower (no deform_conv2d, grid_sample or ms_deform_attn call): every "
+            f"method writes the same graph, so one file is written ({job.path.name}, opset {job.opset})"
+        )
     else:
-        note = ("the model's only deformable op is ms_deform_attn, whose methods share one form (the fused "
-                f"gather lowering): one file is written ({job.path.name}, opset {job.opset})")
+        note = (
+            "the model's only deformable op is ms_deform_attn, whose methods share one form (the fused "
+            f"gather lowering): one file is written ({job.path.name}, opset {job.opset})"
+        )
     return [job], note
 
 
@@ -484,7 +515,9 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
         else:
             result.attempts.append((exporter, "exported", []))
         result.problem = None
-        result.exporter = report.exporter + (" (fallback)" if report.fallback_reason or exporter != job.exporter else "")
+        result.exporter = report.exporter + (
+            " (fallback)" if report.fallback_reason or exporter != job.exporter else ""
+        )
         result.nodes, result.size, result.error = report.node_count, report.file_size, report.max_error
         break
     else:
@@ -503,8 +536,12 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
 
 def _cli_wording(text: str) -> str:
     """The Python spellings (``verify=False``, ``force=True``) in the CLI's (``--no-verify``, ``--force``)."""
-    for python, cli in (("verify=False (CLI: --no-verify)", "--no-verify"), ("verify=False", "--no-verify"),
-                        ("force=True (CLI: --force)", "--force"), ("force=True", "--force")):
+    for python, cli in (
+        ("verify=False (CLI: --no-verify)", "--no-verify"),
+        ("verify=False", "--no-verify"),
+        ("force=True (CLI: --force)", "--force"),
+        ("force=True", "--force"),
+    ):
         text = text.replace(python, cli)
     return text
 
@@ -690,5 +727,3 @@ def _size(n: int) -> str:
 def _where(jobs: list[Job]) -> str:
     folders = {str(j.path.parent) for j in jobs}
     return ", ".join(sorted(folders))
-
-

@@ -16,7 +16,9 @@ from ._inputs import METHODS, check_method
 
 @app.command("lower")
 def lower_command(
-    src: Path = typer.Argument(..., help="ONNX file with DeformConv, mmcv deformable-convolution or MSDA plugin nodes."),
+    src: Path = typer.Argument(
+        ..., help="ONNX file with DeformConv, mmcv deformable-convolution or MSDA plugin nodes."
+    ),
     output: Optional[Path] = typer.Option(
         None, "--output", "-o", help="Where to write the result (its folder must exist)."
     ),

@@ -10,7 +10,11 @@ import typer
 from ._app import app
 from ._common import UserError, console, user_errors
 
-_TARGETS = ("onnxruntime", "tensorrt", "openvino")  # deform_onnx.quantize.TARGETS (spelled out: no import at parse time)
+_TARGETS = (
+    "onnxruntime",
+    "tensorrt",
+    "openvino",
+)  # deform_onnx.quantize.TARGETS (spelled out: no import at parse time)
 
 
 def _floats(text: str | None, option: str) -> tuple[float, float, float] | None:
@@ -96,15 +100,29 @@ def quantize_command(
             from ..quantize.calibration import feeds
 
             evaluation = feeds(eval_npz, _inputs(onnx.load(str(src), load_external_data=False)))[0]
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as bar:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
             task = bar.add_task("read", total=1)
 
             def step(name: str, done: int, total: int) -> None:
                 bar.update(task, description=name, completed=done, total=max(total, 1))
 
-            report = quantize(src, output, str(calibration), target=target, method=method, preprocess=preprocess,
-                              eval_inputs=evaluation, progress=step)
+            report = quantize(
+                src,
+                output,
+                str(calibration),
+                target=target,
+                method=method,
+                preprocess=preprocess,
+                eval_inputs=evaluation,
+                progress=step,
+            )
     text = str(report)
     console.print(text if table else text.split("\n\n")[0], highlight=False, soft_wrap=True)
     console.print(f"wrote {output}", highlight=False)

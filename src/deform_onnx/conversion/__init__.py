@@ -135,9 +135,7 @@ def convert_down(proto: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, 
     del model.opset_imports[_SET_ASIDE]
     # Inputs that the replaced nodes no longer read (e.g. a Reduce's axes) would linger as dead initializers.
     RemoveUnusedNodesPass()(model)
-    repairs = [
-        Repair(a.name, a.op_type, a.from_opset, a.to_opset, a.reason, count) for a, count in used.items()
-    ]
+    repairs = [Repair(a.name, a.op_type, a.from_opset, a.to_opset, a.reason, count) for a, count in used.items()]
     return ir.to_proto(model), repairs
 
 

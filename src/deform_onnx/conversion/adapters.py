@@ -107,7 +107,8 @@ def _inputs(node: ir.Node, count: int) -> list[ir.Value | None]:
 
 
 @register(
-    "Split", 18,
+    "Split",
+    18,
     "Split-18 may give the number of parts as attribute num_outputs (last part smaller when the size "
     "does not divide); Split-13 has no such attribute and splits equally only when the size divides: "
     "the sizes become an explicit split input (computed at run time when the axis is dynamic)",
@@ -141,7 +142,8 @@ def split_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.V
 
 
 @register(
-    "Pad", 18,
+    "Pad",
+    18,
     "Pad-18 may pad only some axes (input axes); Pad-13 takes pads for every axis: constant axes and "
     "pads are expanded to full-rank pads with zeros for the other axes",
 )
@@ -162,7 +164,8 @@ def pad_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Val
 
 
 @register(
-    "Shape", 15,
+    "Shape",
+    15,
     "Shape-15 may slice the shape (attributes start/end); Shape-13 returns the whole shape: "
     "a Slice of it takes the same range",
 )
@@ -178,7 +181,8 @@ def shape_15_14(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.V
 
 
 @register(
-    "Identity", 16,
+    "Identity",
+    16,
     "Identity-16 adds optional types to Identity-14: for a tensor it is the same op",
 )
 def identity_16_15(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
@@ -189,8 +193,15 @@ def identity_16_15(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[i
 
 
 _REDUCE_18 = (
-    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
-    "ReduceProd", "ReduceSumSquare",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSumSquare",
 )
 
 
@@ -209,7 +220,8 @@ def _reduce_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir
 
 for _op in _REDUCE_18:
     register(
-        _op, 18,
+        _op,
+        18,
         f"{_op}-18 takes axes as an input and has noop_with_empty_axes; {_op}-13 takes axes as an "
         "attribute and has no noop_with_empty_axes (onnx's converter moves axes but keeps that attribute, "
         "an invalid node): constant axes become the attribute, and an empty axes list with "
@@ -218,7 +230,8 @@ for _op in _REDUCE_18:
 
 
 @register(
-    "LayerNormalization", 17,
+    "LayerNormalization",
+    17,
     "LayerNormalization does not exist before opset 17: it is written out as ReduceMean (mean and "
     "variance over the normalised axes), Sub, Mul, Add, Sqrt, Div, then scale and bias, computed in "
     "float32 when stash_type=1 (the op's default) as the op specifies",
@@ -252,7 +265,8 @@ def layernormalization_17_16(node: ir.Node, tape: ir_tape.Tape, target: int) -> 
 
 
 @register(
-    "BatchNormalization", 15,
+    "BatchNormalization",
+    15,
     "BatchNormalization-15 lets scale and bias (T1) and the running mean and variance (T2) have their "
     "own float types; BatchNormalization-14 takes scale and bias of the input's type: they are cast to it",
 )

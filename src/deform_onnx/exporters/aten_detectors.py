@@ -28,8 +28,16 @@ from ..builder import Builder, Value
 
 # -- scaled_dot_product_attention ------------------------------------------------------------
 def emit_sdpa(
-    b: Builder, query: Value, key: Value, value: Value, attn_mask: Value | None, mask_is_bool: bool,
-    dropout_p: float, is_causal: bool, scale: float | None, enable_gqa: bool,
+    b: Builder,
+    query: Value,
+    key: Value,
+    value: Value,
+    attn_mask: Value | None,
+    mask_is_bool: bool,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
 ) -> Value:
     """``F.scaled_dot_product_attention`` as ``MatMul``/``Softmax``/``MatMul`` (ONNX opset 11+).
 
@@ -114,8 +122,7 @@ def _causal_mask(b: Builder, query, key, q_shape, k_shape) -> Value:
     return b.op("Not", b.op("Greater", b.unsqueeze(cols, [0]), b.unsqueeze(rows, [1])))
 
 
-def _sdpa_symbolic(g, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                   enable_gqa=False):
+def _sdpa_symbolic(g, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     from torch.onnx import symbolic_helper as sh
 
     from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line
@@ -125,8 +132,15 @@ def _sdpa_symbolic(g, query, key, value, attn_mask=None, dropout_p=0.0, is_causa
     scale_v = None if scale is None or sh._is_none(scale) else float(sh._maybe_get_const(scale, "f"))
     try:
         return emit_sdpa(
-            TorchScriptBuilder(g), query, key, value, mask, mask_is_bool,
-            float(sh._maybe_get_const(dropout_p, "f")), bool(sh._maybe_get_const(is_causal, "b")), scale_v,
+            TorchScriptBuilder(g),
+            query,
+            key,
+            value,
+            mask,
+            mask_is_bool,
+            float(sh._maybe_get_const(dropout_p, "f")),
+            bool(sh._maybe_get_const(is_causal, "b")),
+            scale_v,
             bool(sh._maybe_get_const(enable_gqa, "b")) if not isinstance(enable_gqa, bool) else enable_gqa,
         )
     except ValueError as exc:
@@ -281,8 +295,9 @@ def _filter_bicubic(x: np.ndarray) -> np.ndarray:
 _AA_FILTERS = {"bilinear": (2, _filter_bilinear), "bicubic": (4, _filter_bicubic)}
 
 
-def aa_weights(mode: str, in_size: int, out_size: int, align_corners: bool, scale: float | None,
-               dtype=np.float32) -> np.ndarray:
+def aa_weights(
+    mode: str, in_size: int, out_size: int, align_corners: bool, scale: float | None, dtype=np.float32
+) -> np.ndarray:
     """``[out_size, in_size]`` weights of one axis of ATen's antialiased resize.
 
     As ``_compute_weights_aa`` in ``aten/src/ATen/native/cpu/UpSampleKernel.cpp``,
@@ -313,12 +328,19 @@ def aa_weights(mode: str, in_size: int, out_size: int, align_corners: bool, scal
         total = vals.sum(dtype=dtype)
         if total != 0:
             vals = vals / total
-        w[i, xmin:xmin + xsize] = vals
+        w[i, xmin : xmin + xsize] = vals
     return w
 
 
-def emit_resize_aa(b: Builder, x: Value, mode: str, out_hw: tuple[int, int], align_corners: bool,
-                   scales: tuple[float | None, float | None], in_shape=None) -> Value:
+def emit_resize_aa(
+    b: Builder,
+    x: Value,
+    mode: str,
+    out_hw: tuple[int, int],
+    align_corners: bool,
+    scales: tuple[float | None, float | None],
+    in_shape=None,
+) -> Value:
     """``F.interpolate(x, mode=mode, antialias=True)`` on ``[N, C, H, W]`` -> ``[N, C, Ho, Wo]``.
 
     A separable filter with data-independent weights: ``Wh [Ho, H] @ x @ Ww[Wo, W]^T``
@@ -406,8 +428,13 @@ def _make_resize_aa_symbolic(mode: str):
                     "export without dynamic axes"
                 )
             return emit_resize_aa(
-                b, input, mode, (int(output_size[0]), int(output_size[1])),
-                bool(sh._maybe_get_const(align_corners, "b")), scale_hw, _traced_sizes(g, output=False),
+                b,
+                input,
+                mode,
+                (int(output_size[0]), int(output_size[1])),
+                bool(sh._maybe_get_const(align_corners, "b")),
+                scale_hw,
+                _traced_sizes(g, output=False),
             )
         except ValueError as exc:
             _keep_error_one_line(exc, g)

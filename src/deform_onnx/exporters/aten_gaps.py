@@ -85,13 +85,13 @@ def emit_einsum(b: Builder, equation: str, operands: list) -> Value:
         x = _transpose(b, x, [term.index(c) for c in batch + first + second])
         dims = [b.dim(x, i) for i in range(len(term))]
         n = len(batch)
-        return b.reshape(x, dims[:n] + [_prod(b, dims[n:n + len(first)]), _prod(b, dims[n + len(first):])]), dims
+        return b.reshape(x, dims[:n] + [_prod(b, dims[n : n + len(first)]), _prod(b, dims[n + len(first) :])]), dims
 
     a3, a_dims = grouped(a, ta, left, summed)
     v3, v_dims = grouped(v, tb, summed, right)
     product = b.op("MatMul", a3, v3)  # [batch..., L, R]
     n = len(batch)
-    dims = [b.dim(product, i) for i in range(n)] + a_dims[n:n + len(left)] + v_dims[n + len(summed):]
+    dims = [b.dim(product, i) for i in range(n)] + a_dims[n : n + len(left)] + v_dims[n + len(summed) :]
     result = b.reshape(product, dims)
     order = batch + left + right
     return _transpose(b, result, [order.index(c) for c in out])
@@ -111,9 +111,7 @@ def _prod(b: Builder, dims: list):
 def _einsum_symbolic(g, equation, tensor_list, path=None):
     from torch.onnx import symbolic_helper
 
-    from ..builder.torchscript import TorchScriptBuilder
-
-    from ..builder.torchscript import _keep_error_one_line
+    from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line
 
     equation = symbolic_helper._maybe_get_const(equation, "s")
     try:
@@ -124,9 +122,7 @@ def _einsum_symbolic(g, equation, tensor_list, path=None):
 
 
 def _outer_symbolic(g, input, vec2):
-    from ..builder.torchscript import TorchScriptBuilder, traced_output_dtype
-
-    from ..builder.torchscript import _keep_error_one_line
+    from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line, traced_output_dtype
 
     try:
         return emit_outer(TorchScriptBuilder(g), input, vec2, traced_output_dtype(g))

@@ -15,9 +15,9 @@ import torch
 
 from ..conversion import Repair, convert_down
 from . import dynamo as _dynamo
+from . import torchscript as _torchscript
 from .examples import widen_unit_dims
 from .guards import check_guards, parameter_names
-from . import torchscript as _torchscript
 
 
 def capture_errors() -> tuple[type[BaseException], ...]:
@@ -75,8 +75,17 @@ def quiet():
 
 
 def export_dynamo(
-    model, args, opset, method, input_names, output_names, dynamic_shapes, dynamic_axes, sink=None,
-    notes=None, guards=None,
+    model,
+    args,
+    opset,
+    method,
+    input_names,
+    output_names,
+    dynamic_shapes,
+    dynamic_axes,
+    sink=None,
+    notes=None,
+    guards=None,
 ) -> tuple[onnx.ModelProto, list[Repair]]:
     """Export with the dynamo exporter at ``opset``; below the build opset (18), export at 18 and
     convert down with :func:`deform_onnx.conversion.convert_down` (adapters reported as repairs).
@@ -96,7 +105,11 @@ def export_dynamo(
 
     build = max(opset, _dynamo.BUILD_MIN_OPSET)
     table = _dynamo.translation_table(method, opset)
-    if dynamic_shapes is None and dynamic_axes is not None and _axes_skip_an_input(dynamic_axes, input_names, len(args)):
+    if (
+        dynamic_shapes is None
+        and dynamic_axes is not None
+        and _axes_skip_an_input(dynamic_axes, input_names, len(args))
+    ):
         dynamic_shapes, dynamic_axes = axes_to_dynamic_shapes(dynamic_axes, input_names, len(args)), None
     requested = _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes)
     if requested is None and (dynamic_shapes is not None or dynamic_axes) and notes is not None:
@@ -146,7 +159,7 @@ def _axes_skip_an_input(dynamic_axes: dict, input_names: list[str] | None, n_arg
     if input_names is None:
         return False
     has = [bool(dynamic_axes.get(name)) for name in input_names[:n_args]]
-    return any(not has[i] and any(has[i + 1:]) for i in range(len(has)))
+    return any(not has[i] and any(has[i + 1 :]) for i in range(len(has)))
 
 
 def axes_to_dynamic_shapes(dynamic_axes: dict, input_names: list[str], n_args: int) -> tuple:
@@ -222,5 +235,3 @@ def export_torchscript(
     if sink is not None:
         return sink.load_torchscript(buffer)
     return onnx.load_from_string(buffer.getvalue())
-
-

@@ -88,7 +88,10 @@ def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes, notes: lis
         if notes is not None and names is None:
             notes.append("the guard check could not name forward's inputs; the second-size check decides")
         return guards
-    grown = [_frame(names, args, dynamic_shapes, lambda n: n + 32), _frame(names, args, dynamic_shapes, lambda n: 2 * n)]
+    grown = [
+        _frame(names, args, dynamic_shapes, lambda n: n + 32),
+        _frame(names, args, dynamic_shapes, lambda n: 2 * n),
+    ]
     example = _frame(names, args, dynamic_shapes, lambda n: n)
     for guard in guards:
         if _holds(guard, example) is True and all(_holds(guard, frame) is False for frame in grown):
@@ -102,8 +105,11 @@ def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes, notes: lis
 def parameter_names(model, n: int) -> list[str] | None:
     """The names of ``forward``'s first ``n`` positional parameters (the guards' ``L[...]`` keys), or ``None``."""
     try:
-        params = [p.name for p in inspect.signature(model.forward).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p.name
+            for p in inspect.signature(model.forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         return None
     return params[:n] if len(params) >= n else None
@@ -128,6 +134,6 @@ def _holds(guard: str, frame: dict) -> bool | None:
     """The guard's truth with ``L`` = ``frame``; ``None`` when it reads something else (weights, values)."""
     try:
         # torch writes these guards as Python over L['name'].size()/stride(); nothing else is in scope.
-        return bool(eval(guard, {"__builtins__": _BUILTINS, "math": math}, {"L": frame}))  # noqa: S307
+        return bool(eval(guard, {"__builtins__": _BUILTINS, "math": math}, {"L": frame}))
     except Exception:  # noqa: BLE001
         return None

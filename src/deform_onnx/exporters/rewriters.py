@@ -186,7 +186,9 @@ class SizeMode(TorchFunctionMode):
             keep = 0 if func in _FACTORIES else 1
             sized_args = tuple(args[:keep]) + tuple(self.substitute(a) for a in args[keep:])
             sized_kwargs = {k: self.substitute(v) for k, v in kwargs.items()}
-            if any(a is not b for a, b in zip(sized_args, args)) or any(sized_kwargs[k] is not v for k, v in kwargs.items()):
+            if any(a is not b for a, b in zip(sized_args, args)) or any(
+                sized_kwargs[k] is not v for k, v in kwargs.items()
+            ):
                 try:
                     return func(*sized_args, **sized_kwargs)
                 except TypeError:  # a function that takes tensors only (torch.maximum): the arguments as given

@@ -41,8 +41,20 @@ def _scalar_tensor(value, dtype, device) -> torch.Tensor:
 
 
 @register("torch.linspace", _SOURCE)
-def linspace(mode: SizeMode, original, start, end, steps, *, dtype=None, device=None, out=None, layout=None,
-             requires_grad=False, **kwargs):
+def linspace(
+    mode: SizeMode,
+    original,
+    start,
+    end,
+    steps,
+    *,
+    dtype=None,
+    device=None,
+    out=None,
+    layout=None,
+    requires_grad=False,
+    **kwargs,
+):
     """``torch.linspace(start, end, steps)`` (1-D, ``steps`` long, floating ``dtype``) from an ``arange`` over
     ``steps`` when any argument is a symbolic or traced size; ``NotImplemented`` (torch's own) otherwise,
     and for integer dtypes, ``out=`` or ``requires_grad``."""

@@ -134,13 +134,33 @@ def setitem(mode, original, target, index, value):
 # --- carrying recorded sizes through integer ops (torch.export only) --------------------------------
 
 _BINARY = {
-    "__mul__": operator.mul, "mul": operator.mul, "__add__": operator.add, "add": operator.add,
-    "__sub__": operator.sub, "sub": operator.sub, "__floordiv__": operator.floordiv,
-    "floor_divide": operator.floordiv, "__eq__": operator.eq, "eq": operator.eq, "__ne__": operator.ne,
-    "ne": operator.ne, "__ge__": operator.ge, "ge": operator.ge, "__gt__": operator.gt, "gt": operator.gt,
-    "__le__": operator.le, "le": operator.le, "__lt__": operator.lt, "lt": operator.lt,
+    "__mul__": operator.mul,
+    "mul": operator.mul,
+    "__add__": operator.add,
+    "add": operator.add,
+    "__sub__": operator.sub,
+    "sub": operator.sub,
+    "__floordiv__": operator.floordiv,
+    "floor_divide": operator.floordiv,
+    "__eq__": operator.eq,
+    "eq": operator.eq,
+    "__ne__": operator.ne,
+    "ne": operator.ne,
+    "__ge__": operator.ge,
+    "ge": operator.ge,
+    "__gt__": operator.gt,
+    "gt": operator.gt,
+    "__le__": operator.le,
+    "le": operator.le,
+    "__lt__": operator.lt,
+    "lt": operator.lt,
 }
-_REVERSED = {"__rmul__": operator.mul, "__radd__": operator.add, "__rsub__": operator.sub, "__rfloordiv__": operator.floordiv}
+_REVERSED = {
+    "__rmul__": operator.mul,
+    "__radd__": operator.add,
+    "__rsub__": operator.sub,
+    "__rfloordiv__": operator.floordiv,
+}
 _REDUCE = {"sum": operator.add, "prod": operator.mul}
 _SAME = {"long", "int", "clone", "contiguous", "detach", "to", "type", "cpu"}
 _READ = {"__int__", "__index__", "item", "__bool__", "__float__"}

@@ -13,10 +13,11 @@ import contextlib
 import torch
 
 from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line, traced_output_dtype  # noqa: F401  (re-exported)
-from ..opsets import TORCHSCRIPT_MIN_OPSET
-from ..ops.deform_conv.binding import TORCHSCRIPT_OP as OP_NAME, make_symbolic  # noqa: F401  (re-exported)
+from ..ops.deform_conv.binding import TORCHSCRIPT_OP as OP_NAME  # noqa: F401  (re-exported)
 from ..ops.registry import bindings, check_method
+from ..opsets import TORCHSCRIPT_MIN_OPSET
 from . import aten_gaps
+
 #: Highest opset of the TorchScript exporter in this torch.
 MAX_OPSET: int = torch.onnx._constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
 

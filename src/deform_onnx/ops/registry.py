@@ -30,8 +30,8 @@ from functools import partial
 from typing import Any, Mapping, Protocol
 
 from ..opsets import GRID_SAMPLE_ND_MIN_OPSET
-from .deform_conv import lower_gather, lower_grid_sample, lower_native
 from .dcnv3.lower import lower_dcnv3
+from .deform_conv import lower_gather, lower_grid_sample, lower_native
 from .grid_sample import lower as grid_sampler
 from .msda import lower as msda
 
@@ -114,8 +114,9 @@ MSDA_LOWERINGS: dict[str, Lowering] = {
 
 # -- DCNv3 (InternImage): a model-level op, sampled with the grid_sample lowerings ------------
 def _dcnv3_lowering(sampler: Lowering) -> Lowering:
-    return Lowering(sampler.name, sampler.min_opset, partial(lower_dcnv3, sampler=sampler.fn),
-                    f"DCNv3 on {sampler.summary}")
+    return Lowering(
+        sampler.name, sampler.min_opset, partial(lower_dcnv3, sampler=sampler.fn), f"DCNv3 on {sampler.summary}"
+    )
 
 
 DCNV3_LOWERINGS: dict[str, Lowering] = {name: _dcnv3_lowering(low) for name, low in GRID_SAMPLE_LOWERINGS.items()}
@@ -125,23 +126,49 @@ _SAMPLER_METHODS = {"native": "native", "grid_sample": "native", "gather": "gath
 
 OPS: dict[str, OpEntry] = {
     "deform_conv2d": OpEntry(
-        "deform_conv2d", "deformable convolution", ("torchvision::deform_conv2d",), (("", "DeformConv"),),
-        LOWERINGS, {m: m for m in LOWERINGS}, ("grid_sample", "gather"), binding="deform_onnx.ops.deform_conv.binding",
+        "deform_conv2d",
+        "deformable convolution",
+        ("torchvision::deform_conv2d",),
+        (("", "DeformConv"),),
+        LOWERINGS,
+        {m: m for m in LOWERINGS},
+        ("grid_sample", "gather"),
+        binding="deform_onnx.ops.deform_conv.binding",
     ),
     "grid_sample": OpEntry(
-        "grid_sample", "grid_sample", ("aten::grid_sampler",), (("", "GridSample"),),
-        GRID_SAMPLE_LOWERINGS, _SAMPLER_METHODS, ("native", "gather"), binding="deform_onnx.ops.grid_sample.binding",
+        "grid_sample",
+        "grid_sample",
+        ("aten::grid_sampler",),
+        (("", "GridSample"),),
+        GRID_SAMPLE_LOWERINGS,
+        _SAMPLER_METHODS,
+        ("native", "gather"),
+        binding="deform_onnx.ops.grid_sample.binding",
         spells="method {!r} writes F.grid_sample as GridSample, which",
     ),
     "ms_deform_attn": OpEntry(
-        "ms_deform_attn", "ms_deform_attn", ("deform_onnx::ms_deform_attn",),
-        (("mmdeploy", "MMCVMultiScaleDeformableAttention"), ("mmcv", "MMCVMultiScaleDeformableAttention"),
-         ("", "MultiscaleDeformableAttnPlugin_TRT"), ("trt", "MultiscaleDeformableAttnPlugin_TRT")),
-        MSDA_LOWERINGS, {m: "gather" for m in LOWERINGS}, ("gather",), binding="deform_onnx.ops.msda.binding",
+        "ms_deform_attn",
+        "ms_deform_attn",
+        ("deform_onnx::ms_deform_attn",),
+        (
+            ("mmdeploy", "MMCVMultiScaleDeformableAttention"),
+            ("mmcv", "MMCVMultiScaleDeformableAttention"),
+            ("", "MultiscaleDeformableAttnPlugin_TRT"),
+            ("trt", "MultiscaleDeformableAttnPlugin_TRT"),
+        ),
+        MSDA_LOWERINGS,
+        {m: "gather" for m in LOWERINGS},
+        ("gather",),
+        binding="deform_onnx.ops.msda.binding",
     ),
     "dcnv3": OpEntry(
-        "dcnv3", "DCNv3", (), (("mmdeploy", "TRTDCNv3"),),
-        DCNV3_LOWERINGS, _SAMPLER_METHODS, ("native", "gather"),
+        "dcnv3",
+        "DCNv3",
+        (),
+        (("mmdeploy", "TRTDCNv3"),),
+        DCNV3_LOWERINGS,
+        _SAMPLER_METHODS,
+        ("native", "gather"),
         spells="method {!r} samples DCNv3 with GridSample, which",
     ),
 }
@@ -185,8 +212,14 @@ def resolve(op: str, method: str, opset: int, *, path_min_opset: int | None = No
         usable = [m for m in LOWERINGS if entry.lowerings[entry.methods[m]].min_opset <= opset]
         if path_min_opset is not None and opset < path_min_opset:
             usable = []  # no method works at this opset on the caller's path
-        fix = f"raise the opset or use one of: {', '.join(usable)}" if usable else f"raise the opset to {lowering.min_opset} or more"
-        raise ValueError(f"{entry.spells.format(method)} needs opset >= {lowering.min_opset} but opset {opset} was requested; {fix}")
+        fix = (
+            f"raise the opset or use one of: {', '.join(usable)}"
+            if usable
+            else f"raise the opset to {lowering.min_opset} or more"
+        )
+        raise ValueError(
+            f"{entry.spells.format(method)} needs opset >= {lowering.min_opset} but opset {opset} was requested; {fix}"
+        )
     return lowering
 
 
@@ -221,8 +254,10 @@ def grid_sample_call(method: str, opset: int, spec: grid_sampler.GridSampleSpec,
                 f"export at opset {GRID_SAMPLE_ND_MIN_OPSET} or use method 'gather' (or 'auto')"
             )
     if rank == 5 and spec.mode == "bicubic" and lowering.name == "gather":
-        raise ValueError("grid_sample: mode 'bicubic' is 4-D only (PyTorch and ONNX Runtime have no 5-D cubic); "
-                         "keep the GridSample node with method 'native' at opset >= 20")
+        raise ValueError(
+            "grid_sample: mode 'bicubic' is 4-D only (PyTorch and ONNX Runtime have no 5-D cubic); "
+            "keep the GridSample node with method 'native' at opset >= 20"
+        )
     return lowering
 
 

@@ -20,9 +20,20 @@ TARGETS = {"onnxruntime": "onnxruntime.quantization", "tensorrt": "onnxruntime.q
 #: Deformable-convolution node kinds that :func:`quantize` lowers first (the rewriter's known nodes).
 _DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "DeformableConv2D", "TRTDCNv3")
 #: ONNX Runtime's integer kernels, counted in the optimized graph (the fusion the placement aims at).
-INTEGER_KERNELS = ("QLinearConv", "QLinearMatMul", "MatMulIntegerToFloat", "MatMulInteger", "QGemm", "QLinearAdd",
-                   "QLinearMul", "QLinearConcat", "QLinearSigmoid", "QLinearAveragePool", "QLinearGlobalAveragePool",
-                   "DynamicQuantizeMatMul")
+INTEGER_KERNELS = (
+    "QLinearConv",
+    "QLinearMatMul",
+    "MatMulIntegerToFloat",
+    "MatMulInteger",
+    "QGemm",
+    "QLinearAdd",
+    "QLinearMul",
+    "QLinearConcat",
+    "QLinearSigmoid",
+    "QLinearAveragePool",
+    "QLinearGlobalAveragePool",
+    "DynamicQuantizeMatMul",
+)
 
 Progress = Callable[[str, int, int], None]
 
@@ -121,22 +132,37 @@ def quantize(
     step("read", 0, 1)
     try:
         model = onnx.load(str(src))
-    except Exception as exc:  # noqa: BLE001  (protobuf's own error types)
-        raise ValueError(f"src {src}: not an ONNX model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from exc
+    except Exception as exc:
+        raise ValueError(
+            f"src {src}: not an ONNX model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        ) from exc
     inputs = _inputs(model)
     kinds = {v.name: v.type.tensor_type.elem_type for v in model.graph.input}
     not_float = [n for n, _ in inputs if kinds.get(n) != onnx.TensorProto.FLOAT]
     if not_float:
-        raise ValueError(f"src {src}: inputs {not_float} are not float32; quantize a float32 export "
-                         "(the quantizers calibrate float32 graphs)")
+        raise ValueError(
+            f"src {src}: inputs {not_float} are not float32; quantize a float32 export "
+            "(the quantizers calibrate float32 graphs)"
+        )
     samples = feeds(calibration, inputs, preprocess)
     evaluation = samples[0] if eval_inputs is None else feeds([eval_inputs], inputs)[0]
     if target == "openvino":
         from .openvino import quantize_openvino
 
         return quantize_openvino(src, dst, model, samples, evaluation, step, eval_given=eval_inputs is not None)
-    return _quantize_onnx(src, dst, model, samples, evaluation, target=target, method=method, per_channel=per_channel,
-                          quantize_offset_path=quantize_offset_path, step=step, eval_given=eval_inputs is not None)
+    return _quantize_onnx(
+        src,
+        dst,
+        model,
+        samples,
+        evaluation,
+        target=target,
+        method=method,
+        per_channel=per_channel,
+        quantize_offset_path=quantize_offset_path,
+        step=step,
+        eval_given=eval_inputs is not None,
+    )
 
 
 def _inputs(model: onnx.ModelProto) -> list[tuple[str, list]]:
@@ -145,7 +171,9 @@ def _inputs(model: onnx.ModelProto) -> list[tuple[str, list]]:
     for value in model.graph.input:
         if value.name in inits:
             continue
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in value.type.tensor_type.shape.dim]
+        dims = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in value.type.tensor_type.shape.dim
+        ]
         out.append((value.name, dims))
     return out
 
@@ -165,8 +193,9 @@ def _lower(model: onnx.ModelProto, method: str | None, target: str) -> tuple[onn
         return lower(model, method=method, target="tensorrt" if target == "tensorrt" else None), method
 
 
-def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_channel, quantize_offset_path, step,
-                   eval_given) -> QuantizeReport:
+def _quantize_onnx(
+    src, dst, model, samples, evaluation, *, target, method, per_channel, quantize_offset_path, step, eval_given
+) -> QuantizeReport:
     try:
         from onnxruntime.quantization import (
             CalibrationMethod,
@@ -175,8 +204,10 @@ def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_
             quantize_static,
         )
     except ImportError as exc:
-        raise ImportError("deform_onnx.quantize needs ONNX Runtime's quantizer: pip install 'deform-onnx[quantize]' "
-                          "(or any onnxruntime distribution)") from exc
+        raise ImportError(
+            "deform_onnx.quantize needs ONNX Runtime's quantizer: pip install 'deform-onnx[quantize]' "
+            "(or any onnxruntime distribution)"
+        ) from exc
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     step("lower", 0, 1)
@@ -215,10 +246,17 @@ def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_
         root.setLevel(max(level, logging.ERROR))
         try:
             quantize_static(
-                tmp_pre, tmp_q, Reader(samples, on_sample), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                activation_type=QuantType.QInt8 if trt else QuantType.QUInt8, weight_type=QuantType.QInt8,
-                op_types_to_quantize=list(LINEAR_OPS + LAYOUT_OPS), nodes_to_quantize=placement.quantize,
-                calibrate_method=CalibrationMethod.MinMax, extra_options=extra,
+                tmp_pre,
+                tmp_q,
+                Reader(samples, on_sample),
+                quant_format=QuantFormat.QDQ,
+                per_channel=per_channel,
+                activation_type=QuantType.QInt8 if trt else QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                op_types_to_quantize=list(LINEAR_OPS + LAYOUT_OPS),
+                nodes_to_quantize=placement.quantize,
+                calibrate_method=CalibrationMethod.MinMax,
+                extra_options=extra,
             )
         finally:
             root.setLevel(level)
@@ -235,12 +273,17 @@ def _quantize_onnx(src, dst, model, samples, evaluation, *, target, method, per_
                 raise ValueError(f"target 'tensorrt': {found[0]}")
         if not eval_given:
             notes.append("errors measured on the first calibration sample (pass eval_inputs= for a held-out one)")
-        if used is None and any(why.startswith(("Gemm with a computed C", "weight is MatMul's first")) for why in
-                                placement.keep_float.values()):
-            notes.append("the contraction of this already-lowered file stays float: quantize the native file "
-                         "(DeformConv), which is lowered in the integer-contraction form first")
-        report = QuantizeReport(src=src, dst=dst, target=target, quantizer=TARGETS[target], method=used,
-                                samples=len(samples), notes=notes)
+        if used is None and any(
+            why.startswith(("Gemm with a computed C", "weight is MatMul's first"))
+            for why in placement.keep_float.values()
+        ):
+            notes.append(
+                "the contraction of this already-lowered file stays float: quantize the native file "
+                "(DeformConv), which is lowered in the integer-contraction form first"
+            )
+        report = QuantizeReport(
+            src=src, dst=dst, target=target, quantizer=TARGETS[target], method=used, samples=len(samples), notes=notes
+        )
         ops = {n.name: n.op_type for n in pre.graph.node}
         report.quantized = [(n, ops[n], placement.why_quantized.get(n, "")) for n in placement.quantize]
         report.kept_float = [(n, ops[n], why) for n, why in placement.keep_float.items()]
@@ -323,7 +366,9 @@ def fused_kernels(path: str, tmp: str) -> dict[str, int]:
     import onnxruntime as ort
 
     out = os.path.join(tmp, "ort_optimized.onnx")
-    _session(path, graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized_model_filepath=out)
+    _session(
+        path, graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized_model_filepath=out
+    )
     counts: dict[str, int] = {}
     for node in onnx.load(out).graph.node:
         if node.op_type in INTEGER_KERNELS:
@@ -344,8 +389,9 @@ def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
     return copy
 
 
-def _measure(report: QuantizeReport, pre: onnx.ModelProto, quantized: onnx.ModelProto, placement: Placement,
-             evaluation: dict) -> None:
+def _measure(
+    report: QuantizeReport, pre: onnx.ModelProto, quantized: onnx.ModelProto, placement: Placement, evaluation: dict
+) -> None:
     """Fill the per-layer table, the output cosine and the largest sample shift."""
     nodes = {n.name: n for n in pre.graph.node}
     rows: list[tuple[str, str, str, str]] = []  # tensor, node, op, role
@@ -427,10 +473,15 @@ def tensorrt_violations(model: onnx.ModelProto, placement: Placement) -> list[st
         if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
             continue
         zp = node.input[2] if len(node.input) > 2 else ""
-        if node.op_type == "DequantizeLinear" and node.input[0] in inits \
-                and inits[node.input[0]].data_type != onnx.TensorProto.INT8:
-            found.append(f"DequantizeLinear {node.name!r}: TensorRT dequantizes INT8 (FP8/INT4/FP4), not "
-                         f"{onnx.TensorProto.DataType.Name(inits[node.input[0]].data_type)}; keep biases float")
+        if (
+            node.op_type == "DequantizeLinear"
+            and node.input[0] in inits
+            and inits[node.input[0]].data_type != onnx.TensorProto.INT8
+        ):
+            found.append(
+                f"DequantizeLinear {node.name!r}: TensorRT dequantizes INT8 (FP8/INT4/FP4), not "
+                f"{onnx.TensorProto.DataType.Name(inits[node.input[0]].data_type)}; keep biases float"
+            )
         elif zp:
             z = onnx.numpy_helper.to_array(inits[zp]) if zp in inits else None
             if z is None or z.dtype != np.int8 or np.any(z != 0):
@@ -452,13 +503,17 @@ def tensorrt_violations(model: onnx.ModelProto, placement: Placement) -> list[st
                 rank = len(inits[p.input[0]].dims)
                 want = 0 if node.op_type == "Conv" else rank - 1
                 if axis % rank != want:
-                    found.append(f"{node.op_type} {node.name!r}: per-channel weight axis {axis}, want {want} (output channels)")
+                    found.append(
+                        f"{node.op_type} {node.name!r}: per-channel weight axis {axis}, want {want} (output channels)"
+                    )
     for node in graph.node:
         if node.op_type == "QuantizeLinear":
             p = producer.get(node.input[0])
             if p is not None and p.name in quantized_ops and p.op_type in LINEAR_OPS:
-                found.append(f"QuantizeLinear {node.name!r} on the output of {p.op_type} {p.name!r}: "
-                             "TensorRT's placement quantizes the inputs of weighted ops, not their outputs")
+                found.append(
+                    f"QuantizeLinear {node.name!r} on the output of {p.op_type} {p.name!r}: "
+                    "TensorRT's placement quantizes the inputs of weighted ops, not their outputs"
+                )
         if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
             for t in node.input[:1]:
                 p = producer.get(t)

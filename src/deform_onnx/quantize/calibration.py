@@ -45,8 +45,9 @@ class Preprocess:
     def image(self, path: str | os.PathLike, size: tuple[int, int]) -> np.ndarray:
         """``path`` as a ``[1, 3, H, W]`` (or ``[1, H, W, 3]``) float32 array (needs scikit-image)."""
         if importlib.util.find_spec("skimage") is None:
-            raise ModuleNotFoundError("calibration from images needs scikit-image: pip install 'deform-onnx[quantize]'",
-                                      name="skimage")
+            raise ModuleNotFoundError(
+                "calibration from images needs scikit-image: pip install 'deform-onnx[quantize]'", name="skimage"
+            )
         import skimage.color
         import skimage.io
         import skimage.transform
@@ -101,7 +102,9 @@ def feeds(calibration, inputs: list[tuple[str, list]], preprocess: Preprocess | 
     else:
         samples = [_sample(s, names) for s in calibration]
     if not samples:
-        raise ValueError("calibration holds no samples: give at least one input (several representative ones are better)")
+        raise ValueError(
+            "calibration holds no samples: give at least one input (several representative ones are better)"
+        )
     shapes = dict(inputs)
     for i, s in enumerate(samples):
         if set(s) != set(names):
@@ -109,8 +112,9 @@ def feeds(calibration, inputs: list[tuple[str, list]], preprocess: Preprocess | 
         for name, array in s.items():
             want = shapes[name]
             if array.ndim != len(want) or not _fits(array.shape, want):
-                raise ValueError(f"calibration sample {i}: input {name!r} has shape {list(array.shape)}, "
-                                 f"the model takes {want}")
+                raise ValueError(
+                    f"calibration sample {i}: input {name!r} has shape {list(array.shape)}, the model takes {want}"
+                )
             if np.issubdtype(array.dtype, np.floating) and array.dtype != np.float32:
                 s[name] = array.astype(np.float32)
     return samples
@@ -127,10 +131,14 @@ def _sample(sample, names: list[str]) -> dict:
         return {k: _array(v) for k, v in sample.items()}
     if isinstance(sample, (tuple, list)):
         if len(sample) != len(names):
-            raise ValueError(f"a calibration sample has {len(sample)} values; the model has {len(names)} inputs {names}")
+            raise ValueError(
+                f"a calibration sample has {len(sample)} values; the model has {len(names)} inputs {names}"
+            )
         return {n: _array(v) for n, v in zip(names, sample)}
     if len(names) != 1:
-        raise ValueError(f"a calibration sample is one array; the model has {len(names)} inputs {names}: give tuples or dicts")
+        raise ValueError(
+            f"a calibration sample is one array; the model has {len(names)} inputs {names}: give tuples or dicts"
+        )
     return {names[0]: _array(sample)}
 
 
@@ -146,8 +154,15 @@ def _npz(path: Path, inputs: list[tuple[str, list]]) -> list[dict]:
             raise ValueError(f"calibration {path}: holds {keys}; name its arrays after the model's inputs {names}")
     out: list[dict] = []
     for (name, shape), array in zip(inputs, arrays):
-        stacked = array[:, None] if array.ndim == len(shape) and _fits(array.shape[1:], shape[1:]) and array.shape[0] > 1 \
-            and isinstance(shape[0], int) and shape[0] == 1 else (array[None] if array.ndim == len(shape) else array)
+        stacked = (
+            array[:, None]
+            if array.ndim == len(shape)
+            and _fits(array.shape[1:], shape[1:])
+            and array.shape[0] > 1
+            and isinstance(shape[0], int)
+            and shape[0] == 1
+            else (array[None] if array.ndim == len(shape) else array)
+        )
         for i, item in enumerate(stacked):
             if len(out) <= i:
                 out.append({})
@@ -161,8 +176,10 @@ def _fits(have, want) -> bool:
 
 def _folder(path: Path, inputs: list[tuple[str, list]], preprocess: Preprocess | None) -> list[dict]:
     if preprocess is None:
-        raise ValueError(f"calibration {path} is a folder of images: name the preprocessing (preprocess=Preprocess(...), "
-                         "CLI --size/--mean/--std/--layout)")
+        raise ValueError(
+            f"calibration {path} is a folder of images: name the preprocessing (preprocess=Preprocess(...), "
+            "CLI --size/--mean/--std/--layout)"
+        )
     if len(inputs) != 1:
         raise ValueError(f"calibration from images needs a one-input model; this one has {[n for n, _ in inputs]}")
     name, shape = inputs[0]
@@ -171,13 +188,17 @@ def _folder(path: Path, inputs: list[tuple[str, list]], preprocess: Preprocess |
         raise ValueError(f"calibration {path}: no images ({', '.join(IMAGE_SUFFIXES)}) in the folder")
     channel_axis = 1 if preprocess.layout == "NCHW" else 3
     if len(shape) != 4 or (isinstance(shape[channel_axis], int) and shape[channel_axis] != 3):
-        raise ValueError(f"input {name!r} has shape {shape}; images give [1, 3, H, W] ({preprocess.layout}): "
-                         "pass layout='NHWC' or give an .npz")
+        raise ValueError(
+            f"input {name!r} has shape {shape}; images give [1, 3, H, W] ({preprocess.layout}): "
+            "pass layout='NHWC' or give an .npz"
+        )
     size = preprocess.size
     if size is None:
         hw = shape[2:4] if preprocess.layout == "NCHW" else shape[1:3]
         if not all(isinstance(d, int) for d in hw):
-            raise ValueError(f"input {name!r} has a dynamic size {shape}: name the image size (size=(H, W), CLI --size HxW)")
+            raise ValueError(
+                f"input {name!r} has a dynamic size {shape}: name the image size (size=(H, W), CLI --size HxW)"
+            )
         size = (int(hw[0]), int(hw[1]))
     return [{name: preprocess.image(p, size)} for p in images]
 

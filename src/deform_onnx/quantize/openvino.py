@@ -26,13 +26,16 @@ from .placement import place
 from .report import LayerError, QuantizeReport, compare
 
 
-def quantize_openvino(src: Path, dst: Path, model: onnx.ModelProto, samples: list[dict], evaluation: dict, step,
-                      eval_given: bool) -> QuantizeReport:
+def quantize_openvino(
+    src: Path, dst: Path, model: onnx.ModelProto, samples: list[dict], evaluation: dict, step, eval_given: bool
+) -> QuantizeReport:
     """Quantize ``src`` for OpenVINO with nncf, writing ``dst`` (``.xml``, with its ``.bin``) atomically."""
     try:
         import nncf  # type: ignore[import-untyped]
     except ImportError as exc:
-        raise ImportError("target 'openvino' needs nncf: pip install 'deform-onnx[quantize]' (or pip install nncf)") from exc
+        raise ImportError(
+            "target 'openvino' needs nncf: pip install 'deform-onnx[quantize]' (or pip install nncf)"
+        ) from exc
     import openvino as ov
 
     from ..runtimes.openvino import compile as ov_compile
@@ -55,7 +58,9 @@ def quantize_openvino(src: Path, dst: Path, model: onnx.ModelProto, samples: lis
         return [sample[n] for n in order]
 
     quantized = nncf.quantize(
-        ov_model, nncf.Dataset(samples, transform), subset_size=len(samples),
+        ov_model,
+        nncf.Dataset(samples, transform),
+        subset_size=len(samples),
         # OpenVINO splits a node into parts named "<node>/<part>" (a Conv with bias: "<node>/WithoutBiases").
         ignored_scope=nncf.IgnoredScope(names=names, patterns=[f"^{re.escape(n)}/.*$" for n in names], validate=False),
     )
@@ -63,16 +68,20 @@ def quantize_openvino(src: Path, dst: Path, model: onnx.ModelProto, samples: lis
     feed = [evaluation[n] for n in order]
     ref = ov_compile(ov_model)(feed)
     got = ov.Core().compile_model(quantized, "CPU")(feed)
-    report = QuantizeReport(src=src, dst=dst, target="openvino", quantizer=f"nncf {nncf.__version__}", method=None,
-                            samples=total)
+    report = QuantizeReport(
+        src=src, dst=dst, target="openvino", quantizer=f"nncf {nncf.__version__}", method=None, samples=total
+    )
     if not eval_given:
         report.notes.append("errors measured on the first calibration sample (pass eval_inputs= for a held-out one)")
     fq = [op for op in quantized.get_ops() if op.get_type_name() == "FakeQuantize"]
     report.quantized = [(op.get_friendly_name(), "FakeQuantize", "placed by nncf") for op in fq]
     ops = {n.name: n.op_type for n in model.graph.node}
     report.kept_float = [(n, ops.get(n, "?"), why) for n, why in placement.keep_float.items()]
-    report.kept_float += [(n, ops.get(n, "?"), "offset path / weight side: ignored scope")
-                          for n in sorted(placement.offset_path) if n not in placement.keep_float]
+    report.kept_float += [
+        (n, ops.get(n, "?"), "offset path / weight side: ignored scope")
+        for n in sorted(placement.offset_path)
+        if n not in placement.keep_float
+    ]
     cosines = []
     for k, out in enumerate(ov_model.outputs):
         a, b = np.asarray(ref[k]), np.asarray(got[k])

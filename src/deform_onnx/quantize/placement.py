@@ -117,7 +117,9 @@ def _constant(graph, producer, tensor: str, inits: set[str]) -> bool:
     return True
 
 
-def place(model: onnx.ModelProto, *, quantize_offset_path: bool = False, allow_computed_bias: bool = False) -> Placement:
+def place(
+    model: onnx.ModelProto, *, quantize_offset_path: bool = False, allow_computed_bias: bool = False
+) -> Placement:
     """Decide Q/DQ placement for ``model`` (see the module docstring).
 
     Args:
@@ -164,8 +166,11 @@ def place(model: onnx.ModelProto, *, quantize_offset_path: bool = False, allow_c
         sampled_l = _downstream(graph, consumers, samplers_l)
         weight_l = _downstream(graph, consumers, offset_l) - sampled_l - offset_l
         float_side |= offset_l | weight_l
-        products |= {i for i in sampled_l - samplers_l
-                     if any(producer.get(t) in offset_l | weight_l for t in graph.node[i].input)}
+        products |= {
+            i
+            for i in sampled_l - samplers_l
+            if any(producer.get(t) in offset_l | weight_l for t in graph.node[i].input)
+        }
     products -= float_side
     sampled = _downstream(graph, consumers, sampler_ids)
     out.offset_path = {names[i] for i in float_side}
@@ -180,18 +185,32 @@ def place(model: onnx.ModelProto, *, quantize_offset_path: bool = False, allow_c
         if i in float_side and not quantize_offset_path:
             out.keep_float[node.name] = "offset path: its rounding moves the samples"
             continue
-        if node.op_type == "MatMul" and not allow_computed_bias and _constant(graph, producer, node.input[0], inits) \
-                and not _constant(graph, producer, node.input[1], inits):
-            out.keep_float[node.name] = ("weight is MatMul's first input: ONNX Runtime fuses no int8 first input on x86 "
-                                         "(QDQIsInt8Allowed), so Q/DQ would only add work")
+        if (
+            node.op_type == "MatMul"
+            and not allow_computed_bias
+            and _constant(graph, producer, node.input[0], inits)
+            and not _constant(graph, producer, node.input[1], inits)
+        ):
+            out.keep_float[node.name] = (
+                "weight is MatMul's first input: ONNX Runtime fuses no int8 first input on x86 "
+                "(QDQIsInt8Allowed), so Q/DQ would only add work"
+            )
             continue
-        if node.op_type == "Gemm" and not allow_computed_bias and len(node.input) > 2 and node.input[2] \
-                and not _constant(graph, producer, node.input[2], inits):
-            out.keep_float[node.name] = "Gemm with a computed C (accumulation): ONNX Runtime's QDQ Gemm needs a constant bias"
+        if (
+            node.op_type == "Gemm"
+            and not allow_computed_bias
+            and len(node.input) > 2
+            and node.input[2]
+            and not _constant(graph, producer, node.input[2], inits)
+        ):
+            out.keep_float[node.name] = (
+                "Gemm with a computed C (accumulation): ONNX Runtime's QDQ Gemm needs a constant bias"
+            )
             continue
         linear.append(i)
-        out.why_quantized[node.name] = "offset path, quantized on request" if i in float_side else \
-            "model convolution / projection"
+        out.why_quantized[node.name] = (
+            "offset path, quantized on request" if i in float_side else "model convolution / projection"
+        )
     # Layout ops carrying the columns from a product (or sampler) into a quantized contraction.
     layout: set[int] = set()
     for i in linear:

@@ -83,17 +83,26 @@ class QuantizeReport:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        shift = "not measured" if self.sample_shift_px is None else \
-            f"{self.sample_shift_px:.3g} px (mean {self.mean_sample_shift_px:.3g} px)"
+        shift = (
+            "not measured"
+            if self.sample_shift_px is None
+            else f"{self.sample_shift_px:.3g} px (mean {self.mean_sample_shift_px:.3g} px)"
+        )
         head = [
-            (f"{self.src} -> {self.dst} ({self.target}, {self.quantizer}; lowering: {self.method or 'none'}; "
-             f"{self.samples} calibration sample(s))"),
-            (f"quantized {len(self.quantized)} node(s), kept {len(self.kept_float)} float; "
-             f"output cosine {self.output_cosine:.5f}; largest sample shift {shift}"),
+            (
+                f"{self.src} -> {self.dst} ({self.target}, {self.quantizer}; lowering: {self.method or 'none'}; "
+                f"{self.samples} calibration sample(s))"
+            ),
+            (
+                f"quantized {len(self.quantized)} node(s), kept {len(self.kept_float)} float; "
+                f"output cosine {self.output_cosine:.5f}; largest sample shift {shift}"
+            ),
         ]
         head += [f"  {n} x {why}" for why, n in self.reasons().items()]
         if self.fused:
-            head.append("ONNX Runtime integer kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.fused.items())))
+            head.append(
+                "ONNX Runtime integer kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.fused.items()))
+            )
         head += [f"note: {n}" for n in self.notes]
         return "\n".join(head + ["", self.table()])
 
@@ -105,6 +114,6 @@ def compare(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     cosine = 1.0 if na == nb == 0 else float(a64 @ b64 / (na * nb)) if na and nb else 0.0
     diff = a64 - b64
     max_abs = float(np.abs(diff).max()) if diff.size else 0.0
-    rms = float(np.sqrt(np.mean(a64 ** 2))) if a64.size else 0.0
-    rel = float(np.sqrt(np.mean(diff ** 2)) / rms) if rms else float(np.sqrt(np.mean(diff ** 2))) if diff.size else 0.0
+    rms = float(np.sqrt(np.mean(a64**2))) if a64.size else 0.0
+    rel = float(np.sqrt(np.mean(diff**2)) / rms) if rms else float(np.sqrt(np.mean(diff**2))) if diff.size else 0.0
     return cosine, max_abs, rel

@@ -20,10 +20,12 @@ import onnx
 import onnx_ir as ir
 
 from .._io import atomic_path
-from ..ops.registry import resolve_method
-from ..ops.msda import sources as msda_nodes
-from ..ops.grid_sample import sources as grid_sample_nodes
 from ..ops.dcnv3 import sources as dcnv3_nodes
+from ..ops.deform_conv.sources import SOURCE_OPS
+from ..ops.grid_sample import sources as grid_sample_nodes
+from ..ops.msda import sources as msda_nodes
+from ..ops.registry import resolve_method
+from .lowerable import nodes_lowered
 from .model_io import ModelFileError, _check_structure, _from_proto, _keep_value_info, default_opset, read_model
 from .nodes import (
     _all_names,
@@ -34,11 +36,9 @@ from .nodes import (
     _unique,
     _used_domains,
     find_nodes,
-    spec_for_node,  # noqa: F401  (public: the OpenVINO runtime and tests read node specs)
+    spec_for_node,
 )
-from .lowerable import nodes_lowered
 from .opset import REPAIRS, _convert
-from ..ops.deform_conv.sources import SOURCE_OPS
 
 __all__ = [
     "lower", "lower_file", "lower_model", "read_model", "default_opset", "find_nodes", "spec_for_node",
@@ -76,10 +76,6 @@ class LowerReport:
             or self.opset_before != self.opset_after
             or self.ir_version_before != self.ir_version_after
         )
-
-
-
-
 
 
 # -- the rewrite ---------------------------------------------------------------
@@ -155,7 +151,9 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
         report.replaced.append(Replacement(node.name or "<unnamed TRTDCNv3>", "mmdeploy::TRTDCNv3", dcnv3_lowering))  # type: ignore[arg-type]  # found nodes: a lowering was resolved
     attentions = msda_nodes.find(model)  # after a conversion: the converted model's nodes
     for index, node in enumerate(attentions):
-        report.replaced.append(Replacement(node.name or f"<unnamed MSDA #{index}>", msda_nodes.describe(node), "gather"))
+        report.replaced.append(
+            Replacement(node.name or f"<unnamed MSDA #{index}>", msda_nodes.describe(node), "gather")
+        )
     if any(v is not None and v.dtype is None for n in attentions for v in n.inputs):
         _infer_shapes(model)  # the lowering's constants take the value's dtype
     msda_nodes.replace_all(attentions, method, to_opset, lambda base: _unique(base, names))
@@ -279,9 +277,7 @@ def lower_file(
     src, dst = Path(src), Path(dst)
     model = read_model(src)
     in_place = dst.resolve() == src.resolve()
-    external = [
-        t for t in model.graph.initializers.values() if isinstance(t.const_value, ir.ExternalTensor)
-    ]
+    external = [t for t in model.graph.initializers.values() if isinstance(t.const_value, ir.ExternalTensor)]
     src_data = {Path(t.const_value.path).resolve() for t in external}  # type: ignore[union-attr]
     model, report = lower_model(model, method=method, opset=opset, target=target, force=force, ir_version=ir_version)
     if in_place and not report.changed:

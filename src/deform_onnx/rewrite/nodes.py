@@ -6,10 +6,10 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ..ops.registry import Lowering
 from ..builder import TapeBuilder
-from ..ops.deform_conv.spec import DeformConvSpec
 from ..ops.deform_conv.sources import ROLES, SourceOp, lookup
+from ..ops.deform_conv.spec import DeformConvSpec
+from ..ops.registry import Lowering
 
 
 def find_nodes(model: ir.Model) -> list[tuple[ir.Node, SourceOp]]:
@@ -111,8 +111,13 @@ def spec_for_node(node: ir.Node, src: SourceOp) -> tuple[DeformConvSpec, dict[st
                 "torchvision's deform_conv2d) is supported"
             )
     b_shape = shapes["bias"]
-    if b_shape is not None and w_shape is not None and w_shape[0] is not None and None not in b_shape \
-            and b_shape != (w_shape[0],):
+    if (
+        b_shape is not None
+        and w_shape is not None
+        and w_shape[0] is not None
+        and None not in b_shape
+        and b_shape != (w_shape[0],)
+    ):
         raise ValueError(f"{where}: bias has shape {list(b_shape)}, expected [{w_shape[0]}]")
     unknown = (None, None, None, None)
     try:
@@ -194,7 +199,12 @@ def _replace(node: ir.Node, src: SourceOp, lowering: Lowering, opset: int, names
                 value.name = _unique(f"{n.name}_out{i}" if n.name else f"{prefix}/v", names)
     old = node.outputs[0]
     ir.convenience.replace_nodes_and_values(
-        node.graph, insertion_point=node, old_nodes=[node], new_nodes=new_nodes, old_values=[old], new_values=[out]  # type: ignore[arg-type]  # a found node is in a graph
+        node.graph,  # type: ignore[arg-type]  # a found node is in a graph
+        insertion_point=node,
+        old_nodes=[node],
+        new_nodes=new_nodes,
+        old_values=[old],
+        new_values=[out],
     )
 
 

@@ -8,7 +8,6 @@ import onnx_ir as ir
 from .model_io import _VALUE_INFO, _first_line
 from .nodes import find_nodes
 
-
 #: Private domain that hides default-domain deformable nodes from the version converter.
 _HIDDEN = "deform_onnx.hidden"
 
@@ -69,8 +68,11 @@ def _convert(model: ir.Model, target: int, current: int | None, hide_grid_sample
     # TensorRT's MSDA plugin node may sit in the default domain; lowered at ``target`` afterwards.
     hidden += [n for n in msda_nodes.find(model) if n.domain in ("", "ai.onnx")]
     if hide_grid_samples:  # lowered to gather at ``target`` afterwards (no GridSample adapter below 16)
-        hidden += [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.op_type == "GridSample"
-                   and n.domain in ("", "ai.onnx")]
+        hidden += [
+            n
+            for n in ir.traversal.RecursiveGraphIterator(model.graph)
+            if n.op_type == "GridSample" and n.domain in ("", "ai.onnx")
+        ]
     for node in hidden:
         node.domain = _HIDDEN
     if hidden:

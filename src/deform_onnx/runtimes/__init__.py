@@ -40,7 +40,9 @@ class PathResult:
         return self.outputs is not None
 
 
-def _timed(fn: Callable[[Deadline], list[np.ndarray]], repeat: int, deadline: Deadline) -> tuple[list[np.ndarray], float]:
+def _timed(
+    fn: Callable[[Deadline], list[np.ndarray]], repeat: int, deadline: Deadline
+) -> tuple[list[np.ndarray], float]:
     """The outputs of a first run, and the median ms of up to ``repeat`` more (fewer when time runs out)."""
     t0 = time.perf_counter()
     outputs = fn(deadline)  # warm-up (and the outputs compared)

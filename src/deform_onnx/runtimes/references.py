@@ -122,8 +122,20 @@ def _deform_conv_op():
     class DeformConv(OpRun):
         op_domain = ""
 
-        def _run(self, X, W, offset, B=None, mask=None, dilations=None, group=None, kernel_shape=None,
-                 offset_group=None, pads=None, strides=None):
+        def _run(
+            self,
+            X,
+            W,
+            offset,
+            B=None,
+            mask=None,
+            dilations=None,
+            group=None,
+            kernel_shape=None,
+            offset_group=None,
+            pads=None,
+            strides=None,
+        ):
             x = torch.from_numpy(np.ascontiguousarray(X))
             if pads is not None and any(pads):
                 # torchvision pads symmetrically; zero-padding the input first is the same sampling

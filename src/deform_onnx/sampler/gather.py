@@ -33,7 +33,6 @@ import onnx
 from ..builder import Builder, Dim, Value
 from ..builder.forms import wants
 
-
 #: Zero rows :func:`padded_channel_rows` adds before / after the image along H and W.
 PAD_BEFORE, PAD_AFTER = 1, 2
 
@@ -59,8 +58,9 @@ def padded_channel_rows(b: Builder, x: Value, width: Dim) -> Value:
     zero = b.float_const(0.0, x)
     xt = x
     for axis, dims in ((2, [N, C, None, W]), (3, [N, C, b.add_dim(H, PAD_BEFORE + PAD_AFTER), None])):
-        before, after = (b.op("Expand", zero, b.shape_vector([n if d is None else d for d in dims]))
-                         for n in (PAD_BEFORE, PAD_AFTER))
+        before, after = (
+            b.op("Expand", zero, b.shape_vector([n if d is None else d for d in dims])) for n in (PAD_BEFORE, PAD_AFTER)
+        )
         xt = b.op("Concat", before, xt, after, axis=axis)
     # [N, C, pixels] -> [N, pixels, C]: a 3-D transpose. -1 for N, which may be 0 (C * pixels is not)
     pixels = b.mul_dim(b.add_dim(H, PAD_BEFORE + PAD_AFTER), b.add_dim(W, PAD_BEFORE + PAD_AFTER))
@@ -90,8 +90,9 @@ def padded_corner(b: Builder, p: Value, size: Dim, like: Value, border_rule: boo
     high_w = b.op("Sub", clamped, p0)
     low_w = b.op("Sub", b.float_const(1.0, like), high_w)
     if not border_rule:
-        inside = b.op("And", b.op("Not", b.op("Less", p, b.float_const(0.0, like))),
-                      b.op("Less", p, _size_plus(b, size, 0, like)))
+        inside = b.op(
+            "And", b.op("Not", b.op("Less", p, b.float_const(0.0, like))), b.op("Less", p, _size_plus(b, size, 0, like))
+        )
         inside = b.cast_like(inside, like)
         low_w, high_w = b.op("Mul", low_w, inside), b.op("Mul", high_w, inside)
     return _padded_index(b, p0, like), low_w, high_w
@@ -181,8 +182,10 @@ class BilinearCorners:
             v = b.op("Gather", self.rows, b.reshape(take(self.idx), [-1, 4]), axis=0)  # [M, 4, width]
             out = b.op("MatMul", b.reshape(take(self.wgt), [-1, 1, 4]), v)  # [M, 1, width]
             return b.reshape(out, [-1, self.width])
-        terms = [b.op("Mul", b.op("Gather", self.rows, b.reshape(take(i), [-1]), axis=0), b.reshape(take(w), [-1, 1]))
-                 for i, w in zip(self.idx, self.wgt)]
+        terms = [
+            b.op("Mul", b.op("Gather", self.rows, b.reshape(take(i), [-1]), axis=0), b.reshape(take(w), [-1, 1]))
+            for i, w in zip(self.idx, self.wgt)
+        ]
         return b.op("Sum", *terms)  # one pass instead of three Adds
 
 

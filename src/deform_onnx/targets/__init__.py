@@ -20,7 +20,17 @@ from .onnxruntime import onnxruntime_target
 from .rules import RULES, violations
 from .table import TABLE
 
-__all__ = ["Target", "Fault", "Choice", "TARGETS", "TARGET_NAMES", "resolve_target", "all_targets", "RULES", "violations"]
+__all__ = [
+    "Target",
+    "Fault",
+    "Choice",
+    "TARGETS",
+    "TARGET_NAMES",
+    "resolve_target",
+    "all_targets",
+    "RULES",
+    "violations",
+]
 
 #: Targets by name (``onnxruntime`` resolves against the installed version).
 TARGETS: dict[str, Target] = {t.name: t for t in TABLE}

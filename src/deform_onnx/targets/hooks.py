@@ -68,7 +68,9 @@ def for_lower(
     chosen_method = method or t.method
     chosen_opset = opset
     if chosen_opset is None:
-        keep = model_opset is not None and chosen_method in LOWERINGS and model_opset >= LOWERINGS[chosen_method].min_opset
+        keep = (
+            model_opset is not None and chosen_method in LOWERINGS and model_opset >= LOWERINGS[chosen_method].min_opset
+        )
         if keep and not any(f.hits(chosen_method, model_opset) for f in t.faults):  # type: ignore[arg-type]  # keep: model_opset is not None
             chosen_opset = model_opset
         else:

@@ -26,7 +26,11 @@ def _opset(model: onnx.ModelProto) -> int:
 
 
 def _nodes(model: onnx.ModelProto, op_type: str) -> list[str]:
-    return [n.name or f"#{i}" for i, n in enumerate(model.graph.node) if n.op_type == op_type and n.domain in ("", "ai.onnx")]
+    return [
+        n.name or f"#{i}"
+        for i, n in enumerate(model.graph.node)
+        if n.op_type == op_type and n.domain in ("", "ai.onnx")
+    ]
 
 
 def no_gridsample_20(model: onnx.ModelProto) -> list[str]:
@@ -43,8 +47,11 @@ def _gridsamples(model: onnx.ModelProto) -> list[tuple[str, str, int | None]]:
     if not found:
         return []
     g = _inferred(model).graph
-    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*g.input, *g.value_info)
-             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+    ranks = {
+        v.name: len(v.type.tensor_type.shape.dim)
+        for v in (*g.input, *g.value_info)
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")
+    }
     ranks.update({t.name: len(t.dims) for t in g.initializer})
     out = []
     for i, n in enumerate(found):
@@ -78,8 +85,12 @@ def nan_guards(model: onnx.ModelProto) -> list[onnx.NodeProto]:
         if node.op_type != "Where" or node.domain not in ("", "ai.onnx"):
             continue
         cond = producer.get(node.input[0])
-        if cond is not None and cond.op_type == "Equal" and cond.domain in ("", "ai.onnx") \
-                and cond.input[0] == cond.input[1]:
+        if (
+            cond is not None
+            and cond.op_type == "Equal"
+            and cond.domain in ("", "ai.onnx")
+            and cond.input[0] == cond.input[1]
+        ):
             found.append(node)
     return found
 
@@ -123,16 +134,16 @@ def ncnn_blobs(model: onnx.ModelProto) -> list[str]:
             big.append((v.name, [d.dim_value if d.HasField("dim_value") else "?" for d in dims]))
     if not big:
         return []
-    return [f"{len(big)} value(s) that no ncnn blob holds (more than 4-D after a leading 1; e.g. {big[0][0]} "
-            f"{big[0][1]})"]
+    return [
+        f"{len(big)} value(s) that no ncnn blob holds (more than 4-D after a leading 1; e.g. {big[0][0]} {big[0][1]})"
+    ]
 
 
 def static_shapes(model: onnx.ModelProto) -> list[str]:
     dynamic = [
         v.name
         for v in model.graph.input
-        if v.type.HasField("tensor_type")
-        and any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
+        if v.type.HasField("tensor_type") and any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
     ]
     return [f"dynamic input shape(s): {', '.join(dynamic)}"] if dynamic else []
 

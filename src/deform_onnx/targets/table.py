@@ -139,8 +139,13 @@ TABLE: tuple[Target, ...] = (
         "and the grid_sample form does not convert",
         source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py)",
         options=("no IsNaN", "static shapes"),
-        faults=(_no_kernel("onnx2tf", "not run here: the matrix runs the standard-op forms",
-                           fix="use method gather (the grid_sample form does not convert)"),),
+        faults=(
+            _no_kernel(
+                "onnx2tf",
+                "not run here: the matrix runs the standard-op forms",
+                fix="use method gather (the grid_sample form does not convert)",
+            ),
+        ),
         status="measured here",
         forms=("offset groups apart",),
     ),

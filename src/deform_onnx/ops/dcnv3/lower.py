@@ -24,8 +24,9 @@ from ...builder import Builder, Value
 from ..grid_sample.lower import GridSampleSpec
 
 
-def kernel_points(kernel_h: int, kernel_w: int, dilation_h: int, dilation_w: int,
-                  remove_center: bool = False) -> list[tuple[int, int]]:
+def kernel_points(
+    kernel_h: int, kernel_w: int, dilation_h: int, dilation_w: int, remove_center: bool = False
+) -> list[tuple[int, int]]:
     """The kernel's ``(dx, dy)`` pixel offsets from its centre, in InternImage's order (x outer, y inner).
 
     Raises:
@@ -65,8 +66,16 @@ class DCNv3Spec:
     remove_center: bool = False
 
     def __post_init__(self):
-        for name in ("kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h", "dilation_w", "group",
-                     "group_channels"):
+        for name in (
+            "kernel_h",
+            "kernel_w",
+            "stride_h",
+            "stride_w",
+            "dilation_h",
+            "dilation_w",
+            "group",
+            "group_channels",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"DCNv3 {name}={getattr(self, name)} must be >= 1")
         if self.pad_h < 0 or self.pad_w < 0:

@@ -150,11 +150,26 @@ def dcnv4_core(
         raise ValueError(f"DCNv4: offset_mask has {D} channels, fewer than group * points * 3 = {group * P * 3}")
     packed = offset_mask[..., : group * P * 3].reshape(N, Ho, Wo, group, 3 * P)
     offset = packed[..., : 2 * P].reshape(N, Ho, Wo, group * P * 2)
-    mask = packed[..., 2 * P:]
+    mask = packed[..., 2 * P :]
     if softmax:
         mask = F.softmax(mask, dim=-1)
-    return dcnv3_core(input, offset, mask.reshape(N, Ho, Wo, group * P), kernel_h, kernel_w, stride_h, stride_w,
-                      pad_h, pad_w, dilation_h, dilation_w, group, group_channels, offset_scale, remove_center)
+    return dcnv3_core(
+        input,
+        offset,
+        mask.reshape(N, Ho, Wo, group * P),
+        kernel_h,
+        kernel_w,
+        stride_h,
+        stride_w,
+        pad_h,
+        pad_w,
+        dilation_h,
+        dilation_w,
+        group,
+        group_channels,
+        offset_scale,
+        remove_center,
+    )
 
 
 class DCNv3(nn.Module):
@@ -173,9 +188,18 @@ class DCNv3(nn.Module):
             kernel_size``, ``pad = (kernel_size - 1) // 2``, ``dilation = 1``); see :func:`kernel_points`.
     """
 
-    def __init__(self, channels: int = 64, kernel_size: int = 3, stride: int = 1, pad: int = 1, dilation: int = 1,
-                 group: int = 4, offset_scale: float = 1.0, remove_center: bool = False,
-                 dw_kernel_size: int | None = None):
+    def __init__(
+        self,
+        channels: int = 64,
+        kernel_size: int = 3,
+        stride: int = 1,
+        pad: int = 1,
+        dilation: int = 1,
+        group: int = 4,
+        offset_scale: float = 1.0,
+        remove_center: bool = False,
+        dw_kernel_size: int | None = None,
+    ):
         super().__init__()
         if channels % group:
             raise ValueError(f"DCNv3: channels {channels} must be divisible by group {group}")
@@ -205,8 +229,20 @@ class DCNv3(nn.Module):
         Ho, Wo = feat.shape[1], feat.shape[2]
         mask = F.softmax(self.mask(feat).reshape(N, Ho, Wo, self.group, self.points), dim=-1)
         x = dcnv3_core(
-            x, offset, mask.reshape(N, Ho, Wo, self.group * self.points), self.kernel_size, self.kernel_size,
-            self.stride, self.stride, self.pad, self.pad, self.dilation, self.dilation, self.group,
-            self.group_channels, self.offset_scale, self.remove_center,
+            x,
+            offset,
+            mask.reshape(N, Ho, Wo, self.group * self.points),
+            self.kernel_size,
+            self.kernel_size,
+            self.stride,
+            self.stride,
+            self.pad,
+            self.pad,
+            self.dilation,
+            self.dilation,
+            self.group,
+            self.group_channels,
+            self.offset_scale,
+            self.remove_center,
         )
         return self.output_proj(x)

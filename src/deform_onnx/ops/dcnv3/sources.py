@@ -29,15 +29,35 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from .lower import DCNv3Spec
 from ..registry import resolve
+from .lower import DCNv3Spec
 
 DOMAIN, OP_TYPE = "mmdeploy", "TRTDCNv3"
-_INTS = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "group",
-         "group_channels")
+_INTS = (
+    "kernel_h",
+    "kernel_w",
+    "stride_h",
+    "stride_w",
+    "pad_h",
+    "pad_w",
+    "dilation_h",
+    "dilation_w",
+    "group",
+    "group_channels",
+)
 #: mmdeploy's TRTDCNv3Creator defaults.
-_DEFAULTS = dict(kernel_h=3, kernel_w=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1, dilation_h=1, dilation_w=1,
-                 group=28, group_channels=16)
+_DEFAULTS = dict(
+    kernel_h=3,
+    kernel_w=3,
+    stride_h=1,
+    stride_w=1,
+    pad_h=1,
+    pad_w=1,
+    dilation_h=1,
+    dilation_w=1,
+    group=28,
+    group_channels=16,
+)
 KNOWN_ATTRS = (*_INTS, "offset_scale", "im2col_step", "remove_center")
 
 
@@ -74,8 +94,9 @@ def spec_for_node(node: ir.Node) -> DCNv3Spec:
     if values["remove_center"] not in (0, 1):
         raise ValueError(f"{_where(node)}: remove_center={values['remove_center']} must be 0 or 1")
     try:
-        return DCNv3Spec(**{k: values[k] for k in _INTS}, offset_scale=float(scale),
-                         remove_center=bool(values["remove_center"]))
+        return DCNv3Spec(
+            **{k: values[k] for k in _INTS}, offset_scale=float(scale), remove_center=bool(values["remove_center"])
+        )
     except ValueError as e:
         raise ValueError(f"{_where(node)}: {e}") from None
 
@@ -96,8 +117,12 @@ def replace_all(nodes: list[ir.Node], method: str, opset: int, unique_name) -> s
         b = TapeBuilder(opset, name_prefix=node.name or f"deform_onnx_dcnv3_{index}")
         out = lowering.fn(b, spec, *node.inputs)
         ir.convenience.replace_nodes_and_values(
-            node.graph, insertion_point=node, old_nodes=[node], new_nodes=list(b.tape.nodes),  # type: ignore[arg-type]  # a found node is in a graph
-            old_values=[node.outputs[0]], new_values=[out],
+            node.graph,  # type: ignore[arg-type]  # a found node is in a graph
+            insertion_point=node,
+            old_nodes=[node],
+            new_nodes=list(b.tape.nodes),
+            old_values=[node.outputs[0]],
+            new_values=[out],
         )
         for n in b.tape.nodes:
             for i, value in enumerate(n.outputs):

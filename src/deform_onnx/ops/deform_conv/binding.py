@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..registry import Lowering, resolve_method
 from ...opsets import DYNAMO_BUILD_MIN_OPSET
+from ..registry import Lowering, resolve_method
 from .spec import DeformConvSpec
 
 if TYPE_CHECKING:
@@ -25,9 +25,20 @@ TORCHSCRIPT_OP = "torchvision::deform_conv2d"
 
 
 def emit_deform_conv2d(
-    b, lowering: Lowering, input, weight, offset, mask, bias,
-    stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int],
-    groups: int, offset_groups: int, use_mask: bool, weight_shape=None,
+    b,
+    lowering: Lowering,
+    input,
+    weight,
+    offset,
+    mask,
+    bias,
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+    offset_groups: int,
+    use_mask: bool,
+    weight_shape=None,
 ):
     """Lower one ``torchvision::deform_conv2d`` call, given its arguments as the exporters receive them.
 
@@ -62,8 +73,21 @@ def make_symbolic(method: str = "auto"):
 
     @symbolic_helper.parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
     def deform_conv2d(
-        g, input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
-        groups, offset_groups, use_mask,
+        g,
+        input,
+        weight,
+        offset,
+        mask,
+        bias,
+        stride_h,
+        stride_w,
+        pad_h,
+        pad_w,
+        dil_h,
+        dil_w,
+        groups,
+        offset_groups,
+        use_mask,
     ):
         b = TorchScriptBuilder(g)
         try:
@@ -74,8 +98,19 @@ def make_symbolic(method: str = "auto"):
                     f"({input.type().scalarType()}); use float16, float32 or float64"
                 )
             return emit_deform_conv2d(
-                b, lowering, input, weight, offset, mask, bias,
-                (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w), groups, offset_groups, use_mask,
+                b,
+                lowering,
+                input,
+                weight,
+                offset,
+                mask,
+                bias,
+                (stride_h, stride_w),
+                (pad_h, pad_w),
+                (dil_h, dil_w),
+                groups,
+                offset_groups,
+                use_mask,
                 weight_shape=_weight_shape(g, b, weight),
             )
         except ValueError as exc:
@@ -116,8 +151,20 @@ def translations(method: str, opset: int | None, build_opset, builder) -> dict:
 
     # Parameter names as in torchvision's op schema: torch 2.9's dispatcher matches them by name.
     def deform_conv2d(
-        input, weight, offset, mask, bias, stride_h: int, stride_w: int, pad_h: int, pad_w: int,
-        dilation_h: int, dilation_w: int, groups: int, offset_groups: int, use_mask: bool,
+        input,
+        weight,
+        offset,
+        mask,
+        bias,
+        stride_h: int,
+        stride_w: int,
+        pad_h: int,
+        pad_w: int,
+        dilation_h: int,
+        dilation_w: int,
+        groups: int,
+        offset_groups: int,
+        use_mask: bool,
     ):
         build = build_opset(opset or DYNAMO_BUILD_MIN_OPSET)
         target = opset if opset is not None else build
@@ -125,8 +172,19 @@ def translations(method: str, opset: int | None, build_opset, builder) -> dict:
         if lowering.min_opset > build:
             raise ValueError(f"method {lowering.name!r} needs opset >= {lowering.min_opset}")
         return emit_deform_conv2d(
-            builder(build), lowering, input, weight, offset, mask, bias,
-            (stride_h, stride_w), (pad_h, pad_w), (dilation_h, dilation_w), groups, offset_groups, use_mask,
+            builder(build),
+            lowering,
+            input,
+            weight,
+            offset,
+            mask,
+            bias,
+            (stride_h, stride_w),
+            (pad_h, pad_w),
+            (dilation_h, dilation_w),
+            groups,
+            offset_groups,
+            use_mask,
         )
 
     return {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import DeformConvSpec
 from ...builder import Builder, Dim, Value
 from ...sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype  # noqa: F401  (re-exported)
+from .spec import DeformConvSpec
 
 
 def base_coords(
@@ -120,8 +120,12 @@ def per_image(N: Dim, pixels: Dim) -> list[int | None]:
     grows 9-19% (per-node overhead on small maps), hence the size floor. A
     dynamic batch would need a ``Loop``: it stays batched.
     """
-    if isinstance(N, int) and 1 < N <= PER_IMAGE_MAX_BATCH and isinstance(pixels, int) \
-            and pixels >= PER_IMAGE_MIN_PIXELS:
+    if (
+        isinstance(N, int)
+        and 1 < N <= PER_IMAGE_MAX_BATCH
+        and isinstance(pixels, int)
+        and pixels >= PER_IMAGE_MIN_PIXELS
+    ):
         return list(range(N))
     return [None]
 

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import DeformConvSpec
 from ...builder import Builder, Dim, Value
+from ...builder.forms import wants
 from ...opsets import DEFORM_CONV_GATHER_MIN_OPSET
+from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
 from .common import (
     add_product,
     base_coords,
@@ -45,9 +46,8 @@ from .common import (
     per_image,
     pick,
 )
-from ...builder.forms import wants
-from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
 from .integer_contraction import tap_product
+from .spec import DeformConvSpec
 
 MIN_OPSET = DEFORM_CONV_GATHER_MIN_OPSET
 
@@ -114,8 +114,16 @@ def lower_gather(
 
 
 def _corners(
-    b: Builder, spec: DeformConvSpec, x: Value, rows: Value, offset: Value, mask: Value | None, G: int,
-    coord: Value, Ho: Dim, Wo: Dim,
+    b: Builder,
+    spec: DeformConvSpec,
+    x: Value,
+    rows: Value,
+    offset: Value,
+    mask: Value | None,
+    G: int,
+    coord: Value,
+    Ho: Dim,
+    Wo: Dim,
 ) -> BilinearCorners:
     """The bilinear sampler of every tap of ``G`` offset groups sharing one index computation.
 

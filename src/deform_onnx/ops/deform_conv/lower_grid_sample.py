@@ -40,15 +40,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import DeformConvSpec
 from ...builder import Builder, Value
-from ...opsets import DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
-from .common import add_product, base_coords, checked_spatial, coordinate_dtype, output_dims, per_image
 from ...builder.forms import wants
-from .lower_gather import lower_gather
-from ..grid_sample.lower import GridSampleSpec, lower_native
+from ...opsets import DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
 from ...sampler.gather import nan_guard
+from ..grid_sample.lower import GridSampleSpec, lower_native
+from .common import add_product, base_coords, checked_spatial, coordinate_dtype, output_dims, per_image
 from .integer_contraction import integer_contraction
+from .lower_gather import lower_gather
+from .spec import DeformConvSpec
 
 MIN_OPSET = DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
 #: Largest static H or W sampled with bilinear GridSample (output error about 2e-5

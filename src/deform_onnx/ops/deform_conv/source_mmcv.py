@@ -48,9 +48,7 @@ def _offset_groups(attrs, where: str) -> int:
 
 def _parse(attrs, where: str) -> ConvAttrs:
     if int_attr(attrs, "bias", 0, where, minimum=0) != 0:
-        raise ValueError(
-            f"{where}: bias=1 but MMCVDeformConv2d has no bias input; add the bias with an Add node"
-        )
+        raise ValueError(f"{where}: bias=1 but MMCVDeformConv2d has no bias input; add the bias with an Add node")
     int_attr(attrs, "im2col_step", 1, where)  # validated, no effect on the result
     return ConvAttrs(
         stride=pair_attr(attrs, "stride", 1, where),

@@ -183,13 +183,9 @@ class DeformConvSpec:
                 f"({self.offset_groups}); offset channels are 2 * offset_groups * kh * kw"
             )
         if self.in_channels % self.groups:
-            raise ValueError(
-                f"input channels ({self.in_channels}) must be divisible by groups ({self.groups})"
-            )
+            raise ValueError(f"input channels ({self.in_channels}) must be divisible by groups ({self.groups})")
         if self.out_channels % self.groups:
-            raise ValueError(
-                f"output channels ({self.out_channels}) must be divisible by groups ({self.groups})"
-            )
+            raise ValueError(f"output channels ({self.out_channels}) must be divisible by groups ({self.groups})")
 
     def check_input(self, h: int | None, w: int | None) -> None:
         """Raise ``ValueError`` if a static ``H x W`` input leaves no output pixel."""
@@ -253,16 +249,12 @@ class DeformConvSpec:
             if c is None:
                 raise ValueError("input channel count must be static to infer groups")
             if c % cpg:
-                raise ValueError(
-                    f"input channels ({c}) must be a multiple of weight.shape[1] ({cpg})"
-                )
+                raise ValueError(f"input channels ({c}) must be a multiple of weight.shape[1] ({cpg})")
             groups = c // cpg
         if c is None:
             c = cpg * groups
         elif c != cpg * groups:
-            raise ValueError(
-                f"input has {c} channels but weight expects {cpg} per group x {groups} groups"
-            )
+            raise ValueError(f"input has {c} channels but weight expects {cpg} per group x {groups} groups")
         oc = offset_shape[1]
         if offset_groups is None:
             if oc is None:
@@ -288,16 +280,13 @@ class DeformConvSpec:
             bilinear_interpolation_pad=bilinear_interpolation_pad,
         )
         if oc is not None and oc != spec.offset_channels:
-            raise ValueError(
-                f"offset has {oc} channels, expected 2 * offset_groups * kh * kw = {spec.offset_channels}"
-            )
+            raise ValueError(f"offset has {oc} channels, expected 2 * offset_groups * kh * kw = {spec.offset_channels}")
         if mask_shape is not None:
             if len(mask_shape) != 4:
                 raise ValueError(f"mask must be 4-D [N, G*kh*kw, Ho, Wo], got shape {mask_shape}")
             if mask_shape[1] is not None and mask_shape[1] != spec.mask_channels:
                 raise ValueError(
-                    f"mask has {mask_shape[1]} channels, expected offset_groups * kh * kw = "
-                    f"{spec.mask_channels}"
+                    f"mask has {mask_shape[1]} channels, expected offset_groups * kh * kw = {spec.mask_channels}"
                 )
         h, w = input_shape[2], input_shape[3]
         spec.check_input(h, w)

@@ -19,8 +19,9 @@ from .lower import GridSampleSpec, check_shapes
 TORCHSCRIPT_OP = "aten::grid_sampler"
 
 
-def emit_grid_sampler(b, method: str, target_opset: int, input, grid, interpolation_mode: int, padding_mode: int,
-                      align_corners: bool):
+def emit_grid_sampler(
+    b, method: str, target_opset: int, input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool
+):
     """Lower one ``aten::grid_sampler`` call with ``b``; ``target_opset`` picks the lowering.
 
     Raises:
@@ -66,5 +67,8 @@ def translations(method: str, opset: int | None, build_opset, builder) -> dict:
             builder(build), method, target, input, grid, interpolation_mode, padding_mode, align_corners
         )
 
-    return {torch.ops.aten.grid_sampler.default: grid_sampler, torch.ops.aten.grid_sampler_2d.default: grid_sampler,
-            torch.ops.aten.grid_sampler_3d.default: grid_sampler}
+    return {
+        torch.ops.aten.grid_sampler.default: grid_sampler,
+        torch.ops.aten.grid_sampler_2d.default: grid_sampler,
+        torch.ops.aten.grid_sampler_3d.default: grid_sampler,
+    }

@@ -49,7 +49,13 @@ from ...sampler.gather import BilinearCorners, nan_guard, padded_channel_rows, p
 TORCH_MODES = ("bilinear", "nearest", "bicubic")
 TORCH_PADDINGS = ("zeros", "border", "reflection")
 #: ONNX GridSample's mode names (16: bilinear/bicubic; 20: linear/cubic) -> torch's.
-ONNX_MODES = {"bilinear": "bilinear", "linear": "bilinear", "nearest": "nearest", "bicubic": "bicubic", "cubic": "bicubic"}
+ONNX_MODES = {
+    "bilinear": "bilinear",
+    "linear": "bilinear",
+    "nearest": "nearest",
+    "bicubic": "bicubic",
+    "cubic": "bicubic",
+}
 
 NATIVE_MIN_OPSET = GRID_SAMPLE_NATIVE_MIN_OPSET
 GATHER_MIN_OPSET = GRID_SAMPLE_GATHER_MIN_OPSET
@@ -74,13 +80,17 @@ class GridSampleSpec:
         if self.mode not in TORCH_MODES:
             raise ValueError(f"unknown grid_sample mode {self.mode!r}; use one of {', '.join(TORCH_MODES)}")
         if self.padding_mode not in TORCH_PADDINGS:
-            raise ValueError(f"unknown grid_sample padding_mode {self.padding_mode!r}; use one of {', '.join(TORCH_PADDINGS)}")
+            raise ValueError(
+                f"unknown grid_sample padding_mode {self.padding_mode!r}; use one of {', '.join(TORCH_PADDINGS)}"
+            )
 
     @classmethod
     def from_torch(cls, interpolation_mode: int, padding_mode: int, align_corners) -> "GridSampleSpec":
         """From ``aten::grid_sampler``'s integer arguments (ATen's enum order)."""
         if not 0 <= interpolation_mode < len(TORCH_MODES) or not 0 <= padding_mode < len(TORCH_PADDINGS):
-            raise ValueError(f"grid_sampler: unknown interpolation_mode {interpolation_mode} or padding_mode {padding_mode}")
+            raise ValueError(
+                f"grid_sampler: unknown interpolation_mode {interpolation_mode} or padding_mode {padding_mode}"
+            )
         return cls(TORCH_MODES[interpolation_mode], TORCH_PADDINGS[padding_mode], bool(align_corners))
 
     @classmethod
@@ -100,7 +110,9 @@ def check_shapes(b: Builder, x: Value, grid: Value) -> int:
     """
     xs, gs = b.static_shape(x), b.static_shape(grid)
     if xs is not None and len(xs) not in (4, 5):
-        raise ValueError(f"grid_sample: input has rank {len(xs)}; 4-D (2-D sampling) and 5-D (3-D sampling) are lowered")
+        raise ValueError(
+            f"grid_sample: input has rank {len(xs)}; 4-D (2-D sampling) and 5-D (3-D sampling) are lowered"
+        )
     rank = len(xs) if xs is not None else (len(gs) if gs is not None and len(gs) in (4, 5) else 4)
     if gs is not None and (len(gs) != rank or gs[-1] not in (rank - 2, None)):
         want = "[N, H_out, W_out, 2]" if rank == 4 else "[N, D_out, H_out, W_out, 3]"

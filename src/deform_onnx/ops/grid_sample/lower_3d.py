@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from ...builder import Builder, Dim, Value
 from ...sampler.coords import coordinate_dtype, in_input_dtype
-from .lower import GridSampleSpec, source_index
 from ...sampler.gather import PAD_AFTER, PAD_BEFORE, BilinearCorners, padded_corner, padded_nearest
+from .lower import GridSampleSpec, source_index
 
 PAD = PAD_BEFORE + PAD_AFTER
 
@@ -43,9 +43,11 @@ def padded_rows_3d(b: Builder, x: Value, width: Dim) -> Value:
     xt = x
     for k in range(3):
         done = [b.add_dim(s, PAD) for s in sizes[:k]]
-        for_block = [N, C, *done, None, *sizes[k + 1:]]
-        before, after = (b.op("Expand", zero, b.shape_vector([n if d is None else d for d in for_block]))
-                         for n in (PAD_BEFORE, PAD_AFTER))
+        for_block = [N, C, *done, None, *sizes[k + 1 :]]
+        before, after = (
+            b.op("Expand", zero, b.shape_vector([n if d is None else d for d in for_block]))
+            for n in (PAD_BEFORE, PAD_AFTER)
+        )
         xt = b.op("Concat", before, xt, after, axis=2 + k)
     voxels = b.mul_dim(b.mul_dim(b.add_dim(sizes[0], PAD), b.add_dim(sizes[1], PAD)), b.add_dim(sizes[2], PAD))
     xt = b.op("Transpose", b.reshape(xt, [-1, C, voxels]), perm=[0, 2, 1])  # a 3-D Transpose, as in 4-D
@@ -61,14 +63,17 @@ def lower_gather_3d(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> 
         ValueError: ``mode='bicubic'`` (5-D bicubic: PyTorch refuses it too; ONNX Runtime has no 5-D cubic).
     """
     if spec.mode == "bicubic":
-        raise ValueError("grid_sample: mode 'bicubic' is 4-D only (PyTorch and ONNX Runtime have no 5-D cubic); "
-                         "use mode 'bilinear' (trilinear) or 'nearest' for 5-D input, or keep the GridSample node "
-                         "(method 'native', opset >= 20)")
+        raise ValueError(
+            "grid_sample: mode 'bicubic' is 4-D only (PyTorch and ONNX Runtime have no 5-D cubic); "
+            "use mode 'bilinear' (trilinear) or 'nearest' for 5-D input, or keep the GridSample node "
+            "(method 'native', opset >= 20)"
+        )
     N, C, D, H, W = (b.dim(x, i) for i in range(5))
     Do, Ho, Wo = (b.dim(grid, i) for i in (1, 2, 3))
     coord, grid = coordinate_dtype(b, x, grid)
-    px, py, pz = (source_index(b, spec, b.op("Gather", grid, b.i64(k), axis=4), size, coord)
-                  for k, size in enumerate((W, H, D)))
+    px, py, pz = (
+        source_index(b, spec, b.op("Gather", grid, b.i64(k), axis=4), size, coord) for k, size in enumerate((W, H, D))
+    )
     rows = padded_rows_3d(b, x, C)
     row = b.add_dim(W, PAD)
     plane = b.mul_dim(b.add_dim(H, PAD), row)

@@ -36,8 +36,8 @@ import onnx
 
 from ...builder import Builder, Dim, Value
 from ...sampler.coords import coordinate_dtype, in_input_dtype
-from .lower import GridSampleSpec, _reflect, _size_const, unnormalize
 from ...sampler.gather import nan_guard
+from .lower import GridSampleSpec, _reflect, _size_const, unnormalize
 
 #: ATen's cubic convolution coefficient (``get_cubic_upsample_coefficients``), as PyTorch's bicubic.
 CUBIC_A = -0.75

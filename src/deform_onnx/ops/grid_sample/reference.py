@@ -55,8 +55,9 @@ def _take(x: np.ndarray, n: np.ndarray, idx: list[np.ndarray], sizes: tuple[int,
     return np.moveaxis(v, -1, 1)
 
 
-def grid_sample_3d(x: np.ndarray, grid: np.ndarray, mode: str = "bilinear", padding: str = "zeros",
-                   align_corners: bool = False) -> np.ndarray:
+def grid_sample_3d(
+    x: np.ndarray, grid: np.ndarray, mode: str = "bilinear", padding: str = "zeros", align_corners: bool = False
+) -> np.ndarray:
     """``F.grid_sample`` of ``x [N, C, D, H, W]`` at ``grid [N, Do, Ho, Wo, 3]`` (x, y, z) -> ``[N, C, Do, Ho, Wo]``.
 
     Trilinear: the 8 corners ``floor(p)``, ``floor(p) + 1`` per axis weighted by
@@ -84,6 +85,7 @@ def grid_sample_3d(x: np.ndarray, grid: np.ndarray, mode: str = "bilinear", padd
 
 def cubic_weights(t: np.ndarray, A: float = CUBIC_A) -> list[np.ndarray]:
     """The weights of taps ``floor - 1 .. floor + 2`` at fraction ``t`` (``get_cubic_upsample_coefficients``)."""
+
     def near(d):  # cubic_convolution1, |d| <= 1
         return ((A + 2) * d - (A + 3)) * d * d + 1
 
@@ -102,8 +104,9 @@ def _bounded(i: np.ndarray, size: int, padding: str, align_corners: bool) -> np.
     return i  # zeros: out-of-range taps read 0 (in _take)
 
 
-def grid_sample_bicubic(x: np.ndarray, grid: np.ndarray, padding: str = "zeros",
-                        align_corners: bool = False) -> np.ndarray:
+def grid_sample_bicubic(
+    x: np.ndarray, grid: np.ndarray, padding: str = "zeros", align_corners: bool = False
+) -> np.ndarray:
     """``F.grid_sample(mode='bicubic')`` of ``x [N, C, H, W]`` at ``grid [N, Ho, Wo, 2]`` -> ``[N, C, Ho, Wo]``.
 
     ATen unnormalises without the padding rule for bicubic, takes the 4x4 taps

@@ -28,7 +28,8 @@ def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
             or a node no form can hold (:func:`~deform_onnx.ops.registry.grid_sample_call`; names the node).
     """
     found = [
-        n for n in ir.traversal.RecursiveGraphIterator(model.graph)
+        n
+        for n in ir.traversal.RecursiveGraphIterator(model.graph)
         if n.op_type == "GridSample" and n.domain in ("", "ai.onnx")
     ]
     if not found:
@@ -82,14 +83,19 @@ def replace(node: ir.Node, builder) -> None:
     x, grid = node.inputs[0], node.inputs[1]
     try:
         if builder.static_shape(x) is None and builder.static_shape(grid) is None:  # 4-D and 5-D differ: never guess
-            raise ValueError("the ranks of its input and grid are unknown (4-D and 5-D lower differently); "
-                             "give the graph's inputs shapes")
+            raise ValueError(
+                "the ranks of its input and grid are unknown (4-D and 5-D lower differently); "
+                "give the graph's inputs shapes"
+            )
         check_shapes(builder, x, grid)
     except ValueError as e:
         raise ValueError(f"node {node.name or '<unnamed>'} (GridSample): {e}") from None
     out = lower_gather(builder, spec, x, grid)
     ir.convenience.replace_nodes_and_values(
-        node.graph, insertion_point=node, old_nodes=[node], new_nodes=list(builder.tape.nodes),  # type: ignore[arg-type]  # a found node is in a graph
-        old_values=[node.outputs[0]], new_values=[out],
+        node.graph,  # type: ignore[arg-type]  # a found node is in a graph
+        insertion_point=node,
+        old_nodes=[node],
+        new_nodes=list(builder.tape.nodes),
+        old_values=[node.outputs[0]],
+        new_values=[out],
     )
-

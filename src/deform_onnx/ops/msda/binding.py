@@ -13,8 +13,9 @@ from .op import OP_NAME
 TORCHSCRIPT_OP = OP_NAME
 
 
-def emit_ms_deform_attn(b, method: str, target_opset: int, value, spatial_shapes, level_start_index,
-                        sampling_locations, attention_weights):
+def emit_ms_deform_attn(
+    b, method: str, target_opset: int, value, spatial_shapes, level_start_index, sampling_locations, attention_weights
+):
     """Lower one ``ms_deform_attn`` call with ``b``.
 
     Raises:
@@ -29,8 +30,16 @@ def make_symbolic(method: str = "auto"):
     from ...builder.torchscript import TorchScriptBuilder
 
     def ms_deform_attn(g, value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
-        return emit_ms_deform_attn(TorchScriptBuilder(g), method, g.opset, value, spatial_shapes,
-                                   level_start_index, sampling_locations, attention_weights)
+        return emit_ms_deform_attn(
+            TorchScriptBuilder(g),
+            method,
+            g.opset,
+            value,
+            spatial_shapes,
+            level_start_index,
+            sampling_locations,
+            attention_weights,
+        )
 
     return ms_deform_attn
 
@@ -42,7 +51,15 @@ def translations(method: str, opset: int | None, build_opset, builder) -> dict:
     def ms_deform_attn(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
         build = build_opset(opset or 18)
         target = opset if opset is not None else build
-        return emit_ms_deform_attn(builder(build), method, target, value, spatial_shapes, level_start_index,
-                                   sampling_locations, attention_weights)
+        return emit_ms_deform_attn(
+            builder(build),
+            method,
+            target,
+            value,
+            spatial_shapes,
+            level_start_index,
+            sampling_locations,
+            attention_weights,
+        )
 
     return {torch.ops.deform_onnx.ms_deform_attn.default: ms_deform_attn}

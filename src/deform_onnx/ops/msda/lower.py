@@ -52,7 +52,11 @@ MIN_OPSET = MSDA_GATHER_MIN_OPSET
 
 
 def lower_gather(
-    b: Builder, value: Value, spatial_shapes: Value, level_start_index: Value, sampling_locations: Value,
+    b: Builder,
+    value: Value,
+    spatial_shapes: Value,
+    level_start_index: Value,
+    sampling_locations: Value,
     attention_weights: Value,
 ) -> Value:
     """Standard ops from opset 11; returns ``[N, Lq, M*D]`` in ``value``'s dtype (shapes in the module docstring).
@@ -131,8 +135,13 @@ def _corners(b: Builder, low: Value, size: Value, like: Value):
 
 def check_shapes(b: Builder, value, spatial_shapes, level_start_index, sampling_locations, attention_weights) -> None:
     """Raise ``ValueError`` on inputs of the wrong rank (where ranks are known at export time)."""
-    want = {"value": (value, 4), "spatial_shapes": (spatial_shapes, 2), "level_start_index": (level_start_index, 1),
-            "sampling_locations": (sampling_locations, 6), "attention_weights": (attention_weights, 5)}
+    want = {
+        "value": (value, 4),
+        "spatial_shapes": (spatial_shapes, 2),
+        "level_start_index": (level_start_index, 1),
+        "sampling_locations": (sampling_locations, 6),
+        "attention_weights": (attention_weights, 5),
+    }
     for name, (v, rank) in want.items():
         shape = b.static_shape(v)
         if shape is not None and len(shape) != rank:

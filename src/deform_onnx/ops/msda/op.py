@@ -39,7 +39,9 @@ def ms_deform_attn_reference(
     """
     N, _, M, D = value.shape
     _, Lq, _, L, P, _ = sampling_locations.shape
-    shapes = [(int(h), int(w)) for h, w in (spatial_shapes.tolist() if isinstance(spatial_shapes, Tensor) else spatial_shapes)]
+    shapes = [
+        (int(h), int(w)) for h, w in (spatial_shapes.tolist() if isinstance(spatial_shapes, Tensor) else spatial_shapes)
+    ]
     levels = value.split([h * w for h, w in shapes], dim=1)
     grids = 2 * sampling_locations - 1
     samples = []
@@ -54,7 +56,10 @@ def ms_deform_attn_reference(
 
 @torch.library.custom_op(OP_NAME, mutates_args=())
 def ms_deform_attn(
-    value: Tensor, spatial_shapes: Tensor, level_start_index: Tensor, sampling_locations: Tensor,
+    value: Tensor,
+    spatial_shapes: Tensor,
+    level_start_index: Tensor,
+    sampling_locations: Tensor,
     attention_weights: Tensor,
 ) -> Tensor:
     """Multi-scale deformable attention; the inputs of mmcv's / TensorRT's MSDA kernels, in their order.
@@ -104,7 +109,9 @@ class MSDeformAttnCore(torch.nn.Module):
         shapes = torch.as_tensor([[int(h), int(w)] for h, w in spatial_shapes], dtype=torch.int64)
         self.register_buffer("spatial_shapes", shapes, persistent=False)
         sizes = shapes[:, 0] * shapes[:, 1]
-        self.register_buffer("level_start_index", torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]]), persistent=False)
+        self.register_buffer(
+            "level_start_index", torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]]), persistent=False
+        )
 
     def forward(self, value: Tensor, sampling_locations: Tensor, attention_weights: Tensor) -> Tensor:
         return ms_deform_attn(value, self.spatial_shapes, self.level_start_index, sampling_locations, attention_weights)

@@ -109,6 +109,10 @@ def _replace(node: ir.Node, b: TapeBuilder, lowering) -> None:
     if layout == "heads":  # TensorRT's plugin keeps heads apart: [N, Lq, M, D]
         out = b.reshape(out, [0, 0, b.dim(inputs[0], 2), b.dim(inputs[0], 3)])
     ir.convenience.replace_nodes_and_values(
-        node.graph, insertion_point=node, old_nodes=[node], new_nodes=list(b.tape.nodes),  # type: ignore[arg-type]  # a found node is in a graph
-        old_values=[node.outputs[0]], new_values=[out],
+        node.graph,  # type: ignore[arg-type]  # a found node is in a graph
+        insertion_point=node,
+        old_nodes=[node],
+        new_nodes=list(b.tape.nodes),
+        old_values=[node.outputs[0]],
+        new_values=[out],
     )
