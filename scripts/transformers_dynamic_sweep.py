@@ -326,10 +326,10 @@ def run_one(name):
     """Export ``name`` at 128x128 with dynamic H/W, run the file at 160x96; a dict for the table."""
     import numpy as np
     import torch
-    from test_msda_models_real import unit_scale
 
     import deform_onnx
     from deform_onnx.example import load_photo
+    from test_msda_models_real import unit_scale
 
     export_size, other_size = SIZES.get(name, (EXPORT_SIZE, OTHER_SIZE))
     row = {"class": name, "sizes": f"{export_size} -> {other_size}"}
@@ -405,6 +405,7 @@ def run_one(name):
 def _unit_scale_with(inner, photo, extra, keys):
     """:func:`unit_scale` for models that need more inputs than the photo (text ids, task tokens)."""
     import torch
+
     from test_msda_models_real import unit_scale
 
     class WithExtra(torch.nn.Module):
