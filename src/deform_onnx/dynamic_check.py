@@ -58,12 +58,14 @@ def check_dynamic_file(
     rtol: float | None,
     atol: float | None,
     pytorch_ran: bool = False,
+    input_names: list[str] | None = None,
 ) -> tuple[Verified, list[Verified], float]:
     """Verify ``data`` at the example ``args`` and at each of ``second`` (``[(args, shapes), ...]``).
 
     Returns the example's :class:`Verified`, one per second size, and the seconds the second sizes took.
     ``pytorch_ran``: the sizes were picked by running the model there (else a PyTorch failure at a
-    user-given size is reported as such, not as the file's).
+    user-given size is reported as such, not as the file's). ``input_names``: the file's names for the
+    tensors of ``args`` (:func:`deform_onnx.verification.run_file`).
 
     Raises:
         VerificationError: the file differs from PyTorch at the example size.
@@ -81,7 +83,7 @@ def check_dynamic_file(
         session = make_session(data)
 
         def check(a, where=""):
-            return verify(model, a, data, rtol, atol, session=session, where=where)
+            return verify(model, a, data, rtol, atol, session=session, where=where, input_names=input_names)
 
     first = check(args)
     done = []
@@ -196,7 +198,16 @@ class SizeCheck:
         if not self.verify:
             return None
         first, self.done, seconds = check_dynamic_file(
-            model, args, data, proto, self.axes, self.second, rtol, atol, pytorch_ran=self.picked
+            model,
+            args,
+            data,
+            proto,
+            self.axes,
+            self.second,
+            rtol,
+            atol,
+            pytorch_ran=self.picked,
+            input_names=self.names,
         )
         self.seconds += seconds
         return first

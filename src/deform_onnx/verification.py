@@ -173,14 +173,23 @@ def make_session(data: bytes):
         raise MissingKernelError(missing) from None
 
 
-def run_file(session, args: tuple) -> tuple[list[str], list[np.ndarray]]:
-    """Run ``session`` on the tensors of ``args`` (in order; inputs the graph dropped are skipped)."""
+def run_file(session, args: tuple, input_names: list[str] | None = None) -> tuple[list[str], list[np.ndarray]]:
+    """Run ``session`` on the tensors of ``args`` (in order; inputs the graph dropped are skipped).
+
+    ``input_names``: the names the export gave the tensors of ``args``, in order. Exporters drop inputs
+    that the graph does not use, and a dropped input in the middle shifts the rest: with the names, each
+    file input gets its own tensor (OmDet-Turbo drops ``classes_attention_mask``; fed by position, the
+    next input got its neighbour's tensor). Without them, the order of the rest is kept.
+    """
     feeds_in = [_numpy(t) for t in _flatten(args)]
     inputs = session.get_inputs()
     if len(inputs) > len(feeds_in):
         raise ExportError(f"the model has {len(inputs)} inputs but {len(feeds_in)} example tensors were given")
-    # Exporters drop inputs that the graph does not use; keep the order of the rest.
-    feeds = {i.name: a for i, a in zip(inputs, feeds_in[: len(inputs)])}
+    names = list(input_names or [])[: len(feeds_in)]
+    if len(inputs) < len(feeds_in) and all(i.name in names for i in inputs):
+        feeds = {i.name: feeds_in[names.index(i.name)] for i in inputs}
+    else:
+        feeds = {i.name: a for i, a in zip(inputs, feeds_in[: len(inputs)])}
     from .ort_distribution import require
 
     quiet = require().RunOptions()
@@ -222,6 +231,7 @@ def verify(
     atol: float | None = None,
     session=None,
     where: str = "",
+    input_names: list[str] | None = None,
 ) -> Verified:
     """Run ``data`` in ONNX Runtime (CPU) on ``args`` and compare with the model in PyTorch.
 
@@ -241,7 +251,8 @@ def verify(
     PyTorch's own error (as close as PyTorch float16; within 2x of PyTorch float32 against float64) apply
     with the dtype's default tolerance only.
 
-    ``where`` (e.g. ``" at 2x3x160x96"``) is added to the messages.
+    ``where`` (e.g. ``" at 2x3x160x96"``) is added to the messages. ``input_names``: the file's names
+    for the tensors of ``args`` (see :func:`run_file`).
 
     Raises:
         ExportError: ONNX Runtime has no kernel for some node at its dtype
@@ -249,7 +260,7 @@ def verify(
         VerificationError: an output's shape or values differ beyond what the rules allow.
     """
     session = session if session is not None else make_session(data)
-    names, got = run_file(session, args)
+    names, got = run_file(session, args, input_names)
     with torch.no_grad():
         expected = _flatten(model(*args))
     upcast: dict[torch.dtype, tuple] = {}
