@@ -58,6 +58,9 @@ class Job:
     exporter_chosen: bool  # given with --exporter (no automatic retry with the other one)
     path: Path
     extra: dict = field(default_factory=dict)  # more keyword arguments of deform_onnx.export (target, ...)
+    # --method as given when it differs from the lowering shown: "auto" decides per call (a 5-D
+    # F.grid_sample below opset 20 takes the gather form), which the resolved name would refuse.
+    asked: str | None = None
 
 
 @dataclass
@@ -389,7 +392,8 @@ def _plan(
             chosen = "torchscript"
         else:
             raise UserError(f"opset {o} is not supported: use {MIN_OPSET}..{ranges['dynamo'][1]}")
-        jobs.append(Job(lowering.name, o, chosen, exporter is not None, output / f"{name}_{lowering.name}_op{o}.onnx"))
+        path = output / f"{name}_{lowering.name}_op{o}.onnx"
+        jobs.append(Job(lowering.name, o, chosen, exporter is not None, path, asked=m if m != lowering.name else None))
     if output.suffix == ".onnx":
         if len(jobs) != 1:
             raise UserError(
@@ -477,7 +481,7 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
                     tuple(inputs.tensors),
                     partial,
                     opset_version=job.opset,
-                    method=job.method,
+                    method=job.asked or job.method,
                     dynamo=exporter == "dynamo",
                     input_names=list(inputs.names),
                     # The dtype's default goes as None: export() then applies its reference rules

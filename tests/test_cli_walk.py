@@ -1,0 +1,82 @@
+"""CLI behaviour found by walking README as a new user: each test is one thing that was wrong."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, helper
+from typer.testing import CliRunner
+
+from deform_onnx.cli import app
+
+runner = CliRunner()
+
+
+def _identity_file(path, dims) -> str:
+    """A one-node float32 ONNX file whose input 'x' has ``dims`` (strings are dynamic)."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return str(path)
+
+
+def test_export_method_auto_takes_gather_for_5d_grid_sample_below_opset_20(tmp_path):
+    """README: under ``auto`` a 5-D call below opset 20 takes the gather form (the CLI passed 'grid_sample')."""
+    (tmp_path / "vol.py").write_text(
+        textwrap.dedent(
+            """
+            import torch, torch.nn.functional as F
+
+            class Vol(torch.nn.Module):
+                def forward(self, x, g):
+                    return F.grid_sample(x, g, align_corners=False)
+            """
+        )
+    )
+    out = tmp_path / "vol.onnx"
+    args = ["export", f"{tmp_path / 'vol.py'}:Vol", "-s", "x=1,2,4,5,6", "-s", "g=1,3,4,5,3", "-m", "auto"]
+    result = runner.invoke(app, [*args, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "GridSample" not in {n.op_type for n in onnx.load(out).graph.node}  # opset 17: no 5-D GridSample
+    x, g = torch.randn(1, 2, 4, 5, 6), torch.rand(1, 3, 4, 5, 3) * 2.2 - 1.1
+    (y,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x.numpy(), "g": g.numpy()}
+    )
+    np.testing.assert_allclose(y, F.grid_sample(x, g, align_corners=False).numpy(), atol=1e-5)
+
+
+def test_check_names_the_input_in_quotes(tmp_path):
+    """An input called 'input' read "input input has a dynamic ..."; the name is quoted now."""
+    path = _identity_file(tmp_path / "dyn.onnx", ["N", 3, 8, 8])
+    result = runner.invoke(app, ["check", path, "--repeat", "0"])
+    assert result.exit_code == 2, result.output
+    assert "input 'x' has a dynamic or unknown shape" in result.output
+    result = runner.invoke(app, ["check", path, "--input-shape", "x=1,3,8", "--repeat", "0"])
+    assert result.exit_code == 2 and "input 'x' has rank 4" in result.output, result.output
+
+
+def test_quantize_bad_output_and_method_are_cli_worded(tmp_path):
+    """quantize's -o and --method errors name the CLI options (not quantize()'s dst/method) and write nothing."""
+    src = _identity_file(tmp_path / "m.onnx", [1, 3, 8, 8])
+    cal = tmp_path / "cal.npz"
+    np.savez(cal, x=np.zeros((1, 3, 8, 8), np.float32))
+    cases = [
+        (["-o", str(tmp_path / "missing" / "q.onnx")], "error: -o", "does not exist; create it first"),
+        (["-o", str(tmp_path / "q.xml")], "error: -o", "writes a .onnx file"),
+        (["-o", str(tmp_path / "q.onnx"), "-t", "openvino"], "error: -o", "writes a .xml file"),
+        (["-o", str(tmp_path / "q.onnx"), "-m", "foo"], "error: --method 'foo'", "grid_sample, gather or native"),
+    ]
+    for extra, start, text in cases:
+        result = runner.invoke(app, ["quantize", src, "-c", str(cal), *extra])
+        assert result.exit_code == 2, result.output
+        assert start in result.output and text in result.output and "dst" not in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.npz", "m.onnx"]
