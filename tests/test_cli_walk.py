@@ -87,3 +87,43 @@ def test_file_size_column_shows_bytes_below_one_kib():
     from deform_onnx.cli.export_cmd import _size
 
     assert _size(300) == "300 B" and _size(2048) == "2 KiB" and _size(3 * 1024 * 1024) == "3.0 MiB"
+
+
+def test_check_runs_a_bfloat16_file_on_openvino_with_nonzero_inputs(tmp_path):
+    """A bfloat16 file (what export writes at opset 22) failed check: OpenVINO's bf16 outputs were read as
+    16-bit numbers of another type (1.37 off), and the random inputs were all zeros (bfloat16 is numpy kind 'V')."""
+    import ml_dtypes
+    import pytest
+
+    pytest.importorskip("openvino")
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    init = helper.make_tensor(
+        "w", TensorProto.BFLOAT16, weight.shape, weight.astype(ml_dtypes.bfloat16).tobytes(), raw=True
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 2, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [1, 3, 6, 6])],
+        [init],
+    )
+    path = tmp_path / "bf16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10), path)
+    from deform_onnx.cli.check_cmd import make_feeds
+    from deform_onnx.rewrite import read_model
+    from deform_onnx.runtimes import run_paths
+
+    feeds = make_feeds(read_model(path), {})
+    x = feeds["x"]
+    assert x.dtype == ml_dtypes.bfloat16 and np.abs(x.astype(np.float32)).max() > 0.5  # not all zeros
+    (ov_row,) = run_paths(path, feeds, runtimes=["openvino"], repeat=0)
+    assert ov_row.ran, ov_row.reason
+    (got,) = ov_row.outputs
+    # An independent reference: the same convolution in float32 on the same (bfloat16) values.
+    w16 = weight.astype(ml_dtypes.bfloat16).astype(np.float32)
+    want = F.conv2d(torch.from_numpy(x.astype(np.float32)), torch.from_numpy(w16), padding=1).numpy()
+    np.testing.assert_allclose(got.astype(np.float32), want, atol=0.08 + 0.08 * np.abs(want).max())
+    result = runner.invoke(app, ["check", str(path), "--repeat", "0", "-r", "openvino"])
+    assert result.exit_code == 0, result.output

@@ -131,7 +131,8 @@ def make_feeds(model, shapes: dict[str, tuple[int, ...]], npz: dict | None = Non
                     f"--input-shape {v.name}=D1,D2,..."
                 )
             shape = tuple(dims)
-        if dtype.kind == "f":
+        # ml_dtypes' bfloat16 is kind "V", not "f": without the name check a bfloat16 input was all zeros.
+        if dtype.kind == "f" or dtype.name == "bfloat16":
             role = roles.get(v.name)
             if role == "offset":
                 a = rng.standard_normal(shape) * OFFSET_SCALE
