@@ -127,3 +127,13 @@ def test_check_runs_a_bfloat16_file_on_openvino_with_nonzero_inputs(tmp_path):
     np.testing.assert_allclose(got.astype(np.float32), want, atol=0.08 + 0.08 * np.abs(want).max())
     result = runner.invoke(app, ["check", str(path), "--repeat", "0", "-r", "openvino"])
     assert result.exit_code == 0, result.output
+
+
+def test_dynamic_with_several_inputs_names_the_way_out(tmp_path):
+    """--dynamic with two inputs is refused before torch loads the model; the line now says what to do instead."""
+    (tmp_path / "two.py").write_text("import torch\n\ndef build():\n    return torch.nn.Identity()\n")
+    args = ["export", f"{tmp_path / 'two.py'}:build", "-s", "x=1,3,8,8", "-s", "g=1,4,4,2", "--dynamic"]
+    result = runner.invoke(app, [*args, "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "several inputs" in result.output and "dynamic_shapes=" in result.output, result.output
+    assert not (tmp_path / "out").exists()
