@@ -7,6 +7,7 @@ import textwrap
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 import torch
 import torch.nn.functional as F
 from onnx import TensorProto, helper
@@ -93,7 +94,6 @@ def test_check_runs_a_bfloat16_file_on_openvino_with_nonzero_inputs(tmp_path):
     """A bfloat16 file (what export writes at opset 22) failed check: OpenVINO's bf16 outputs were read as
     16-bit numbers of another type (1.37 off), and the random inputs were all zeros (bfloat16 is numpy kind 'V')."""
     import ml_dtypes
-    import pytest
 
     pytest.importorskip("openvino")
 
@@ -137,3 +137,21 @@ def test_dynamic_with_several_inputs_names_the_way_out(tmp_path):
     assert result.exit_code == 2, result.output
     assert "several inputs" in result.output and "dynamic_shapes=" in result.output, result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_quantize_images_for_a_non_image_input_do_not_suggest_nhwc(tmp_path):
+    """An 8-channel input with a folder of images suggested layout='NHWC', which cannot fit either."""
+    from deform_onnx.quantize import Preprocess, quantize
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "a.png").write_bytes(b"")  # refused before any image is read
+    # (input shape, layout, whether the other layout fits): NCHW 8 channels: no layout fits;
+    # NHWC given for an NCHW 3-channel input: NCHW fits.
+    for shape, layout, fits in (([1, 8, 8, 8], "NCHW", False), ([1, 3, 8, 8], "NHWC", True)):
+        src = _identity_file(tmp_path / "m.onnx", shape)
+        with pytest.raises(ValueError) as info:
+            quantize(src, tmp_path / "q.onnx", str(photos), preprocess=Preprocess(size=(8, 8), layout=layout))
+        text = str(info.value)
+        assert ("layout='NCHW'" in text) == fits and "layout='NHWC'" not in text and "images give" in text, text
+    assert not (tmp_path / "q.onnx").exists()
