@@ -85,7 +85,7 @@ def test_quantize_bad_output_and_method_are_cli_worded(tmp_path):
 
 def test_file_size_column_shows_bytes_below_one_kib():
     """A one-GridSample file (bicubic F.grid_sample at 17) showed '0 KiB' in the export table."""
-    from deform_onnx.cli.export_cmd import _size
+    from deform_onnx.cli._export_report import _size
 
     assert _size(300) == "300 B" and _size(2048) == "2 KiB" and _size(3 * 1024 * 1024) == "3.0 MiB"
 
