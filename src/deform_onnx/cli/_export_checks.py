@@ -76,7 +76,8 @@ def _plan(
             chosen = "torchscript"
         else:
             raise UserError(f"opset {o} is not supported: use {MIN_OPSET}..{ranges['dynamo'][1]}")
-        jobs.append(Job(lowering.name, o, chosen, exporter is not None, output / f"{name}_{lowering.name}_op{o}.onnx"))
+        path = output / f"{name}_{lowering.name}_op{o}.onnx"
+        jobs.append(Job(lowering.name, o, chosen, exporter is not None, path, asked=m if m != lowering.name else None))
     if output.suffix == ".onnx":
         if len(jobs) != 1:
             raise UserError(

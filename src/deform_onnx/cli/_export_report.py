@@ -41,6 +41,8 @@ def _table(results: list[Result], torch_ms: float, title: str, dynamic: bool):
 
 
 def _size(n: int) -> str:
+    if n < 1024:  # a one-node file (e.g. one GridSample) read "0 KiB"
+        return f"{n} B"
     return f"{n / 1024:.0f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
 
 

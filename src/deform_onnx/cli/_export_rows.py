@@ -28,6 +28,9 @@ class Job:
     exporter_chosen: bool  # given with --exporter (no automatic retry with the other one)
     path: Path
     extra: dict = field(default_factory=dict)  # more keyword arguments of deform_onnx.export (target, ...)
+    # --method as given when it differs from the lowering shown: "auto" decides per call (a 5-D
+    # F.grid_sample below opset 20 takes the gather form), which the resolved name would refuse.
+    asked: str | None = None
 
 
 @dataclass
@@ -107,7 +110,7 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
                     tuple(inputs.tensors),
                     partial,
                     opset_version=job.opset,
-                    method=job.method,
+                    method=job.asked or job.method,
                     dynamo=exporter == "dynamo",
                     input_names=list(inputs.names),
                     # The dtype's default goes as None: export() then applies its reference rules

@@ -147,7 +147,10 @@ def export_command(
             )
         count = len(npz) if npz is not None else len(specs)
         if dynamic and count != 1:
-            raise UserError("--dynamic makes N, H and W of one input dynamic; the model is given several inputs")
+            raise UserError(
+                "--dynamic makes N, H and W of one input dynamic; the model is given several inputs: drop "
+                "--dynamic, or export in Python with deform_onnx.export(..., dynamic_shapes=...) (one entry per input)"
+            )
         if dynamic and npz is None and len(specs[0].shape) < 3:
             raise UserError("--dynamic makes N, H and W dynamic: the input needs at least 3 dimensions")
         if output.suffix == ".onnx":
