@@ -55,6 +55,23 @@ def test_export_method_auto_takes_gather_for_5d_grid_sample_below_opset_20(tmp_p
     np.testing.assert_allclose(y, F.grid_sample(x, g, align_corners=False).numpy(), atol=1e-5)
 
 
+def test_default_plan_fails_only_the_row_whose_method_cannot_take_the_model(tmp_path):
+    """No --method: a 5-D F.grid_sample cannot be GridSample at 17, so that row fails with its reason;
+    the gather@11 and native@20 rows still run and write their files (it was exit 2, nothing written)."""
+    (tmp_path / "vol.py").write_text(
+        "import torch.nn.functional as F, torch\n\n"
+        "class Vol(torch.nn.Module):\n"
+        "    def forward(self, x, g):\n"
+        "        return F.grid_sample(x, g, padding_mode='border', align_corners=False)\n"
+    )
+    out = tmp_path / "out"
+    args = ["export", f"{tmp_path / 'vol.py'}:Vol", "-s", "x=1,2,4,5,6", "-s", "g=1,3,4,5,3", "-o", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "failed grid_sample@17" in result.output and "opset >= 20" in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["Vol_gather_op11.onnx", "Vol_native_op20.onnx"]
+
+
 def test_check_names_the_input_in_quotes(tmp_path):
     """An input called 'input' read "input input has a dynamic ..."; the name is quoted now."""
     path = _identity_file(tmp_path / "dyn.onnx", ["N", 3, 8, 8])

@@ -77,7 +77,9 @@ def _plan(
         else:
             raise UserError(f"opset {o} is not supported: use {MIN_OPSET}..{ranges['dynamo'][1]}")
         path = output / f"{name}_{lowering.name}_op{o}.onnx"
-        jobs.append(Job(lowering.name, o, chosen, exporter is not None, path, asked=m if m != lowering.name else None))
+        job = Job(lowering.name, o, chosen, exporter is not None, path, asked=m if m != lowering.name else None)
+        job.planned = method is None
+        jobs.append(job)
     if output.suffix == ".onnx":
         if len(jobs) != 1:
             raise UserError(

@@ -31,6 +31,9 @@ class Job:
     # --method as given when it differs from the lowering shown: "auto" decides per call (a 5-D
     # F.grid_sample below opset 20 takes the gather form), which the resolved name would refuse.
     asked: str | None = None
+    # The method came from the CLI's plan, not from the user: a method that cannot take this model
+    # (a 5-D F.grid_sample as GridSample below opset 20) fails its own row, the others still run.
+    planned: bool = False
 
 
 @dataclass
@@ -128,6 +131,9 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
             return
         except ValueError as exc:  # the target's rules, the arguments: the same for either exporter
             result.attempts.append((exporter, *stage_and_detail(exc)))
+            if job.planned and job.extra.get("target") is None:
+                result.exporter, result.problem = exporter, _cli_wording(one_line(exc))
+                return
             raise _Refused(_cli_wording(one_line(exc))) from None
         except MissingKernelError as exc:  # the runtime lacks a kernel: the other exporter meets it too
             result.exporter, result.problem = exporter, _cli_wording(one_line(exc))
