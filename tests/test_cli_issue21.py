@@ -140,7 +140,7 @@ def test_resized_check_names_an_onnx_runtime_failure(models, tmp_path):
 
     import deform_onnx
     from deform_onnx.cli._common import load_factory
-    from deform_onnx.cli.export_cmd import _resized_check
+    from deform_onnx.cli._export_rows import _resized_check
 
     net = load_factory(f"{models}:dcn")().eval()
     path = tmp_path / "static.onnx"

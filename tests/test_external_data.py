@@ -61,12 +61,12 @@ def test_export_writes_model_and_data(small_limit, model, tmp_path, kw):
 
 def test_failed_verification_leaves_neither_file(small_limit, model, tmp_path, monkeypatch):
     """A planted fault (verification refuses): no .onnx, no data file, no temporary folder."""
-    from deform_onnx import api
+    from deform_onnx import dynamic_check
 
     def refuse(*args, **kwargs):
         raise VerificationError("planted")
 
-    monkeypatch.setattr(api, "_verify", refuse)
+    monkeypatch.setattr(dynamic_check, "verify", refuse)  # every export's verification runs through here
     m, x = model
     with pytest.raises(ExportError):
         deform_onnx.export(m, (x,), tmp_path / "big.onnx", dynamo=False)

@@ -84,6 +84,12 @@ def test_candidate_sizes_keep_stride_arithmetic():
     axes = sizes.dynamic_axes_of((torch.zeros(1, 3, 24, 40), torch.zeros(1, 18, 24, 40)), dynamic_shapes=shapes)
     first = sizes.candidate_sizes(axes)[0]
     assert first[(0, 2)] == first[(1, 2)] != 24 and first[(0, 3)] == first[(1, 3)] != 40
+    # Unnamed H and W of a square example (Dim.AUTO) move apart: the second size is not square.
+    axes = sizes.dynamic_axes_of(
+        (torch.zeros(1, 4, 32, 32),), dynamic_shapes=({0: Dim.AUTO, 2: Dim.AUTO, 3: Dim.AUTO},)
+    )
+    first = sizes.candidate_sizes(axes)[0]
+    assert first[(0, 2)] != first[(0, 3)], first
     # A Dim's range is respected.
     axes = sizes.dynamic_axes_of((torch.zeros(1, 3, 16, 16),), dynamic_shapes=({2: Dim("H", max=24)},))
     assert all(c[(0, 2)] <= 24 for c in sizes.candidate_sizes(axes))

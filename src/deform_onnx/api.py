@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -28,7 +26,8 @@ from .exporters.calls import export_torchscript as _export_torchscript
 from .exporters.guards import FixedDynamicSize, parameter_names
 from .irversion import apply_ir_version, check_requested
 from .large import ExternalSink, is_large
-from .ops.deform_conv.spec import MIN_OPSET, DeformConvSpec
+from .ops.deform_conv.module_checks import BadDeformInput, check_deform_modules, raise_bad_deform_input
+from .ops.deform_conv.spec import MIN_OPSET
 from .ops.registry import resolve_method
 from .verification import OutputCheck, Tolerance, Verified
 
@@ -306,7 +305,7 @@ def _export_eval(
             done = (proto, data, sized.run(model, args, data, proto, rtol, atol, abandoned=fallback_reason))
         else:
             repairs = done[3]
-    except _BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
+    except BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
         sink and sink.close()
         raise ValueError(str(exc)) from None
     except BaseException:
@@ -388,7 +387,7 @@ def _try_dynamo(
             guards=sized.guards if sized is not None else None,
         )
     except _capture_errors() as exc:
-        _raise_bad_deform_input(exc)
+        raise_bad_deform_input(exc)
         raise _DynamoUnfit(f"torch.export could not capture the model ({_cause(exc)})") from None
     except FixedDynamicSize as exc:  # the dynamo file would be wrong at other sizes (exporters/guards.py)
         raise _DynamoUnfit(str(exc)) from None
@@ -397,7 +396,7 @@ def _try_dynamo(
     except ValueError:
         raise
     except Exception as exc:  # noqa: BLE001 - any other failure of torch's exporter: TorchScript may still work
-        _raise_bad_deform_input(exc)
+        raise_bad_deform_input(exc)
         raise _DynamoUnfit(f"the dynamo exporter failed ({_cause(exc)})") from None
     try:
         data = _finish(proto, opset, method, ir_version, choice, sink)
@@ -417,88 +416,6 @@ def _check_fallback(reason: str, opset: int, fallback: bool) -> None:
         raise ExportError(
             f"{reason} and the TorchScript fallback supports opset <= {_torchscript.MAX_OPSET}, not {opset}"
         ) from None
-
-
-class _BadDeformInput(ValueError):
-    """A ``DeformConv2d`` module got arguments or tensors that torchvision cannot take."""
-
-
-def check_deform_modules(model: torch.nn.Module) -> contextlib.ExitStack:
-    """Check every ``torchvision.ops.DeformConv2d`` in ``model`` before running or exporting it.
-
-    Its stride, padding and dilation now, and the shapes of its input, offset
-    and mask when it is called (forward pre-hooks, removed when the returned
-    stack is closed). Both exporters run the model, and torchvision's kernel
-    reports these as an unnamed C++ check (``stride_h: -1 stride_w: -1``) or
-    kills the process (stride 0: division by zero).
-
-    Raises:
-        ValueError: naming the module and the problem (from :class:`DeformConvSpec`).
-    """
-    import torchvision
-
-    stack = contextlib.ExitStack()
-    for name, module in model.named_modules():
-        if not isinstance(module, torchvision.ops.DeformConv2d):
-            continue
-        where = f"{name or 'model'} (DeformConv2d)"
-        try:
-            DeformConvSpec(
-                in_channels=module.in_channels,
-                out_channels=module.out_channels,
-                kernel=module.kernel_size,
-                stride=module.stride,
-                padding=module.padding,
-                dilation=module.dilation,
-                groups=module.groups,
-            )
-        except ValueError as exc:
-            stack.close()
-            raise ValueError(f"{where}: {exc}") from None
-        handle = module.register_forward_pre_hook(functools.partial(_check_deform_call, where), with_kwargs=True)
-        stack.callback(handle.remove)
-    return stack
-
-
-def _check_deform_call(where: str, module, args: tuple, kwargs: dict) -> None:
-    import inspect
-
-    bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
-    x, offset, mask = bound.get("input"), bound.get("offset"), bound.get("mask")
-
-    def dim(d):
-        if isinstance(d, torch.Tensor):  # TorchScript tracing: sizes are 0-D tensors (the example's)
-            return int(d)
-        # Symbolic (dynamic) dims are None: comparing them would add guards in torch.export.
-        return d if isinstance(d, int) else None
-
-    def shape(t):
-        return None if t is None else tuple(dim(d) for d in t.shape)
-
-    if not isinstance(x, torch.Tensor) or not isinstance(offset, torch.Tensor):
-        return
-    try:
-        DeformConvSpec.from_shapes(
-            shape(x),
-            tuple(module.weight.shape),
-            shape(offset),
-            shape(mask) if isinstance(mask, torch.Tensor) else None,
-            stride=module.stride,
-            padding=module.padding,
-            dilation=module.dilation,
-            groups=module.groups,
-        )
-    except ValueError as exc:
-        raise _BadDeformInput(f"{where}: {exc}") from None
-
-
-def _raise_bad_deform_input(exc: BaseException) -> None:
-    """Re-raise a :class:`_BadDeformInput` that torch.export wrapped, as a plain one-line ``ValueError``."""
-    inner = exc
-    while inner is not None and not isinstance(inner, _BadDeformInput):
-        inner = inner.__cause__ or inner.__context__
-    if inner is not None:
-        raise ValueError(str(inner)) from None
 
 
 def _check_opset_range(opset: int, dynamo: bool) -> None:

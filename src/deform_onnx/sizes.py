@@ -127,10 +127,12 @@ def _dim_name_range(dim) -> tuple[str | None, int | None, int | None]:
 
 
 def _groups(axes: list[Axis]) -> list[list[Axis]]:
-    """Axes that move together: same name, or (unnamed) same example size and same batch-ness."""
+    """Axes that move together: same name, or (unnamed, e.g. ``Dim.AUTO``) the same axis of the same example
+    size (an image's H and its offset's Ho); an unnamed H and W stay apart, so a square example gets a
+    non-square second size as it does with named dims."""
     groups: dict[tuple, list[Axis]] = {}
     for a in axes:
-        key = ("name", a.name) if a.name is not None else ("size", a.size, a.axis == 0)
+        key = ("name", a.name) if a.name is not None else ("size", a.size, a.axis)
         groups.setdefault(key, []).append(a)
     return list(groups.values())
 

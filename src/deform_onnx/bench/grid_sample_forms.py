@@ -16,48 +16,13 @@ Cases and exports as in :mod:`.sampling` (one export per method and opset).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from .harness import Contender, Suite
-from .sampling import _eager, _ExportingCase, _ort, _parse_opts
+from .sampling import GridSampleShape, _eager, _ExportingCase, _ort
 
-
-@dataclass(frozen=True)
-class FormShape:
-    """``N, C, S`` (the map's side: ``[N, C, S, S]`` or ``[N, C, S, S, S]``) and the grid's side ``G`` (default S)."""
-
-    batch: int
-    channels: int
-    size: int
-    grid: int | None = None
-
-    @property
-    def grid_size(self) -> int:
-        return self.size if self.grid is None else self.grid
-
-    @property
-    def label(self) -> str:
-        base = f"{self.batch}x{self.channels}x{self.size}"
-        return base if self.grid_size == self.size else f"{base} grid {self.grid_size}"
-
-    @classmethod
-    def parse(cls, text: str) -> FormShape:
-        """Parse ``"N,C,S[,grid=G]"``.
-
-        Raises:
-            ValueError: malformed text or non-positive numbers (message shows the format).
-        """
-        usage = "expected N,C,S[,grid=G], e.g. 1,16,32 or 1,32,64,grid=32"
-        dims, opts = _parse_opts(text.replace("x", ","))
-        try:
-            n, c, s = (int(d) for d in dims)
-            grid = int(opts.pop("grid")) if "grid" in opts else None
-        except ValueError:
-            raise ValueError(f"bad shape {text!r}: {usage}") from None
-        if opts or min(n, c, s, grid or 1) < 1:
-            raise ValueError(f"bad shape {text!r}: {usage}")
-        return cls(n, c, s, grid)
+# One shape type for every grid_sample suite: [N, C, S, S] (or [N, C, S, S, S]) at a grid of side G.
+FormShape = GridSampleShape
 
 
 def _module(mode: str):

@@ -100,7 +100,8 @@ def _parse_opts(text: str) -> tuple[list[str], dict[str, str]]:
 # -- F.grid_sample --------------------------------------------------------------
 @dataclass(frozen=True)
 class GridSampleShape:
-    """``F.grid_sample`` of an ``[N, C, H, H]`` map at an ``[N, G, G, 2]`` grid (``G`` = ``grid``, default H)."""
+    """``F.grid_sample`` of an ``[N, C, H, H]`` map at an ``[N, G, G, 2]`` grid (``G`` = ``grid``, default H);
+    the 5-D suites read it as an ``[N, C, H, H, H]`` volume at a ``[N, G, G, G, 3]`` grid."""
 
     batch: int
     channels: int
@@ -125,7 +126,7 @@ class GridSampleShape:
         Raises:
             ValueError: malformed text or non-positive numbers (message shows the format).
         """
-        usage = "expected N,C,H[,grid=G] for --op grid_sample, e.g. 1,64,128 or 1,64,128,grid=64"
+        usage = "expected N,C,H[,grid=G] (H: the map's side), e.g. 1,64,128 or 1,64,128,grid=64"
         dims, opts = _parse_opts(text.replace("x", ","))
         try:
             n, c, h = (int(d) for d in dims)

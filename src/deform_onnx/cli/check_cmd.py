@@ -103,13 +103,13 @@ def make_feeds(model, shapes: dict[str, tuple[int, ...]], npz: dict | None = Non
         if given is not None and dims is not None:
             if len(given) != len(dims):
                 raise UserError(
-                    f"input {v.name} has rank {len(dims)} {_shown(dims)}, but {source} gives {len(given)} dims "
+                    f"input {v.name!r} has rank {len(dims)} {_shown(dims)}, but {source} gives {len(given)} dims "
                     f"{_shown(given)}"
                 )
             fixed = [i for i, (d, g) in enumerate(zip(dims, given)) if isinstance(d, int) and d != g]
             if fixed:
                 raise UserError(
-                    f"input {v.name} has shape {_shown(dims)}, but {source} gives {_shown(given)} "
+                    f"input {v.name!r} has shape {_shown(dims)}, but {source} gives {_shown(given)} "
                     f"(axis {fixed[0]} is fixed at {dims[fixed[0]]})"
                 )
         dtype = np.dtype(v.dtype.numpy()) if v.dtype is not None else np.dtype(np.float32)
@@ -127,11 +127,12 @@ def make_feeds(model, shapes: dict[str, tuple[int, ...]], npz: dict | None = Non
             if dims is None or not all(isinstance(d, int) for d in dims):
                 shown = "unknown" if dims is None else _shown(dims)
                 raise UserError(
-                    f"input {v.name} has a dynamic or unknown shape {shown}; give it with "
+                    f"input {v.name!r} has a dynamic or unknown shape {shown}; give it with "
                     f"--input-shape {v.name}=D1,D2,..."
                 )
             shape = tuple(dims)
-        if dtype.kind == "f":
+        # ml_dtypes' bfloat16 is kind "V", not "f": without the name check a bfloat16 input was all zeros.
+        if dtype.kind == "f" or dtype.name == "bfloat16":
             role = roles.get(v.name)
             if role == "offset":
                 a = rng.standard_normal(shape) * OFFSET_SCALE

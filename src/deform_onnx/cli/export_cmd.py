@@ -7,10 +7,6 @@ in ONNX Runtime and prints one table row per export.
 
 from __future__ import annotations
 
-import statistics
-import time
-import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
@@ -18,7 +14,7 @@ import typer
 from rich.markup import escape
 
 from ._app import app
-from ._attempts import print_attempts, stage_and_detail
+from ._attempts import print_attempts
 from ._common import (
     CHECK_FAILED,
     UserError,
@@ -27,16 +23,16 @@ from ._common import (
     err_console,
     fail,
     make_output_folder,
-    one_line,
     user_errors,
 )
+from ._export_checks import DEFAULT_PLAN as DEFAULT_PLAN
+from ._export_checks import EXPORTERS, _check_creatable, _check_onnxruntime, _one_form, _plan, _stem
+from ._export_checks import check_example_deps as check_example_deps
+from ._export_report import _bound, _table, _where
+from ._export_rows import Result, _commit, _discard, _dynamic_kwargs, _median_ms, _Refused, _resized_input, _run_job
 from ._inputs import InputSpec, check_method, load_npz, parse_dtype, parse_specs
 from ._models import check_input_ranks, from_npz, from_specs, load_model, model_dtype, model_kind
 
-#: The main job: one export per lowering, each at an opset that runtimes commonly
-#: hold (17: widest standard-op support; 11: the oldest the project reaches; 20:
-#: native DeformConv on a recent opset).
-DEFAULT_PLAN: tuple[tuple[str, int], ...] = (("grid_sample", 17), ("gather", 11), ("native", 20))
 #: Size of the bundled example's photo (deform_onnx.example.EXAMPLE_SIZE; not imported: it loads torch).
 EXAMPLE_SIZE = 128
 #: (atol, rtol) between ONNX Runtime and PyTorch per dtype: ``|ort - torch| <= atol + rtol*|torch|``.
@@ -45,47 +41,6 @@ EXAMPLE_SIZE = 128
 TOLERANCES = {"float32": (1e-4, 0.0), "float16": (1e-2, 1e-2), "float64": (1e-8, 0.0)}
 #: Back-compatible name: the float32 bound.
 TOLERANCE = TOLERANCES["float32"][0]
-EXPORTERS = ("dynamo", "torchscript")
-
-
-@dataclass
-class Job:
-    """One planned export."""
-
-    method: str
-    opset: int
-    exporter: str  # "dynamo" or "torchscript"
-    exporter_chosen: bool  # given with --exporter (no automatic retry with the other one)
-    path: Path
-    extra: dict = field(default_factory=dict)  # more keyword arguments of deform_onnx.export (target, ...)
-
-
-@dataclass
-class Result:
-    """One table row: what the export and the checks gave (``problem``: why it failed, if it did)."""
-
-    job: Job
-    exporter: str = "-"
-    nodes: int | None = None
-    size: int | None = None
-    error: float | None = None
-    resized_error: float | None = None
-    ort_ms: float | None = None
-    problem: str | None = None
-    resized_ok: bool = True
-    #: Written with ``--no-verify``: not run in ONNX Runtime nor compared with PyTorch.
-    unverified: bool = False
-    #: The file this run wrote, not yet renamed to ``job.path`` (see :func:`_commit`).
-    partial: Path | None = None
-    #: (exporter, what happened, detail lines) for each exporter tried: ``--verbose``.
-    attempts: list[tuple[str, str, list[str]]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """Exported and verified by :func:`deform_onnx.export` (within the tolerance), and the resized check passed."""
-        if self.unverified:
-            return self.problem is None
-        return self.problem is None and self.error is not None and self.resized_ok
 
 
 @app.command("export")
@@ -192,7 +147,10 @@ def export_command(
             )
         count = len(npz) if npz is not None else len(specs)
         if dynamic and count != 1:
-            raise UserError("--dynamic makes N, H and W of one input dynamic; the model is given several inputs")
+            raise UserError(
+                "--dynamic makes N, H and W of one input dynamic; the model is given several inputs: drop "
+                "--dynamic, or export in Python with deform_onnx.export(..., dynamic_shapes=...) (one entry per input)"
+            )
         if dynamic and npz is None and len(specs[0].shape) < 3:
             raise UserError("--dynamic makes N, H and W dynamic: the input needs at least 3 dimensions")
         if output.suffix == ".onnx":
@@ -321,409 +279,3 @@ def export_command(
                           f"Runtime against PyTorch (--no-verify)[/]; files in {_where(jobs)}", highlight=False)  # fmt: skip
         return
     console.print(f"all {len(results)} exports match PyTorch ({bound}); files in {_where(jobs)}", highlight=False)
-
-
-def _bound(atol: float, rtol: float) -> str:
-    return f"max abs error <= {atol:g}" if rtol == 0 else f"|ort - torch| <= {atol:g} + {rtol:g}*|torch|"
-
-
-def _stem(model: str, kind: str) -> str:
-    if kind == "factory":
-        return model.rpartition(":")[2].replace(".", "_")
-    return Path(model).stem
-
-
-def _check_creatable(folder: Path) -> None:
-    """The folder exists and is writable, or its nearest existing parent is a writable folder."""
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
-    if existing == folder:
-        check_output_folder(folder, "-o")
-        return
-    if not existing.is_dir():
-        raise UserError(f"-o: cannot create the output folder {folder}: {existing} is a file")
-    import os
-
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"-o: cannot create the output folder {folder}: {existing} is not writable")
-
-
-def _plan(
-    name: str, method: str | None, opset: int | None, exporter: str | None, output: Path, dynamic: bool
-) -> list[Job]:
-    """The exports to run; raises ``UserError``/``ValueError`` for arguments that cannot work (no torch needed)."""
-    from ..ops.deform_conv.spec import MIN_OPSET
-    from ..ops.registry import LOWERINGS, resolve_method
-    from . import _limits
-
-    if exporter is not None and exporter not in EXPORTERS:
-        raise UserError(f"unknown exporter {exporter!r}; choose dynamo or torchscript")
-    if method is None and opset is None:
-        pairs = list(DEFAULT_PLAN)
-    elif method is None:
-        resolve_method("auto", opset)  # raises for an opset below 11
-        pairs = [(m, opset) for m in ("grid_sample", "gather", "native") if LOWERINGS[m].min_opset <= opset]
-    else:
-        pairs = [(method, opset if opset is not None else dict(DEFAULT_PLAN).get(method, _limits.DEFAULT_OPSET))]
-    ranges = {
-        # export() converts the dynamo build down itself, dynamic shapes included (Shape 15->14 adapter).
-        "dynamo": (_limits.DYNAMO_MIN_OPSET, _limits.DYNAMO_MAX_OPSET),
-        "torchscript": (MIN_OPSET, _limits.TORCHSCRIPT_MAX_OPSET),
-    }
-    jobs = []
-    for m, o in pairs:
-        # Raises a clear ValueError for too-low opsets; with --exporter, suggests only what works on that path.
-        lowering = resolve_method(m, o, path_min_opset=ranges[exporter][0] if exporter else None)
-        if exporter is not None:
-            lo, hi = ranges[exporter]
-            if not lo <= o <= hi:
-                other = "torchscript" if exporter == "dynamo" else "dynamo"
-                raise UserError(
-                    f"opset {o} is out of the {exporter} exporter's range {lo}..{hi}"
-                    f"{' with --dynamic' if dynamic and exporter == 'dynamo' else ''}; "
-                    f"use --exporter {other} or an opset in range"
-                )
-            chosen = exporter
-        elif ranges["dynamo"][0] <= o <= ranges["dynamo"][1]:
-            chosen = "dynamo"
-        elif ranges["torchscript"][0] <= o <= ranges["torchscript"][1]:
-            chosen = "torchscript"
-        else:
-            raise UserError(f"opset {o} is not supported: use {MIN_OPSET}..{ranges['dynamo'][1]}")
-        jobs.append(Job(lowering.name, o, chosen, exporter is not None, output / f"{name}_{lowering.name}_op{o}.onnx"))
-    if output.suffix == ".onnx":
-        if len(jobs) != 1:
-            raise UserError(
-                f"-o {output} names one file but {len(jobs)} exports are planned; give a folder or --method"
-            )
-        jobs[0].path = output
-    return jobs
-
-
-def _one_form(jobs: list[Job], net, tensors, method: str | None, name: str, output: Path) -> tuple[list[Job], str]:
-    """One job instead of one per method when every method writes the same graph, and the note saying why.
-
-    That is when the model calls no deformable op, or only the fused multi-scale deformable
-    attention op (one lowering for every method). An explicit ``--method`` is kept as given.
-    """
-    if method is not None or len(jobs) < 2:
-        return jobs, ""
-    from ._ops_used import ONE_FORM, deformable_ops
-
-    ops = deformable_ops(net, tensors)
-    if ops is None or (ops and not ops <= ONE_FORM):
-        return jobs, ""
-    job = jobs[0]
-    if output.suffix != ".onnx":
-        job.path = output / f"{name}_op{job.opset}.onnx"
-    if not ops:
-        note = (
-            "the model has no op to lower (no deform_conv2d, grid_sample or ms_deform_attn call): every "
-            f"method writes the same graph, so one file is written ({job.path.name}, opset {job.opset})"
-        )
-    else:
-        note = (
-            "the model's only deformable op is ms_deform_attn, whose methods share one form (the fused "
-            f"gather lowering): one file is written ({job.path.name}, opset {job.opset})"
-        )
-    return [job], note
-
-
-class _Refused(Exception):
-    """A user error met while exporting (``ValueError`` of :func:`deform_onnx.export`): exit 2, one line."""
-
-
-def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task, notes, tol) -> Result:
-    """Export one job into a partial file and check it; a failed row leaves no file.
-
-    The file is renamed to ``job.path`` by :func:`_commit` once every row has run.
-    Raises :class:`_Refused` for a user error (a rule of the target, a bad argument):
-    it holds for every exporter, so the other one is not tried.
-    """
-    result = Result(job)
-    try:
-        _export_job(job, result, net, inputs, resized, dynamic_kw, repeat, progress, task, notes, tol)
-    except _Refused:
-        _remove(result.partial)
-        raise
-    except Exception as exc:  # noqa: BLE001 - a failed row says why in the table, never a traceback
-        result.problem = result.problem or f"{type(exc).__name__}: {one_line(exc)}"
-        result.attempts.append((result.exporter, f"stopped at the CLI's checks: {result.problem}", []))
-    if not result.ok:
-        _remove(result.partial)
-        result.partial = None
-    return result
-
-
-def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repeat, progress, task, notes, tol):
-    """Export (retrying with TorchScript when the dynamo path fails), time in ONNX Runtime, check the second size."""
-    from .. import api
-    from ..errors import MissingKernelError
-
-    label = f"{job.method}@{job.opset}"
-    exporters = [job.exporter]
-    if not job.exporter_chosen and job.exporter == "dynamo" and _torchscript_allows(job.opset):
-        exporters.append("torchscript")
-    atol, rtol = tol
-    verify = job.extra.get("verify", True)
-    partial = _partial_path(job.path)
-    result.partial = partial
-    for exporter in exporters:
-        progress.update(task, description=f"{label}: exporting ({exporter})")
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                report = api.export(
-                    net,
-                    tuple(inputs.tensors),
-                    partial,
-                    opset_version=job.opset,
-                    method=job.method,
-                    dynamo=exporter == "dynamo",
-                    input_names=list(inputs.names),
-                    # The dtype's default goes as None: export() then applies its reference rules
-                    # (float16 against a float32 copy, deform_onnx.verification); a stricter bound is explicit.
-                    **_explicit_tolerance(atol, rtol, inputs.tensors),
-                    fallback=not job.exporter_chosen,  # --exporter forces that exporter
-                    # export() checks the file at the second size (and writes nothing when it fails there).
-                    verify_shapes=[tuple(resized.shape)] if resized is not None else None,
-                    **dynamic_kw[exporter] if dynamic_kw else {},
-                    **job.extra,
-                )
-        except api.VerificationError as exc:
-            result.exporter, result.problem = exporter, one_line(exc)
-            result.attempts.append((exporter, *stage_and_detail(exc, verification=True)))
-            return
-        except ValueError as exc:  # the target's rules, the arguments: the same for either exporter
-            result.attempts.append((exporter, *stage_and_detail(exc)))
-            raise _Refused(_cli_wording(one_line(exc))) from None
-        except MissingKernelError as exc:  # the runtime lacks a kernel: the other exporter meets it too
-            result.exporter, result.problem = exporter, _cli_wording(one_line(exc))
-            result.attempts.append((exporter, *stage_and_detail(exc)))
-            return
-        except Exception as exc:  # noqa: BLE001 - the exporter's own failures: report, try the next exporter or give up
-            result.exporter, result.problem = exporter, f"{type(exc).__name__}: {one_line(exc)}"
-            result.attempts.append((exporter, *stage_and_detail(exc)))
-            if exporter != exporters[-1]:
-                notes.append(f"{label}: the dynamo exporter failed ({result.problem}); trying TorchScript")
-            continue
-        for w in caught:
-            if str(w.message).startswith("deform_onnx"):
-                notes.append(f"{label}: {one_line(w.message)}")
-        if report.fallback_reason:
-            result.attempts.append((exporter, f"stopped: {report.fallback_reason}", []))
-            result.attempts.append((report.exporter, "exported (deform_onnx.export's own fallback)", []))
-        else:
-            result.attempts.append((exporter, "exported", []))
-        result.problem = None
-        result.exporter = report.exporter + (
-            " (fallback)" if report.fallback_reason or exporter != job.exporter else ""
-        )
-        result.nodes, result.size, result.error = report.node_count, report.file_size, report.max_error
-        break
-    else:
-        return
-    if not verify:
-        result.unverified = True
-        return
-    progress.update(task, description=f"{label}: timing ONNX Runtime")
-    session = _session(partial)
-    feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs.tensors)}
-    result.ort_ms = _median_ms(lambda: session.run(None, feed), repeat)
-    if resized is not None:  # checked by export() (deform_onnx.dynamic_check): it raised if the file failed there
-        result.resized_error = max((v.max_error for v in report.size_checks), default=None)
-        result.resized_ok = bool(report.size_checks)
-
-
-def _cli_wording(text: str) -> str:
-    """The Python spellings (``verify=False``, ``force=True``) in the CLI's (``--no-verify``, ``--force``)."""
-    for python, cli in (
-        ("verify=False (CLI: --no-verify)", "--no-verify"),
-        ("verify=False", "--no-verify"),
-        ("force=True (CLI: --force)", "--force"),
-        ("force=True", "--force"),
-    ):
-        text = text.replace(python, cli)
-    return text
-
-
-def _partial_path(path: Path) -> Path:
-    """A hidden file beside ``path`` that this run writes first (renamed by :func:`_commit`)."""
-    import os
-
-    return path.with_name(f".{path.name}.partial-{os.getpid()}")
-
-
-def _remove(path: Path | None) -> None:
-    if path is not None:
-        path.unlink(missing_ok=True)
-
-
-def _discard(results: list[Result]) -> None:
-    """Remove every partial file of this run (a user error or an interrupt: nothing is written)."""
-    for r in results:
-        _remove(r.partial)
-        r.partial = None
-
-
-def _commit(results: list[Result]) -> None:
-    """Rename each passed row's partial file to its path (atomic); failed rows have none.
-
-    A file of the same name from an earlier run is replaced by a passed row's and left as it was
-    by a failed row (it may be the user's; the failure line says it is not this run's).
-    """
-    import os
-
-    for r in results:
-        if r.partial is not None and r.ok:
-            os.replace(r.partial, r.job.path)
-        else:
-            _remove(r.partial)
-            if not r.ok and r.job.path.exists():
-                r.problem = f"{r.problem} ({r.job.path} is an earlier file, left as it was)"
-        r.partial = None
-
-
-def _check_onnxruntime() -> None:
-    """ONNX Runtime checks every file: a one-line error naming the extra when no distribution provides it."""
-    from ..ort_distribution import MISSING, find
-
-    if find() is None:
-        raise UserError(MISSING + "; or pass --no-verify to write the files unchecked")
-
-
-def check_example_deps() -> None:
-    """The bundled example's photo needs scikit-image (the ``[example]`` extra)."""
-    from .._extras import EXAMPLE_MISSING, has_skimage
-
-    if not has_skimage():
-        raise UserError(EXAMPLE_MISSING)
-
-
-def _explicit_tolerance(atol: float, rtol: float, tensors) -> dict:
-    """``{}`` when ``(atol, rtol)`` is the verification default of the inputs' dtype, else ``{"atol", "rtol"}``."""
-    from ..verification import DEFAULT_TOLERANCES
-
-    dtype = next((str(t.dtype).removeprefix("torch.") for t in tensors if t.is_floating_point()), "float32")
-    default = DEFAULT_TOLERANCES.get(dtype)
-    return {} if default is not None and default == (rtol, atol) else {"atol": atol, "rtol": rtol}
-
-
-def _torchscript_allows(opset: int) -> bool:
-    from ._limits import TORCHSCRIPT_MAX_OPSET
-
-    return opset <= TORCHSCRIPT_MAX_OPSET
-
-
-def _resized_input(net, x, name: str):
-    """A second input for dynamic models: the size :mod:`deform_onnx.sizes` picks for dynamic N, H, W (the
-    one place that picks second sizes, shared with ``deform_onnx.export``), from the photo where it fits."""
-    from .. import sizes
-
-    axes = sizes.dynamic_axes_of((x,), dynamic_axes={name: {0: "N", x.dim() - 2: "H", x.dim() - 1: "W"}},
-                                 input_names=[name])  # fmt: skip
-    picked, _ = sizes.second_inputs(net, (x,), axes)
-    if not picked:  # PyTorch runs none: export() then refuses each row, naming the sizes it tried
-        return None
-    return from_specs([InputSpec(None, picked[0][1][0])], str(x.dtype).removeprefix("torch.")).tensors[0]
-
-
-def _dynamic_kwargs(rank: int, name: str) -> dict[str, dict]:
-    """Keyword arguments of :func:`deform_onnx.export` that make N and the last two axes dynamic, per exporter."""
-    from torch.export import Dim
-
-    axes = {0: "N", rank - 2: "H", rank - 1: "W"}
-    return {
-        "dynamo": {"dynamic_shapes": ({axis: Dim(label) for axis, label in axes.items()},)},
-        "torchscript": {"dynamic_axes": {name: axes}},
-    }
-
-
-def _session(path: Path):
-    from ..ort_distribution import require
-
-    ort = require()
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _resized_check(session, net, x, atol: float, rtol: float) -> tuple[float, bool]:
-    """Max abs error at the resized input, and whether every output is within ``atol + rtol*|torch|``.
-
-    Raises:
-        RuntimeError: PyTorch or ONNX Runtime fails at that size (the message says which, in one line).
-    """
-    import numpy as np
-    import torch
-
-    try:
-        with torch.no_grad():
-            want = net(x)
-    except Exception as exc:  # noqa: BLE001 - the model is user code
-        raise RuntimeError(f"the model fails in PyTorch: {type(exc).__name__}: {one_line(exc)}") from None
-    try:
-        got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
-    except Exception as exc:  # noqa: BLE001 - ORT's own error types
-        raise RuntimeError(f"ONNX Runtime fails on the file: {type(exc).__name__}: {one_line(exc)}") from None
-    wants = [want] if isinstance(want, torch.Tensor) else list(want)
-    err, ok = 0.0, True
-    for g, w in zip(got, wants):
-        g64, w64 = g.astype(np.float64), w.numpy().astype(np.float64)
-        if g64.shape != w64.shape:
-            raise RuntimeError(f"ONNX Runtime gives shape {list(g64.shape)}, PyTorch {list(w64.shape)}")
-        diff = np.abs(g64 - w64)
-        err = max(err, float(diff.max()) if diff.size else 0.0)
-        ok = ok and bool(np.all(diff <= atol + rtol * np.abs(w64)))
-    return err, ok
-
-
-def _median_ms(fn, repeat: int) -> float:
-    for _ in range(3):  # warm-up: first-run allocation, kernel selection, thread-pool start
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
-def _table(results: list[Result], torch_ms: float, title: str, dynamic: bool):
-    from rich.table import Table
-
-    table = Table(title=title)
-    for column in ("method", "opset", "exporter", "nodes", "file size", "max abs error"):
-        table.add_column(column, justify="left" if column in ("method", "exporter") else "right")
-    if dynamic:
-        table.add_column("error, resized", justify="right")
-    table.add_column("ORT ms", justify="right")
-    table.add_column("PyTorch ms", justify="right")
-    table.add_column("ok", justify="center")
-    for r in results:
-        row = [
-            r.job.method,
-            str(r.job.opset),
-            r.exporter,
-            "-" if r.nodes is None else str(r.nodes),
-            "-" if r.size is None else _size(r.size),
-            "-" if r.error is None else f"{r.error:.2e}",
-        ]
-        if dynamic:
-            row.append("-" if r.resized_error is None else f"{r.resized_error:.2e}")
-        row += [
-            "-" if r.ort_ms is None else f"{r.ort_ms:.2f}",
-            f"{torch_ms:.2f}",
-            "[bold yellow]UNVERIFIED[/]" if r.unverified and r.ok else "[green]yes[/]" if r.ok else "[red]NO[/]",
-        ]
-        table.add_row(*row)
-    return table
-
-
-def _size(n: int) -> str:
-    return f"{n / 1024:.0f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
-
-
-def _where(jobs: list[Job]) -> str:
-    folders = {str(j.path.parent) for j in jobs}
-    return ", ".join(sorted(folders))

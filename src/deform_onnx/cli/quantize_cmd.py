@@ -72,6 +72,14 @@ def quantize_command(
             raise UserError(f"--layout {layout!r}: use NCHW or NHWC")
         if not src.is_file():
             raise UserError(f"{src}: no such file")
+        # The CLI's own words for quantize()'s dst/method checks (it names its Python parameters).
+        want = ".xml" if target == "openvino" else ".onnx"
+        if output.suffix != want:
+            raise UserError(f"-o {output}: --target {target} writes a {want} file; name it {output.with_suffix(want)}")
+        if not output.parent.is_dir():
+            raise UserError(f"-o {output}: folder {output.parent} does not exist; create it first")
+        if method not in (None, "grid_sample", "gather", "native"):
+            raise UserError(f"--method {method!r}: use grid_sample, gather or native")
         if not calibration.exists():
             raise UserError(f"--calibration {calibration}: no such file or folder")
         if calibration.is_file() and calibration.suffix != ".npz":

@@ -72,6 +72,8 @@ class OpEntry:
         binding: the module that holds its torch bindings (``make_symbolic``,
             ``translations``), or ``None`` (DCNv3 exports through ``F.grid_sample``).
         spells: how an error names what a lowering writes (``{}`` is the method).
+        sources: the module of the file nodes that mean it; its ``nodes_lowered(model, method, opset)``
+            lists the nodes ``lower`` replaces (:func:`sources`).
     """
 
     name: str
@@ -83,6 +85,7 @@ class OpEntry:
     auto: tuple[str, ...]
     binding: str | None = None
     spells: str = "method {!r}"
+    sources: str | None = None
 
     @property
     def min_opset(self) -> int:
@@ -134,6 +137,7 @@ OPS: dict[str, OpEntry] = {
         {m: m for m in LOWERINGS},
         ("grid_sample", "gather"),
         binding="deform_onnx.ops.deform_conv.binding",
+        sources="deform_onnx.ops.deform_conv.sources",
     ),
     "grid_sample": OpEntry(
         "grid_sample",
@@ -144,6 +148,7 @@ OPS: dict[str, OpEntry] = {
         _SAMPLER_METHODS,
         ("native", "gather"),
         binding="deform_onnx.ops.grid_sample.binding",
+        sources="deform_onnx.ops.grid_sample.sources",
         spells="method {!r} writes F.grid_sample as GridSample, which",
     ),
     "ms_deform_attn": OpEntry(
@@ -160,6 +165,7 @@ OPS: dict[str, OpEntry] = {
         {m: "gather" for m in LOWERINGS},
         ("gather",),
         binding="deform_onnx.ops.msda.binding",
+        sources="deform_onnx.ops.msda.sources",
     ),
     "dcnv3": OpEntry(
         "dcnv3",
@@ -170,6 +176,7 @@ OPS: dict[str, OpEntry] = {
         _SAMPLER_METHODS,
         ("native", "gather"),
         spells="method {!r} samples DCNv3 with GridSample, which",
+        sources="deform_onnx.ops.dcnv3.sources",
     ),
 }
 
@@ -181,6 +188,15 @@ def bindings() -> list:
     ``translations(method, opset, build_opset, builder)``; the exporters install them all.
     """
     return [importlib.import_module(entry.binding) for entry in OPS.values() if entry.binding is not None]
+
+
+def sources() -> list:
+    """The file-node module of every op that has one (:attr:`OpEntry.sources`), in :data:`OPS` order.
+
+    Each has ``nodes_lowered(model, method, opset)``: the nodes of an onnx-ir model that
+    ``lower`` replaces (:func:`deform_onnx.rewrite.lowerable.nodes_lowered` asks them all).
+    """
+    return [importlib.import_module(entry.sources) for entry in OPS.values() if entry.sources is not None]
 
 
 def check_method(method: str) -> None:

@@ -188,9 +188,14 @@ def _folder(path: Path, inputs: list[tuple[str, list]], preprocess: Preprocess |
         raise ValueError(f"calibration {path}: no images ({', '.join(IMAGE_SUFFIXES)}) in the folder")
     channel_axis = 1 if preprocess.layout == "NCHW" else 3
     if len(shape) != 4 or (isinstance(shape[channel_axis], int) and shape[channel_axis] != 3):
+        other = "NHWC" if preprocess.layout == "NCHW" else "NCHW"
+        # Suggest the other layout only where it fits; an 8-channel input takes no image in any layout.
+        fits = len(shape) == 4 and shape[4 - channel_axis] == 3
+        hint = f"pass layout='{other}' (CLI --layout {other})" if fits else "images have 3 channels"
+        given = "[1, 3, H, W]" if preprocess.layout == "NCHW" else "[1, H, W, 3]"
         raise ValueError(
-            f"input {name!r} has shape {shape}; images give [1, 3, H, W] ({preprocess.layout}): "
-            "pass layout='NHWC' or give an .npz"
+            f"input {name!r} has shape {shape}; images give {given} ({preprocess.layout}): {hint}, "
+            "or give an .npz of the model's inputs"
         )
     size = preprocess.size
     if size is None:

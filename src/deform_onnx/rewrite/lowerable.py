@@ -3,18 +3,16 @@
 Deformable-convolution nodes (DeformConv, mmcv's, OpenVINO's) and the MSDA and
 DCNv3 plugin nodes are lowered by every method; default-domain ``GridSample``
 nodes only by the methods that resolve ``F.grid_sample`` to its gather form
-(``gather``, and ``auto`` below opset 16: :mod:`.grid_sample_nodes`).
+(``gather``, and ``auto`` below opset 16: :mod:`deform_onnx.ops.grid_sample.sources`).
+Each op's file-node module (:attr:`deform_onnx.ops.registry.OpEntry.sources`) answers for its nodes.
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
-from ..ops.dcnv3 import sources as dcnv3_nodes
-from ..ops.grid_sample import sources as grid_sample_nodes
-from ..ops.msda import sources as msda_nodes
+from ..ops.registry import sources
 from .model_io import default_opset
-from .nodes import find_nodes
 
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None = None) -> list[ir.Node]:
@@ -28,7 +26,4 @@ def nodes_lowered(model: ir.Model, method: str, opset: int | None = None) -> lis
             cannot hold the model's GridSample nodes at that opset.
     """
     at = opset if opset is not None else default_opset(model)
-    found = [node for node, _ in find_nodes(model)]
-    if at is not None:
-        found += grid_sample_nodes.nodes_to_lower(model, method, at)
-    return found + dcnv3_nodes.find(model) + msda_nodes.find(model)
+    return [node for module in sources() for node in module.nodes_lowered(model, method, at)]

@@ -7,31 +7,10 @@ import onnx
 import onnx_ir as ir
 
 from ..builder import TapeBuilder
-from ..ops.deform_conv.sources import ROLES, SourceOp, lookup
+from ..ops.deform_conv.sources import ROLES, SourceOp
+from ..ops.deform_conv.sources import find_nodes as find_nodes
 from ..ops.deform_conv.spec import DeformConvSpec
 from ..ops.registry import Lowering
-
-
-def find_nodes(model: ir.Model) -> list[tuple[ir.Node, SourceOp]]:
-    """Every known deformable-convolution node of the main graph and its subgraphs.
-
-    Raises:
-        ValueError: such a node inside a model-local function (inline the
-            functions first, e.g. with ``onnx.inliner.inline_local_functions``).
-    """
-    found = []
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        src = lookup(node.domain, node.op_type)
-        if src is not None:
-            found.append((node, src))
-    for function in model.functions.values():
-        for node in function:
-            if lookup(node.domain, node.op_type) is not None:
-                raise ValueError(
-                    f"node {node.name or '<unnamed>'} ({node.op_type}) is inside function "
-                    f"{function.name}: inline local functions first (onnx.inliner.inline_local_functions)"
-                )
-    return found
 
 
 class _RewriteBuilder(TapeBuilder):

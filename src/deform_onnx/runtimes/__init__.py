@@ -77,13 +77,35 @@ def _ov_runner(model, feeds: dict[str, np.ndarray], precision: str | None):
     compiled = dov.compile(model, precision=precision)
     request = compiled.create_infer_request()
     # A port may carry several names (OpenVINO merges names of folded values).
-    args = [feeds[next(n for n in port.get_names() if n in feeds)] for port in compiled.inputs]
+    args = [_ov_input(feeds[next(n for n in port.get_names() if n in feeds)]) for port in compiled.inputs]
 
     def run(deadline: Deadline) -> list[np.ndarray]:
         ov_infer(request, args, deadline)
-        return [np.array(request.get_tensor(port).data) for port in compiled.outputs]
+        return [_ov_output(request.get_tensor(port)) for port in compiled.outputs]
 
     return run, dov.inference_precision(compiled)
+
+
+def _ov_input(a: np.ndarray):
+    """``a`` as OpenVINO takes it: a bfloat16 array (ml_dtypes) as a bf16 tensor of its bits, else as is."""
+    if a.dtype.name != "bfloat16":
+        return a
+    import openvino as ov
+
+    tensor = ov.Tensor(ov.Type.bf16, list(a.shape))
+    tensor.data.view(np.uint16)[...] = np.ascontiguousarray(a).view(np.uint16)
+    return tensor
+
+
+def _ov_output(tensor) -> np.ndarray:
+    """An output tensor as numpy; bf16 ones as ml_dtypes bfloat16 (OpenVINO shows their bits as a 16-bit array)."""
+    import openvino as ov
+
+    if tensor.element_type == ov.Type.bf16:
+        import ml_dtypes
+
+        return np.array(tensor.data).view(np.uint16).view(ml_dtypes.bfloat16)
+    return np.array(tensor.data)
 
 
 def _dtypes(feeds) -> str:

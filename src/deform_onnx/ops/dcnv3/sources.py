@@ -66,6 +66,12 @@ def find(model: ir.Model) -> list[ir.Node]:
     return [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.op_type == OP_TYPE and n.domain == DOMAIN]
 
 
+def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
+    """The nodes ``lower(model, method=method)`` replaces (:attr:`~deform_onnx.ops.registry.OpEntry.sources`):
+    every ``mmdeploy::TRTDCNv3`` nodes, whatever the method and opset (:func:`find`)."""
+    return find(model)
+
+
 def _where(node: ir.Node) -> str:
     return f"node {node.name or '<unnamed>'} ({DOMAIN}::{OP_TYPE})"
 

@@ -10,7 +10,10 @@ extension both read these descriptions, so the attribute rules live in one place
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 #: Input roles, in torchvision's vocabulary.
 ROLES = ("input", "weight", "offset", "mask", "bias")
@@ -136,3 +139,34 @@ def pads_attr(attrs: Mapping[str, object], where: str) -> tuple[tuple[int, int],
     if min(pads) < 0:
         raise ValueError(f"{where}: pads={pads} must be >= 0")
     return (int(pads[0]), int(pads[1])), (int(pads[2]), int(pads[3]))
+
+
+# -- the nodes of a file (onnx-ir, imported when called) ----------------------
+def find_nodes(model: ir.Model) -> list[tuple[ir.Node, SourceOp]]:
+    """Every known deformable-convolution node of the main graph and its subgraphs.
+
+    Raises:
+        ValueError: such a node inside a model-local function (inline the
+            functions first, e.g. with ``onnx.inliner.inline_local_functions``).
+    """
+    import onnx_ir as ir
+
+    found = []
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        src = lookup(node.domain, node.op_type)
+        if src is not None:
+            found.append((node, src))
+    for function in model.functions.values():
+        for node in function:
+            if lookup(node.domain, node.op_type) is not None:
+                raise ValueError(
+                    f"node {node.name or '<unnamed>'} ({node.op_type}) is inside function "
+                    f"{function.name}: inline local functions first (onnx.inliner.inline_local_functions)"
+                )
+    return found
+
+
+def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
+    """The nodes ``lower(model, method=method)`` replaces (:attr:`~deform_onnx.ops.registry.OpEntry.sources`):
+    every known deformable-convolution node, whatever the method and opset (:func:`find_nodes`)."""
+    return [node for node, _ in find_nodes(model)]

@@ -49,6 +49,12 @@ def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
     return chosen
 
 
+def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
+    """The nodes ``lower(model, method=method)`` replaces at ``opset`` (:attr:`~deform_onnx.ops.registry.OpEntry.sources`):
+    :func:`nodes_to_lower`; none when the opset is unknown (``None``: the model imports no default domain)."""
+    return nodes_to_lower(model, method, opset) if opset is not None else []
+
+
 def spec_for_node(node: ir.Node) -> GridSampleSpec:
     """The node's :class:`GridSampleSpec` (ONNX defaults: bilinear, zeros, align_corners 0).
 

@@ -64,6 +64,12 @@ def find(model: ir.Model) -> list[ir.Node]:
     return [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if _key(n) in KINDS]
 
 
+def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
+    """The nodes ``lower(model, method=method)`` replaces (:attr:`~deform_onnx.ops.registry.OpEntry.sources`):
+    every MSDA plugin nodes, whatever the method and opset (:func:`find`)."""
+    return find(model)
+
+
 def describe(node: ir.Node) -> str:
     """``domain::op_type`` of the node."""
     return f"{node.domain}::{node.op_type}" if node.domain else node.op_type

@@ -1,0 +1,312 @@
+"""``deform-onnx export``'s rows: one export per planned job (the exporters tried, the checks, the timing).
+
+Each row writes a partial file beside its path; :func:`_commit` renames the
+passed rows' files once every row has run, :func:`_discard` removes them all.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._attempts import stage_and_detail
+from ._common import one_line
+from ._inputs import InputSpec
+from ._models import from_specs
+
+
+@dataclass
+class Job:
+    """One planned export."""
+
+    method: str
+    opset: int
+    exporter: str  # "dynamo" or "torchscript"
+    exporter_chosen: bool  # given with --exporter (no automatic retry with the other one)
+    path: Path
+    extra: dict = field(default_factory=dict)  # more keyword arguments of deform_onnx.export (target, ...)
+    # --method as given when it differs from the lowering shown: "auto" decides per call (a 5-D
+    # F.grid_sample below opset 20 takes the gather form), which the resolved name would refuse.
+    asked: str | None = None
+    # The method came from the CLI's plan, not from the user: a method that cannot take this model
+    # (a 5-D F.grid_sample as GridSample below opset 20) fails its own row, the others still run.
+    planned: bool = False
+
+
+@dataclass
+class Result:
+    """One table row: what the export and the checks gave (``problem``: why it failed, if it did)."""
+
+    job: Job
+    exporter: str = "-"
+    nodes: int | None = None
+    size: int | None = None
+    error: float | None = None
+    resized_error: float | None = None
+    ort_ms: float | None = None
+    problem: str | None = None
+    resized_ok: bool = True
+    #: Written with ``--no-verify``: not run in ONNX Runtime nor compared with PyTorch.
+    unverified: bool = False
+    #: The file this run wrote, not yet renamed to ``job.path`` (see :func:`_commit`).
+    partial: Path | None = None
+    #: (exporter, what happened, detail lines) for each exporter tried: ``--verbose``.
+    attempts: list[tuple[str, str, list[str]]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Exported and verified by :func:`deform_onnx.export` (within the tolerance), and the resized check passed."""
+        if self.unverified:
+            return self.problem is None
+        return self.problem is None and self.error is not None and self.resized_ok
+
+
+class _Refused(Exception):
+    """A user error met while exporting (``ValueError`` of :func:`deform_onnx.export`): exit 2, one line."""
+
+
+def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task, notes, tol) -> Result:
+    """Export one job into a partial file and check it; a failed row leaves no file.
+
+    The file is renamed to ``job.path`` by :func:`_commit` once every row has run.
+    Raises :class:`_Refused` for a user error (a rule of the target, a bad argument):
+    it holds for every exporter, so the other one is not tried.
+    """
+    result = Result(job)
+    try:
+        _export_job(job, result, net, inputs, resized, dynamic_kw, repeat, progress, task, notes, tol)
+    except _Refused:
+        _remove(result.partial)
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed row says why in the table, never a traceback
+        result.problem = result.problem or f"{type(exc).__name__}: {one_line(exc)}"
+        result.attempts.append((result.exporter, f"stopped at the CLI's checks: {result.problem}", []))
+    if not result.ok:
+        _remove(result.partial)
+        result.partial = None
+    return result
+
+
+def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repeat, progress, task, notes, tol):
+    """Export (retrying with TorchScript when the dynamo path fails), time in ONNX Runtime, check the second size."""
+    from .. import api
+    from ..errors import MissingKernelError
+
+    label = f"{job.method}@{job.opset}"
+    exporters = [job.exporter]
+    if not job.exporter_chosen and job.exporter == "dynamo" and _torchscript_allows(job.opset):
+        exporters.append("torchscript")
+    atol, rtol = tol
+    verify = job.extra.get("verify", True)
+    partial = _partial_path(job.path)
+    result.partial = partial
+    for exporter in exporters:
+        progress.update(task, description=f"{label}: exporting ({exporter})")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                report = api.export(
+                    net,
+                    tuple(inputs.tensors),
+                    partial,
+                    opset_version=job.opset,
+                    method=job.asked or job.method,
+                    dynamo=exporter == "dynamo",
+                    input_names=list(inputs.names),
+                    # The dtype's default goes as None: export() then applies its reference rules
+                    # (float16 against a float32 copy, deform_onnx.verification); a stricter bound is explicit.
+                    **_explicit_tolerance(atol, rtol, inputs.tensors),
+                    fallback=not job.exporter_chosen,  # --exporter forces that exporter
+                    # export() checks the file at the second size (and writes nothing when it fails there).
+                    verify_shapes=[tuple(resized.shape)] if resized is not None else None,
+                    **dynamic_kw[exporter] if dynamic_kw else {},
+                    **job.extra,
+                )
+        except api.VerificationError as exc:
+            result.exporter, result.problem = exporter, one_line(exc)
+            result.attempts.append((exporter, *stage_and_detail(exc, verification=True)))
+            return
+        except ValueError as exc:  # the target's rules, the arguments: the same for either exporter
+            result.attempts.append((exporter, *stage_and_detail(exc)))
+            if job.planned and job.extra.get("target") is None:
+                result.exporter, result.problem = exporter, _cli_wording(one_line(exc))
+                return
+            raise _Refused(_cli_wording(one_line(exc))) from None
+        except MissingKernelError as exc:  # the runtime lacks a kernel: the other exporter meets it too
+            result.exporter, result.problem = exporter, _cli_wording(one_line(exc))
+            result.attempts.append((exporter, *stage_and_detail(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 - the exporter's own failures: report, try the next exporter or give up
+            result.exporter, result.problem = exporter, f"{type(exc).__name__}: {one_line(exc)}"
+            result.attempts.append((exporter, *stage_and_detail(exc)))
+            if exporter != exporters[-1]:
+                notes.append(f"{label}: the dynamo exporter failed ({result.problem}); trying TorchScript")
+            continue
+        for w in caught:
+            if str(w.message).startswith("deform_onnx"):
+                notes.append(f"{label}: {one_line(w.message)}")
+        if report.fallback_reason:
+            result.attempts.append((exporter, f"stopped: {report.fallback_reason}", []))
+            result.attempts.append((report.exporter, "exported (deform_onnx.export's own fallback)", []))
+        else:
+            result.attempts.append((exporter, "exported", []))
+        result.problem = None
+        result.exporter = report.exporter + (
+            " (fallback)" if report.fallback_reason or exporter != job.exporter else ""
+        )
+        result.nodes, result.size, result.error = report.node_count, report.file_size, report.max_error
+        break
+    else:
+        return
+    if not verify:
+        result.unverified = True
+        return
+    progress.update(task, description=f"{label}: timing ONNX Runtime")
+    session = _session(partial)
+    feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs.tensors)}
+    result.ort_ms = _median_ms(lambda: session.run(None, feed), repeat)
+    if resized is not None:  # checked by export() (deform_onnx.dynamic_check): it raised if the file failed there
+        result.resized_error = max((v.max_error for v in report.size_checks), default=None)
+        result.resized_ok = bool(report.size_checks)
+
+
+def _cli_wording(text: str) -> str:
+    """The Python spellings (``verify=False``, ``force=True``) in the CLI's (``--no-verify``, ``--force``)."""
+    for python, cli in (
+        ("verify=False (CLI: --no-verify)", "--no-verify"),
+        ("verify=False", "--no-verify"),
+        ("force=True (CLI: --force)", "--force"),
+        ("force=True", "--force"),
+    ):
+        text = text.replace(python, cli)
+    return text
+
+
+def _partial_path(path: Path) -> Path:
+    """A hidden file beside ``path`` that this run writes first (renamed by :func:`_commit`)."""
+    import os
+
+    return path.with_name(f".{path.name}.partial-{os.getpid()}")
+
+
+def _remove(path: Path | None) -> None:
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+def _discard(results: list[Result]) -> None:
+    """Remove every partial file of this run (a user error or an interrupt: nothing is written)."""
+    for r in results:
+        _remove(r.partial)
+        r.partial = None
+
+
+def _commit(results: list[Result]) -> None:
+    """Rename each passed row's partial file to its path (atomic); failed rows have none.
+
+    A file of the same name from an earlier run is replaced by a passed row's and left as it was
+    by a failed row (it may be the user's; the failure line says it is not this run's).
+    """
+    import os
+
+    for r in results:
+        if r.partial is not None and r.ok:
+            os.replace(r.partial, r.job.path)
+        else:
+            _remove(r.partial)
+            if not r.ok and r.job.path.exists():
+                r.problem = f"{r.problem} ({r.job.path} is an earlier file, left as it was)"
+        r.partial = None
+
+
+def _explicit_tolerance(atol: float, rtol: float, tensors) -> dict:
+    """``{}`` when ``(atol, rtol)`` is the verification default of the inputs' dtype, else ``{"atol", "rtol"}``."""
+    from ..verification import DEFAULT_TOLERANCES
+
+    dtype = next((str(t.dtype).removeprefix("torch.") for t in tensors if t.is_floating_point()), "float32")
+    default = DEFAULT_TOLERANCES.get(dtype)
+    return {} if default is not None and default == (rtol, atol) else {"atol": atol, "rtol": rtol}
+
+
+def _torchscript_allows(opset: int) -> bool:
+    from ._limits import TORCHSCRIPT_MAX_OPSET
+
+    return opset <= TORCHSCRIPT_MAX_OPSET
+
+
+def _resized_input(net, x, name: str):
+    """A second input for dynamic models: the size :mod:`deform_onnx.sizes` picks for dynamic N, H, W (the
+    one place that picks second sizes, shared with ``deform_onnx.export``), from the photo where it fits."""
+    from .. import sizes
+
+    axes = sizes.dynamic_axes_of((x,), dynamic_axes={name: {0: "N", x.dim() - 2: "H", x.dim() - 1: "W"}},
+                                 input_names=[name])  # fmt: skip
+    picked, _ = sizes.second_inputs(net, (x,), axes)
+    if not picked:  # PyTorch runs none: export() then refuses each row, naming the sizes it tried
+        return None
+    return from_specs([InputSpec(None, picked[0][1][0])], str(x.dtype).removeprefix("torch.")).tensors[0]
+
+
+def _dynamic_kwargs(rank: int, name: str) -> dict[str, dict]:
+    """Keyword arguments of :func:`deform_onnx.export` that make N and the last two axes dynamic, per exporter."""
+    from torch.export import Dim
+
+    axes = {0: "N", rank - 2: "H", rank - 1: "W"}
+    return {
+        "dynamo": {"dynamic_shapes": ({axis: Dim(label) for axis, label in axes.items()},)},
+        "torchscript": {"dynamic_axes": {name: axes}},
+    }
+
+
+def _session(path: Path):
+    from ..ort_distribution import require
+
+    ort = require()
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _resized_check(session, net, x, atol: float, rtol: float) -> tuple[float, bool]:
+    """Max abs error at the resized input, and whether every output is within ``atol + rtol*|torch|``.
+
+    Raises:
+        RuntimeError: PyTorch or ONNX Runtime fails at that size (the message says which, in one line).
+    """
+    import numpy as np
+    import torch
+
+    try:
+        with torch.no_grad():
+            want = net(x)
+    except Exception as exc:  # noqa: BLE001 - the model is user code
+        raise RuntimeError(f"the model fails in PyTorch: {type(exc).__name__}: {one_line(exc)}") from None
+    try:
+        got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    except Exception as exc:  # noqa: BLE001 - ORT's own error types
+        raise RuntimeError(f"ONNX Runtime fails on the file: {type(exc).__name__}: {one_line(exc)}") from None
+    wants = [want] if isinstance(want, torch.Tensor) else list(want)
+    err, ok = 0.0, True
+    for g, w in zip(got, wants):
+        g64, w64 = g.astype(np.float64), w.numpy().astype(np.float64)
+        if g64.shape != w64.shape:
+            raise RuntimeError(f"ONNX Runtime gives shape {list(g64.shape)}, PyTorch {list(w64.shape)}")
+        diff = np.abs(g64 - w64)
+        err = max(err, float(diff.max()) if diff.size else 0.0)
+        ok = ok and bool(np.all(diff <= atol + rtol * np.abs(w64)))
+    return err, ok
+
+
+def _median_ms(fn, repeat: int) -> float:
+    for _ in range(3):  # warm-up: first-run allocation, kernel selection, thread-pool start
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
