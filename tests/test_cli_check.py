@@ -184,7 +184,7 @@ def _user_error(result, *expected: str) -> str:
         (["--precision", "f64"], ["OpenVINO has no f64 inference"]),
         (["--precision", "f64", "--runtime", "ort"], ["--precision is OpenVINO's"]),
         (["--precision", "int4"], ["unknown --precision 'int4'"]),
-        (["--input-shape", "x=1,3"], ["input x has rank 4", "gives 2 dims [1, 3]"]),
+        (["--input-shape", "x=1,3"], ["input 'x' has rank 4", "gives 2 dims [1, 3]"]),
         (["--input-shape", "x=1,3,65,64"], ["axis 2 is fixed at 64"]),
         (["--input-shape", "1,3,64,64"], ["give NAME=D1,D2"]),
         (["--input-shape", "x=1,3,64,64:float16"], ["dtype from the model"]),
