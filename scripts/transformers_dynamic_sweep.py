@@ -54,30 +54,9 @@ def _resnet(features):
 
 
 def _rtdetr_like(config_cls, **extra):
-    import transformers
+    from tiny_detectors import rt_detr_config
 
-    backbone = transformers.RTDetrResNetConfig(
-        depths=[1, 1, 1, 1],
-        hidden_sizes=[16, 32, 64, 64],
-        embedding_size=16,
-        layer_type="basic",
-        out_features=["stage2", "stage3", "stage4"],
-    )
-    return config_cls(
-        backbone_config=backbone,
-        use_pretrained_backbone=False,
-        encoder_in_channels=[32, 64, 64],
-        encoder_hidden_dim=32,
-        d_model=32,
-        decoder_in_channels=[32, 32, 32],
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        num_queries=10,
-        num_labels=5,
-        **extra,
-    )
+    return rt_detr_config(config_cls, **extra)
 
 
 def _text_config():

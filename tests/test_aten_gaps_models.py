@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 import transformers  # noqa: E402  (after pytestmark, as in test_msda_models_real.py)
 
 from test_msda_models_real import TOL, unit_scale  # noqa: E402
+from tiny_detectors import rt_detr_config  # noqa: E402
 
 
 class Detections(torch.nn.Module):
@@ -40,28 +41,7 @@ class Detections(torch.nn.Module):
 
 
 def _rtdetr(config_cls, model_cls, decoder_layers):
-    backbone = transformers.RTDetrResNetConfig(
-        depths=[1, 1, 1, 1],
-        hidden_sizes=[16, 32, 64, 64],
-        embedding_size=16,
-        layer_type="basic",
-        out_features=["stage2", "stage3", "stage4"],
-    )
-    config = config_cls(
-        backbone_config=backbone,
-        use_pretrained_backbone=False,
-        encoder_in_channels=[32, 64, 64],
-        encoder_hidden_dim=32,
-        d_model=32,
-        decoder_in_channels=[32, 32, 32],
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        decoder_layers=decoder_layers,
-        num_queries=10,
-        num_labels=5,
-    )
+    config = rt_detr_config(config_cls, decoder_layers=decoder_layers)
     assert config._attn_implementation in (None, "sdpa")  # the default: what users get
     return model_cls(config)
 

@@ -24,6 +24,7 @@ import transformers
 import deform_onnx
 from deform_onnx.example import load_photo
 from test_msda_models_real import assert_topk_unambiguous, unit_scale
+from tiny_detectors import rt_detr_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 
@@ -73,28 +74,7 @@ def _deformable_detr():
 
 
 def _rt_detr():
-    backbone = transformers.RTDetrResNetConfig(
-        depths=[1, 1, 1, 1],
-        hidden_sizes=[16, 32, 64, 64],
-        embedding_size=16,
-        layer_type="basic",
-        out_features=["stage2", "stage3", "stage4"],
-    )
-    config = transformers.RTDetrConfig(
-        backbone_config=backbone,
-        use_pretrained_backbone=False,
-        encoder_in_channels=[32, 64, 64],
-        encoder_hidden_dim=32,
-        d_model=32,
-        decoder_in_channels=[32, 32, 32],
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        decoder_layers=1,
-        num_queries=10,
-        num_labels=5,
-    )
+    config = rt_detr_config(decoder_layers=1)
     return transformers.RTDetrForObjectDetection(config), ("logits", "pred_boxes", "encoder scores"), config.num_queries
 
 

@@ -40,6 +40,8 @@ from deform_onnx.example import load_photo
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 import transformers  # noqa: E402  (the test extra has it: this test runs in CI)
 
+from tiny_detectors import rt_detr_config  # noqa: E402
+
 EXPORT_SIZE = (128, 128)
 OTHER_SIZE = (160, 96)  # every level's map changes size (stride 32: 4x4 -> 5x3)
 TOL = 1e-4  # the float32 rule, as rtol and atol: |ort - torch| <= TOL + TOL * |torch|
@@ -111,29 +113,8 @@ def assert_matches(got, want) -> None:
 @pytest.fixture(scope="module")
 def rtdetr():
     """``(model, {size: photo}, {size: PyTorch outputs}, num_queries)``; seed 3 of :func:`unit_scale`."""
-    backbone = transformers.RTDetrResNetConfig(
-        depths=[1, 1, 1, 1],
-        hidden_sizes=[16, 32, 64, 64],
-        embedding_size=16,
-        layer_type="basic",
-        out_features=["stage2", "stage3", "stage4"],
-    )
-    config = transformers.RTDetrConfig(
-        backbone_config=backbone,
-        use_pretrained_backbone=False,
-        encoder_in_channels=[32, 64, 64],
-        encoder_hidden_dim=32,
-        d_model=32,
-        decoder_in_channels=[32, 32, 32],
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        decoder_layers=1,
-        num_queries=10,
-        num_labels=5,
-        attn_implementation="eager",  # scaled_dot_product_attention has no symbolic below opset 14
-    )
+    # scaled_dot_product_attention has no symbolic below opset 14 in torch itself
+    config = rt_detr_config(decoder_layers=1, attn_implementation="eager")
     photos = {size: load_photo(size) for size in (EXPORT_SIZE, OTHER_SIZE)}
     torch.manual_seed(0)
     model = Detections(unit_scale(transformers.RTDetrForObjectDetection(config), photos[EXPORT_SIZE], seed=3))
