@@ -228,15 +228,18 @@ try:
         by_name = [n for n in meta["inputs"] if n == bare]
         n = by_name[0] if by_name else meta["inputs"][details.index(d)]
         a = feeds[n]
-        return a.transpose(0, 2, 3, 1).copy() if a.ndim == 4 and list(d["shape"]) != list(a.shape) else a
+        # onnx2tf moves axis 1 last on 3-D to 5-D inputs (NCW, NCHW, NCDHW -> channels last)
+        moved = np.moveaxis(a, 1, -1) if a.ndim >= 3 else a
+        return moved.copy() if list(d["shape"]) != list(a.shape) and list(d["shape"]) == list(moved.shape) else a
     def run():
         for d in details:
             it.set_tensor(d["index"], feed(d))
         it.invoke()
         y = it.get_tensor(it.get_output_details()[0]["index"])
-        # onnx2tf keeps some outputs NCHW (a final transpose folds away): transpose only an NHWC one
-        nhwc = y.ndim == 4 and list(y.shape) != meta["output_shape"]
-        return y.transpose(0, 3, 1, 2).copy() if nhwc else y
+        # onnx2tf keeps some outputs NCHW (a final transpose folds away): move back only a channels-last one
+        back = np.moveaxis(y, -1, 1) if y.ndim >= 3 else y
+        channels_last = list(y.shape) != meta["output_shape"] and list(back.shape) == meta["output_shape"]
+        return back.copy() if channels_last else y
     out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))

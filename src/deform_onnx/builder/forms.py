@@ -33,6 +33,11 @@ reach the lowerings through this context instead, set around the export by
 - ``"no GridSample cubic"``: bicubic calls take the 16-tap gather form
   instead of GridSample ``cubic`` (TensorRT's is wrong at opset >= 20; CoreML,
   onnx2tf have none).
+- ``"no GridSample reflection"``: calls with ``padding_mode="reflection"`` take
+  the gather form instead of GridSample ``reflection`` (MNN 3.6.1 samples
+  reflection wrong, bilinear and nearest, both ``align_corners``: off by 2.1 to
+  3.8 on 4-D points outside the image, measured here with scripts/op_matrix.py;
+  its gather form matches).
 - ``"gather where GridSample cannot"``: a call the method would write as a
   GridSample the opset cannot hold (5-D below opset 20) takes the gather
   form instead of raising. Every target and method ``auto`` set it
@@ -61,6 +66,7 @@ EMIT_FORMS = (
     "no NaN guard",
     "GridSample 4-D only",
     "no GridSample cubic",
+    "no GridSample reflection",
     "gather where GridSample cannot",
     "integer contraction",
 )

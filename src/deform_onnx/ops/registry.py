@@ -245,7 +245,8 @@ def grid_sample_call(method: str, opset: int, spec: grid_sampler.GridSampleSpec,
     The method's GridSample form is kept unless the call cannot be one at
     ``opset`` (5-D below GridSample-20) or the active target's forms
     (:mod:`.forms`) say its runtime does not run it: ``"GridSample 4-D only"``
-    (5-D calls), ``"no GridSample cubic"`` (bicubic calls). Those calls take
+    (5-D calls), ``"no GridSample cubic"`` (bicubic calls), ``"no GridSample reflection"``
+    (``padding_mode="reflection"`` calls). Those calls take
     the gather form when the method is ``auto`` or a target is active
     (``"gather where GridSample cannot"``, set by every target).
 
@@ -260,6 +261,8 @@ def grid_sample_call(method: str, opset: int, spec: grid_sampler.GridSampleSpec,
         if rank == 5 and wants("GridSample 4-D only"):
             return GRID_SAMPLE_LOWERINGS["gather"]
         if spec.mode == "bicubic" and wants("no GridSample cubic"):
+            return GRID_SAMPLE_LOWERINGS["gather"]
+        if spec.padding_mode == "reflection" and wants("no GridSample reflection"):
             return GRID_SAMPLE_LOWERINGS["gather"]
         if rank == 5 and opset < GRID_SAMPLE_ND_MIN_OPSET:
             if method == "auto" or wants("gather where GridSample cannot"):

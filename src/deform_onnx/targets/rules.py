@@ -72,6 +72,16 @@ def no_gridsample_cubic(model: onnx.ModelProto) -> list[str]:
     return [f"GridSample cubic node(s) {', '.join(found[:3])}"] if found else []
 
 
+def no_gridsample_reflection(model: onnx.ModelProto) -> list[str]:
+    """GridSample ``padding_mode="reflection"``: MNN 3.6.1 samples it wrong (measured here, scripts/op_matrix.py)."""
+    found = [
+        n.name or f"#{i}"
+        for i, n in enumerate(x for x in model.graph.node if x.op_type == "GridSample" and x.domain in ("", "ai.onnx"))
+        if any(a.name == "padding_mode" and a.s == b"reflection" for a in n.attribute)
+    ]
+    return [f"GridSample reflection node(s) {', '.join(found[:3])}"] if found else []
+
+
 def no_isnan(model: onnx.ModelProto) -> list[str]:
     found = _nodes(model, "IsNaN")
     return [f"IsNaN node(s) {', '.join(found[:3])}"] if found else []
@@ -185,6 +195,7 @@ RULES: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "no GridSample": no_gridsample,
     "no 5-D GridSample": no_5d_gridsample,
     "no GridSample cubic": no_gridsample_cubic,
+    "no GridSample reflection": no_gridsample_reflection,
     "ncnn blobs": ncnn_blobs,
     "static shapes": static_shapes,
     "integer-only shape tensors": integer_shape_tensors,

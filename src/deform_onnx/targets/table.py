@@ -156,13 +156,16 @@ TABLE: tuple[Target, ...] = (
         opset=17,
         reason="grid_sample without the NaN guard (pnnx's torch.eq has no ncnn layer), one GridSample per offset "
         "group (ncnn has no batch axis), static shapes up to 512 px a side; the gather form's 6-D values fit no "
-        "ncnn blob. A NaN offset then gives runtime-defined values",
-        source="measured here (scripts/runtime_matrix.py: pnnx 20261020 -> ncnn 1.0.20261020 Python bindings; "
+        "ncnn blob. A NaN offset then gives runtime-defined values. GridSample cubic, and 5-D GridSample-20 "
+        "(opset_version=20), run on ncnn; their gather forms do not load (torch.eq, torch.unbind)",
+        source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: pnnx 20261020 -> ncnn 1.0.20261020 "
+        "Python bindings; cubic and 5-D within 5.6e-6 for every padding and align_corners; "
         "scripts/repro/ncnn_rank5.py)",
         options=("no NaN guard", "ncnn blobs", "static shapes"),
         faults=(_no_kernel("ncnn", "not run here: the matrix runs the standard-op forms"),),
         status="measured here",
         forms=("no NaN guard", "batch 1"),
+        grid_sample=("5-D", "cubic"),
     ),
     Target(
         name="mnn",
@@ -170,9 +173,11 @@ TABLE: tuple[Target, ...] = (
         method="grid_sample",
         opset=17,
         reason="grid_sample@17 and gather@11 (NaN guard Equal(g, g), no IsNaN) run within 2.1e-5 on the bundled "
-        "example and cases c04, c12, c25",
-        source="measured here (scripts/runtime_matrix.py: MNN 3.6.1, MNNConvert + runtime)",
-        options=("no IsNaN",),
+        "example and cases c04, c12, c25; F.grid_sample with padding reflection takes the gather form (MNN's "
+        "GridSample reflection is off by 2.1 to 3.8, its gather form within 1.2e-7)",
+        source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: MNN 3.6.1, MNNConvert + runtime)",
+        options=("no IsNaN", "no GridSample reflection"),
+        forms=("no GridSample reflection",),
         faults=(_no_kernel("MNN", "not run here: the matrix runs the standard-op forms"),),
         status="measured here",
     ),
