@@ -63,11 +63,15 @@ LABELS: dict[str, str] = {
     "gs4d": "grid_sample 4-D bilinear, zeros, align_corners=False",
     "gs4d-reflection": "grid_sample 4-D bilinear, reflection, align_corners=True",
     "gs5d": "grid_sample 5-D trilinear, zeros, align_corners=False",
+    "gs5d-20": "grid_sample 5-D trilinear, zeros, align_corners=False, `opset_version=20`",
     "gs-bicubic": "grid_sample 4-D bicubic, zeros, align_corners=False",
     "msda": "MSDA, the fused op (`MSDeformAttnCore`)",
     "msda-plain": "MSDA, Deformable DETR's PyTorch core (one grid_sample per level)",
     "dcnv3": "DCNv3 layer (`deform_onnx.DCNv3`, NHWC)",
 }
+
+#: Export options beside ``target=`` per op key (5-D GridSample-20 needs opset 20; the targets pick 17 to 19).
+EXPORT_OPTIONS: dict[str, dict] = {"gs5d-20": {"opset_version": 20}}
 
 
 class GridSample(torch.nn.Module):
@@ -104,6 +108,8 @@ def op_models() -> list[tuple[str, torch.nn.Module, dict[str, torch.Tensor]]]:
         ("gs4d-reflection", GridSample(padding_mode="reflection", align_corners=True),
          _grid_inputs([1, 8, 13, 17], [1, 5, 7, 2], 1.2, 22)),
         ("gs5d", GridSample(align_corners=False),
+         _grid_inputs([1, *c29["input"][1:]], [1, *c29["grid"][1:]], c29["grid_range"][1], 29)),
+        ("gs5d-20", GridSample(align_corners=False),
          _grid_inputs([1, *c29["input"][1:]], [1, *c29["grid"][1:]], c29["grid_range"][1], 29)),
         ("gs-bicubic", GridSample(mode="bicubic", align_corners=False),
          _grid_inputs(c30["input"], c30["grid"], c30["grid_range"][1], 30)),
@@ -146,7 +152,8 @@ def export_ops(work: Path, targets: list[str], ops: list[str] | None = None) -> 
             try:
                 buf = io.BytesIO()
                 report = deform_onnx.export(module, tuple(inputs.values()), buf, target=target,
-                                            input_names=list(inputs), output_names=["y"])  # fmt: skip
+                                            input_names=list(inputs), output_names=["y"],
+                                            **EXPORT_OPTIONS.get(key, {}))  # fmt: skip
                 path.write_bytes(buf.getvalue())
                 method = f"{report.method}: {graph_form(onnx.load_from_string(buf.getvalue()))}"
                 files[key, target] = {"path": path, "method": method, "opset": report.opset}

@@ -1,4 +1,4 @@
-"""The GridSample forms of targets ``mnn`` and ``ncnn``, as scripts/op_matrix.py measured them (issue 19 item 7).
+"""The GridSample forms of targets ``mnn``, ``ncnn`` and ``tvm``, as scripts/op_matrix.py measured them (issue 19 item 7).
 
 ``mnn``: ``F.grid_sample`` with padding reflection takes the gather form (rule
 ``no GridSample reflection``). MNN 3.6.1 runs GridSample ``padding_mode="reflection"`` wrong (bilinear and
@@ -9,10 +9,11 @@ reflection node and matches PyTorch in ONNX Runtime, and that zeros/border
 calls keep the GridSample form (the control: the same model for another target
 keeps its reflection node, which the rule then finds).
 
-``ncnn``: GridSample cubic and 5-D GridSample-20 run on ncnn (pnnx 20261020,
-ncnn 1.0.20261020: within 5.6e-6 for every padding and ``align_corners``)
-while their gather forms do not load there (``torch.eq``, ``torch.unbind``), so
-the target keeps them as GridSample (``Target.grid_sample``); 5-D needs
+``ncnn`` and ``tvm``: GridSample cubic and 5-D GridSample-20 run on ncnn (pnnx 20261020,
+ncnn 1.0.20261020: within 5.6e-6 for every padding and ``align_corners``; on ncnn
+their gather forms do not load: ``torch.eq``, ``torch.unbind``) and on TVM 0.27
+(within 4.8e-7), so the targets keep them as GridSample (``Target.grid_sample``); ``mnn`` keeps 5-D
+(1.3e-6; its GridSample cubic is 0.8 off, so cubic stays gather). 5-D needs
 ``opset_version=20`` (at the target's 17 the call takes the gather form).
 """
 
@@ -100,7 +101,7 @@ def test_the_rule_finds_a_reflection_node(inputs):
     assert not violations(lowered, resolve_target("mnn").rules)
 
 
-# -- ncnn: GridSample cubic and 5-D kept -------------------------------------------------------
+# -- ncnn, tvm: GridSample cubic and 5-D kept -------------------------------------------------------
 def _gridsamples(proto: onnx.ModelProto) -> list[tuple[str, int]]:
     """(mode, input rank) of each GridSample node."""
     inferred = onnx.shape_inference.infer_shapes(proto).graph
@@ -112,15 +113,17 @@ def _gridsamples(proto: onnx.ModelProto) -> list[tuple[str, int]]:
     ]
 
 
-def test_ncnn_rules_keep_cubic_and_5d():
-    target = resolve_target("ncnn")
+@pytest.mark.parametrize("name", ["ncnn", "tvm"])
+def test_rules_keep_cubic_and_5d(name):
+    target = resolve_target(name)
     assert set(target.grid_sample) == {"5-D", "cubic"}
     assert "no GridSample cubic" not in target.rules and "no 5-D GridSample" not in target.rules
     assert "no GridSample cubic" not in target.emit_forms and "GridSample 4-D only" not in target.emit_forms
 
 
-def test_ncnn_bicubic_is_gridsample_cubic(inputs):
-    proto = _export("border", inputs, mode="bicubic", target="ncnn")
+@pytest.mark.parametrize("name", ["ncnn", "tvm"])
+def test_bicubic_is_gridsample_cubic(inputs, name):
+    proto = _export("border", inputs, mode="bicubic", target=name)
     assert _gridsamples(proto) == [("bicubic", 4)]
     _assert_matches(proto, inputs, "border", "bicubic")
     control = _export("border", inputs, mode="bicubic", target="tensorrt")
@@ -134,3 +137,13 @@ def test_ncnn_5d_is_gridsample_20_at_opset_20():
     assert _gridsamples(proto) == [("linear", 5)]
     _assert_matches(proto, volume, "zeros")
     assert "GridSample" not in op_types(_export("zeros", volume, target="ncnn"))  # the target's 17: gather
+
+
+def test_mnn_5d_is_gridsample_20_at_opset_20_reflection_gather():
+    assert "5-D" in resolve_target("mnn").grid_sample
+    g = torch.Generator().manual_seed(29)
+    volume = (torch.randn(1, 3, 4, 5, 6, generator=g), torch.rand(1, 3, 4, 2, 3, generator=g) * 2.2 - 1.1)
+    assert _gridsamples(_export("border", volume, target="mnn", opset_version=20)) == [("linear", 5)]
+    reflected = _export("reflection", volume, target="mnn", opset_version=20)
+    assert "GridSample" not in op_types(reflected)
+    _assert_matches(reflected, volume, "reflection")

@@ -106,7 +106,10 @@ def lower_model(
     apply_ir_version_ir(model, ir_version)
     report.ir_version_before, report.ir_version_after = ir_before, model.ir_version
     if choice.target is not None:
-        choice.check_graph(ir.to_proto(model))
+        proto = ir.to_proto(model)
+        if choice.repair_graph(proto):  # value-preserving rewrites the target needs (targets/repairs.py)
+            model = ir.from_proto(proto)
+        choice.check_graph(proto)
     return model, report
 
 

@@ -55,6 +55,8 @@ class Target:
             correctly (:data:`GRID_SAMPLE_EXTRAS`: ``"5-D"``, ``"cubic"``); the other
             ``F.grid_sample`` calls get the gather form, and the rules ``no 5-D GridSample`` /
             ``no GridSample cubic`` check the graph (:attr:`rules`). Empty (not measured): gather for both.
+        repairs: value-preserving rewrites of the exported graph, applied before the rules
+            (:data:`deform_onnx.targets.repairs.REPAIRS`).
     """
 
     name: str
@@ -68,6 +70,7 @@ class Target:
     status: str = "read"
     forms: tuple[str, ...] = ()
     grid_sample: tuple[str, ...] = ()
+    repairs: tuple[str, ...] = ()
 
     @property
     def emit_forms(self) -> tuple[str, ...]:
@@ -118,6 +121,15 @@ class Choice:
         if self.target is not None or self.method == "auto":
             forms = (*forms, "gather where GridSample cannot")
         return graph_forms(forms)
+
+    def repair_graph(self, model: onnx.ModelProto) -> list[str]:
+        """Apply the target's :attr:`Target.repairs` to ``model`` in place; one line per change (none without a target)."""
+        from .repairs import REPAIRS
+
+        done: list[str] = []
+        for name in self.target.repairs if self.target is not None else ():
+            done += REPAIRS[name](model)
+        return done
 
     def check_graph(self, model: onnx.ModelProto) -> list[str]:
         """Check ``model`` against the target's rules.

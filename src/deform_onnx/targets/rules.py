@@ -82,6 +82,16 @@ def no_gridsample_reflection(model: onnx.ModelProto) -> list[str]:
     return [f"GridSample reflection node(s) {', '.join(found[:3])}"] if found else []
 
 
+def no_reshape_allowzero(model: onnx.ModelProto) -> list[str]:
+    """``Reshape(allowzero=1)``: onnx2torch 1.5.15 refuses it (measured here; repair ``Reshape allowzero 0``)."""
+    found = [
+        n.name or f"#{i}"
+        for i, n in enumerate(model.graph.node)
+        if n.op_type == "Reshape" and any(a.name == "allowzero" and a.i == 1 for a in n.attribute)
+    ]
+    return [f"Reshape node(s) {', '.join(found[:3])} with allowzero=1 and a computed shape"] if found else []
+
+
 def no_isnan(model: onnx.ModelProto) -> list[str]:
     found = _nodes(model, "IsNaN")
     return [f"IsNaN node(s) {', '.join(found[:3])}"] if found else []
@@ -196,6 +206,7 @@ RULES: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "no 5-D GridSample": no_5d_gridsample,
     "no GridSample cubic": no_gridsample_cubic,
     "no GridSample reflection": no_gridsample_reflection,
+    "no Reshape allowzero": no_reshape_allowzero,
     "ncnn blobs": ncnn_blobs,
     "static shapes": static_shapes,
     "integer-only shape tensors": integer_shape_tensors,

@@ -1,0 +1,75 @@
+"""Target repairs (``deform_onnx.targets.repairs``): onnx2torch's ``Reshape allowzero 0``.
+
+torch's dynamo exporter writes ``view``/``reshape`` as ``Reshape(allowzero=1)``,
+which onnx2torch 1.5.15 refuses ("allowzero=1" is not implemented; measured with
+scripts/op_matrix.py). The target drops the attribute where the shape is a
+constant without a 0 (the same values by ONNX's Reshape-14 definition) and its
+rule names any ``allowzero=1`` left; the control is the same export for
+another target, which keeps the attribute.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import deform_onnx
+from deform_onnx.targets import resolve_target
+from deform_onnx.targets.repairs import reshape_allowzero_0
+from deform_onnx.targets.rules import violations
+from util import run_ort
+
+
+class _Views(torch.nn.Module):
+    def forward(self, x):
+        return (x.view(2, 3, 20) * 2).view(2, 60).sum(-1, keepdim=True) + x.reshape(2, 60)
+
+
+def _allowzero(proto: onnx.ModelProto) -> list[int]:
+    return [
+        next((a.i for a in n.attribute if a.name == "allowzero"), 0) for n in proto.graph.node if n.op_type == "Reshape"
+    ]
+
+
+def _export(**kw) -> onnx.ModelProto:
+    buf = io.BytesIO()
+    deform_onnx.export(_Views(), (torch.randn(2, 3, 4, 5),), buf, input_names=["x"], **kw)
+    return onnx.load_from_string(buf.getvalue())
+
+
+def test_onnx2torch_names_the_repair_and_rule():
+    target = resolve_target("onnx2torch")
+    assert "Reshape allowzero 0" in target.repairs and "no Reshape allowzero" in target.rules
+
+
+def test_onnx2torch_export_drops_allowzero_and_matches():
+    control = _export(target="generic", opset_version=17)  # the dynamo path, as onnx2torch's 17
+    assert 1 in _allowzero(control)
+    proto = _export(target="onnx2torch")
+    assert _allowzero(proto) and set(_allowzero(proto)) == {0}
+    x = torch.randn(2, 3, 4, 5)
+    np.testing.assert_allclose(run_ort(proto.SerializeToString(), {"x": x}), _Views()(x).numpy(), rtol=0, atol=1e-5)
+    assert not violations(proto, resolve_target("onnx2torch").rules)
+
+
+def test_a_shape_with_zero_or_computed_keeps_allowzero():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 0, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, None)
+    nodes = [
+        helper.make_node("Reshape", ["x", "zero_shape"], ["y"], allowzero=1, name="with_zero"),
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Reshape", ["x", "s"], ["z"], allowzero=1, name="computed"),
+    ]
+    init = [numpy_helper.from_array(np.array([2, 0, 3], dtype=np.int64), "zero_shape")]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y, z], init), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    assert reshape_allowzero_0(model) == []
+    assert _allowzero(model) == [1, 1]
+    found = violations(model, resolve_target("onnx2torch").rules)
+    assert any(v.startswith("no Reshape allowzero") and "with_zero" in v for v in found), found
