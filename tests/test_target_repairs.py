@@ -14,6 +14,7 @@ import io
 
 import numpy as np
 import onnx
+import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
@@ -73,3 +74,10 @@ def test_a_shape_with_zero_or_computed_keeps_allowzero():
     assert _allowzero(model) == [1, 1]
     found = violations(model, resolve_target("onnx2torch").rules)
     assert any(v.startswith("no Reshape allowzero") and "with_zero" in v for v in found), found
+
+
+def test_onnx2torch_refuses_opset_18_and_up():
+    """onnx2torch 1.5.15 has no Pad-18 / Reshape-19 / Equal-19 converter (measured): a fault from opset 18."""
+    with pytest.raises(ValueError, match="onnx2torch.*opset >= 18"):
+        _export(target="onnx2torch", opset_version=18)
+    assert _export(target="onnx2torch", opset_version=17).opset_import[0].version == 17

@@ -214,6 +214,14 @@ TABLE: tuple[Target, ...] = (
                 hits=lambda method, opset: method == "grid_sample",
                 fix="use method gather",
             ),
+            Fault(
+                what="opset >= 18",
+                why="onnx2torch 1.5.15 has no converter for the opset-18/19 versions of Pad, Reshape and Equal "
+                "('Converter is not implemented ... Pad, version=18' / 'Reshape, version=19', measured here with "
+                "scripts/op_matrix.py)",
+                hits=lambda method, opset: opset >= 18,
+                fix="use opset 17 (the target's pick) or lower",
+            ),
         ),
         status="measured here",
     ),
