@@ -13,8 +13,12 @@ for ``Bicubic``; scalar form in ``GridSampler.cpp``) computes, per point:
   reflects it (then clips).
 
 The graph does the same in the coordinate dtype (float32 for a float16
-input): four tap indices and weights per axis ``[N, Ho, Wo, 4]``, their 16
-products, one ``Gather`` of the 16 channel rows ``[M, 16, C]`` of a
+input): the grid flattened to ``[N, Ho*Wo, 2]``, four tap indices and
+weights per axis ``[N, Ho*Wo, 4]``, their 16 products on one axis
+``[N, Ho*Wo, 16]`` (each factor taken by ``Gather``: onnx2tf, target
+``tflite``, misconverts the broadcast of two unsqueezed tap axes and the 5-D
+values of the outer-product form; measured with scripts/op_matrix.py), one
+``Gather`` of the 16 channel rows ``[M, 16, C]`` of a
 channels-last copy of the input and one batched ``MatMul`` with the
 ``[M, 1, 16]`` weights. Zero padding folds "outside reads 0" into the
 weights (``Equal(clip(i), i)``), so every index stays inside the table and
@@ -55,16 +59,19 @@ def lower_gather_cubic(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) 
     N, C, H, W = (b.dim(x, i) for i in range(4))
     Ho, Wo = b.dim(grid, 1), b.dim(grid, 2)
     coord, grid = coordinate_dtype(b, x, grid)
-    ix, wx = cubic_taps(b, spec, b.op("Gather", grid, b.i64(0), axis=3), W, coord)  # [N, Ho, Wo, 4]
-    iy, wy = cubic_taps(b, spec, b.op("Gather", grid, b.i64(1), axis=3), H, coord)
+    grid = b.reshape(grid, [N, -1, 2])  # [N, Ho*Wo, 2]: no 5-D intermediates below
+    ix, wx = cubic_taps(b, spec, b.op("Gather", grid, b.i64(0), axis=2), W, coord)  # [N, Ho*Wo, 4]
+    iy, wy = cubic_taps(b, spec, b.op("Gather", grid, b.i64(1), axis=2), H, coord)
     # Channels-last rows [N*H*W, C] (a 3-D Transpose, as the gather sampler's table).
     pixels = b.mul_dim(H, W)
     rows = b.reshape(b.op("Transpose", b.reshape(x, [-1, C, pixels]), perm=[0, 2, 1]), [-1, C])
     n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
-    n = b.op("Mul", b.reshape(n, [-1, 1, 1, 1, 1]), b.as_dim(pixels))
-    rowy = b.unsqueeze(b.op("Mul", iy, b.as_dim(W)), [-1])  # [N, Ho, Wo, 4, 1]
-    idx = b.op("Add", b.op("Add", rowy, b.unsqueeze(ix, [-2])), n)  # [N, Ho, Wo, 4 (y), 4 (x)]
-    w = b.op("Mul", b.unsqueeze(wy, [-1]), b.unsqueeze(wx, [-2]))
+    n = b.op("Mul", b.reshape(n, [-1, 1, 1]), b.as_dim(pixels))
+    # the 16 taps y-major on one axis, by Gather (no broadcast of two unsqueezed axes)
+    ys, xs = b.i64(np.repeat(np.arange(4), 4)), b.i64(np.tile(np.arange(4), 4))
+    rowy = b.op("Mul", b.op("Gather", iy, ys, axis=2), b.as_dim(W))  # [N, Ho*Wo, 16]
+    idx = b.op("Add", b.op("Add", rowy, b.op("Gather", ix, xs, axis=2)), n)
+    w = b.op("Mul", b.op("Gather", wy, ys, axis=2), b.op("Gather", wx, xs, axis=2))
     v = b.op("Gather", rows, b.reshape(idx, [-1, 16]), axis=0)  # [M, 16, C]
     out = b.op("MatMul", in_input_dtype(b, x, b.reshape(w, [-1, 1, 16])), v)  # [M, 1, C]
     return b.op("Transpose", b.reshape(out, [N, Ho, Wo, C]), perm=[0, 3, 1, 2])
