@@ -147,3 +147,13 @@ def test_mnn_5d_is_gridsample_20_at_opset_20_reflection_gather():
     reflected = _export("reflection", volume, target="mnn", opset_version=20)
     assert "GridSample" not in op_types(reflected)
     _assert_matches(reflected, volume, "reflection")
+
+
+def test_tflite_bicubic_form_has_no_value_over_4d(inputs):
+    """onnx2tf misconverted the 16-tap form's 5-D outer-product broadcast (measured); the form stays within 4-D."""
+    proto = _export("zeros", inputs, mode="bicubic", target="tflite")
+    assert "GridSample" not in op_types(proto)
+    inferred = onnx.shape_inference.infer_shapes(proto).graph
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in inferred.value_info}
+    assert ranks and max(ranks.values()) <= 4, {k: r for k, r in ranks.items() if r > 4}
+    _assert_matches(proto, inputs, "zeros", "bicubic")

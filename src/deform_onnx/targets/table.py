@@ -137,7 +137,9 @@ TABLE: tuple[Target, ...] = (
         reason="gather, each offset group's indices computed apart: the bundled example and cases c04, c12, c25 "
         "run on LiteRT; with one index computation for all groups onnx2tf misplaces the group axis (off by 1.8), "
         "and the grid_sample form does not convert",
-        source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py)",
+        source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py; "
+        "scripts/op_matrix.py: the 5-D and bicubic gather forms and the fused MSDA op run, Deformable DETR's "
+        "per-level MSDA core converts wrong)",
         options=("no IsNaN", "static shapes"),
         faults=(
             _no_kernel(
