@@ -65,7 +65,7 @@ def check_dynamic_file(
     Returns the example's :class:`Verified`, one per second size, and the seconds the second sizes took.
     ``pytorch_ran``: the sizes were picked by running the model there (else a PyTorch failure at a
     user-given size is reported as such, not as the file's). ``input_names``: the file's names for the
-    tensors of ``args`` (:func:`deform_onnx.verification.run_file`).
+    tensors of ``args`` (:func:`deform_onnx.sessions.run_file`).
 
     Raises:
         VerificationError: the file differs from PyTorch at the example size.
@@ -73,17 +73,14 @@ def check_dynamic_file(
         ExportError: the file fails or differs at a second size; the message names the size,
             what froze (:func:`deform_onnx.frozen.describe`) and what to do.
     """
-    from .bfloat16 import has_bfloat16, verify_bfloat16
+    from . import bfloat16
 
-    if has_bfloat16(model, args):  # ONNX Runtime lacks bfloat16 Conv: bfloat16.py runs it (OpenVINO fallback)
+    # One verification for every dtype; only the runtime differs: ONNX Runtime CPU lacks bfloat16 Conv,
+    # so a bfloat16 file runs where bfloat16.make_session finds the kernels (OpenVINO CPU).
+    session = bfloat16.make_session(data) if bfloat16.has_bfloat16(model, args) else make_session(data)
 
-        def check(a, where=""):
-            return verify_bfloat16(model, a, data, rtol, atol)
-    else:
-        session = make_session(data)
-
-        def check(a, where=""):
-            return verify(model, a, data, rtol, atol, session=session, where=where, input_names=input_names)
+    def check(a, where=""):
+        return verify(model, a, data, rtol, atol, session=session, where=where, input_names=input_names)
 
     first = check(args)
     done = []
