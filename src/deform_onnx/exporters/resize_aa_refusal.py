@@ -15,14 +15,19 @@ def resize_aa_refusal(mode: str, dynamic: str, shape) -> str:
     the input's and the output's H and W must be known then. ``Resize`` has ``antialias`` from opset 18,
     which the dynamo exporter writes (measured: dynamic H/W at 18 verifies at a second size).
     """
-    shown = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]" if shape else "unknown"
+    shown = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]" if shape else "[?]"
     op = f"aten::_upsample_{mode}2d_aa (F.interpolate(..., mode={mode!r}, antialias=True))"
     fix = "export with static H/W (no dynamic_shapes / dynamic_axes on H and W)"
-    if dynamic == "output":  # RF-DETR: a static position embedding resized to a size from the image's shape
+    if dynamic == "output":  # a static tensor resized to a size from the image's shape
         why = f"its output size depends on a dynamic input size of the model (the resized tensor {shown} is static)"
         fix += ", or pass a fixed size= to F.interpolate"
-    else:  # a fixed size= would not do: the weights are [output, input] per axis
+    elif shape and len(shape) == 4 and any(d is not None for d in shape):  # a fixed size= would not do
         why = f"its input's H/W are dynamic (input {shown}), so its output size depends on a dynamic input size"
+    else:  # RF-DETR: ONNX shape inference loses the position embedding's shape through its reshapes
+        why = (
+            f"its output size depends on a dynamic input size and the resized tensor's shape is not known "
+            f"at export ({shown})"
+        )
     return (
         f"{op} cannot be exported with a dynamic size below opset 18: {why}, and its weights are computed at "
         f"export; {fix}, or export at opset_version=18 or higher with the dynamo exporter (the default; Resize-18 "
