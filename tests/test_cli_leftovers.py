@@ -100,3 +100,21 @@ def test_lower_and_check_word_nothing_to_lower_alike(files, tmp_path, name):
     checked = runner.invoke(app, ["check", path, "--method", "auto", "-r", "ort", "--repeat", "0"], env=WIDE)
     assert checked.exit_code == 0 and f"{line}: lower() would not change" in checked.stdout, checked.output
     assert "deformable-convolution nodes found" not in lowered.stdout + checked.stdout
+
+
+def test_export_times_a_file_that_dropped_an_input_by_name(tmp_path):
+    """The TorchScript exporter drops ``unused``; export() verified by name, but the CLI's timing run fed the
+    file by position (``bias`` got ``unused``'s 1x4 tensor: "Invalid rank for input: bias"), failing the row."""
+    (tmp_path / "skip.py").write_text(
+        "import torch\n\n"
+        "class Skips(torch.nn.Module):\n"
+        "    def forward(self, x, unused, bias):\n"
+        "        grid = x[:, :2].permute(0, 2, 3, 1).tanh()\n"
+        "        return torch.nn.functional.grid_sample(x, grid, align_corners=False) + bias[None, :, None, None]\n"
+    )
+    out = tmp_path / "skip.onnx"
+    shapes = ["-s", "x=1,3,8,8", "-s", "unused=1,4", "-s", "bias=3"]
+    args = ["export", f"{tmp_path / 'skip.py'}:Skips", *shapes, "-m", "gather", "--exporter", "torchscript"]
+    result = runner.invoke(app, [*args, "-o", str(out), "--repeat", "1"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert [i.name for i in onnx.load(out).graph.input] == ["x", "bias"]  # the exporter did drop it

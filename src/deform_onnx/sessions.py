@@ -66,16 +66,26 @@ def run_file(session, args: tuple, input_names: list[str] | None = None) -> tupl
     file input gets its own tensor (OmDet-Turbo drops ``classes_attention_mask``; fed by position, the
     next input got its neighbour's tensor). Without them, the order of the rest is kept.
     """
-    feeds_in = [_feed(t) for t in _flatten(args)]
-    inputs = session.get_inputs()
-    if len(inputs) > len(feeds_in):
-        raise ExportError(f"the model has {len(inputs)} inputs but {len(feeds_in)} example tensors were given")
-    names = list(input_names or [])[: len(feeds_in)]
-    if names and all(i.name in names for i in inputs):  # by name: dropped or reordered inputs get their own
-        feeds = {i.name: feeds_in[names.index(i.name)] for i in inputs}
-    else:
-        feeds = {i.name: a for i, a in zip(inputs, feeds_in[: len(inputs)])}
+    feeds = feeds_by_name([i.name for i in session.get_inputs()], [_feed(t) for t in _flatten(args)], input_names)
     return [o.name for o in session.get_outputs()], _run(session, feeds)
+
+
+def feeds_by_name(file_inputs: list[str], arrays: list, names: list[str] | None) -> dict:
+    """The feeds of a file whose inputs are ``file_inputs`` from ``arrays`` (the example, in ``forward`` order).
+
+    By name when ``names`` (the export's names for ``arrays``) holds every file input: an input the
+    graph dropped, or inputs the file lists in another order, still get their own array. Else by
+    position (the first ``len(file_inputs)`` arrays).
+
+    Raises:
+        ExportError: the file has more inputs than there are arrays.
+    """
+    if len(file_inputs) > len(arrays):
+        raise ExportError(f"the model has {len(file_inputs)} inputs but {len(arrays)} example tensors were given")
+    given = list(names or [])[: len(arrays)]
+    if given and all(n in given for n in file_inputs):
+        return {n: arrays[given.index(n)] for n in file_inputs}
+    return dict(zip(file_inputs, arrays[: len(file_inputs)]))
 
 
 def _feed(t: torch.Tensor) -> np.ndarray:

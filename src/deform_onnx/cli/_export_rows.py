@@ -171,7 +171,9 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
         return
     progress.update(task, description=f"{label}: timing ONNX Runtime")
     session = _session(partial)
-    feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs.tensors)}
+    from ..sessions import feeds_by_name  # by name, as export verified it: the graph may drop an input
+
+    feed = feeds_by_name([i.name for i in session.get_inputs()], [t.numpy() for t in inputs.tensors], inputs.names)
     result.ort_ms = _median_ms(lambda: session.run(None, feed), repeat)
     if resized is not None:  # checked by export() (deform_onnx.dynamic_check): it raised if the file failed there
         result.resized_error = max((v.max_error for v in report.size_checks), default=None)
