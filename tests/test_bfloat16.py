@@ -141,6 +141,7 @@ def test_report_has_the_checks_of_float16s_rules(exported):
         assert check.pytorch_error is None  # torchvision has no bfloat16 CPU kernel: no own run to compare
         assert report.tolerances[name].dtype == "bfloat16"
     assert report.max_error == max(c.error for c in report.checks.values())
+    assert report.onnxruntime is None and any("verified on OpenVINO" in n for n in report.notes), report.notes
 
 
 class SkipsAnInput(torch.nn.Module):

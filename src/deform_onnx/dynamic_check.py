@@ -215,6 +215,11 @@ class SizeCheck:
             if self.axes:
                 report.notes.append("verify=False: the dynamic file was not run at a second size")
             return
+        if verified.runtime != "ONNX Runtime":  # a bfloat16 file (bfloat16.make_session): say where it ran
+            report.onnxruntime = None
+            report.notes.append(
+                f"verified on {verified.runtime} (CPU): ONNX Runtime's CPU provider cannot run the file"
+            )
         report.checked_shapes = [list(verified.shapes)] + [list(v.shapes) for v in self.done]
         report.size_checks = list(self.done)
         report.second_size_seconds = self.seconds if self.second else 0.0

@@ -126,13 +126,15 @@ class OutputCheck:
 @dataclass
 class Verified:
     """What :func:`verify` found: the worst error (against the reference used), its output, each output's
-    tolerance and check, and the input shapes it ran at."""
+    tolerance and check, the input shapes it ran at, and the runtime it ran on (``"ONNX Runtime"``, or
+    ``"OpenVINO"`` for a bfloat16 file ONNX Runtime's CPU provider cannot run)."""
 
     max_error: float
     worst_output: str | None
     tolerances: dict[str, Tolerance]
     checks: dict[str, OutputCheck] = field(default_factory=dict)
     shapes: list[tuple[int, ...]] = field(default_factory=list)
+    runtime: str = "ONNX Runtime"
 
 
 def upcast_run(model, args: tuple, dtype: torch.dtype) -> tuple[list[torch.Tensor] | None, str | None]:
@@ -257,7 +259,7 @@ def verify(
         if check.error >= worst:
             worst, worst_name = check.error, name
     shapes = [tuple(t.shape) for t in _flatten(args)]
-    return Verified(worst, worst_name, tolerances, checks, shapes)
+    return Verified(worst, worst_name, tolerances, checks, shapes, runtime)
 
 
 def _own_run(model, args: tuple) -> tuple[list[torch.Tensor] | None, str | None]:
