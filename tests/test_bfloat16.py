@@ -189,3 +189,17 @@ def test_reordered_inputs_are_fed_by_name(skips):
     assert verified.max_error <= 8e-2 and set(verified.checks) == {o.name for o in proto.graph.output}
     with pytest.raises(Exception):  # noqa: B017 - the runtime's own error: x's tensor fed to bias
         bfloat16.verify_bfloat16(model, args, data)
+
+
+def test_dynamic_hw_is_checked_at_a_second_size_as_the_float32_copy():
+    """Dynamic H/W: the second size is picked by running the float32 copy (torchvision has no bfloat16 kernel,
+    so every size was refused before), and the file is verified there on OpenVINO by the same rules."""
+    torch.manual_seed(0)
+    model = ChunkDCN(4, 4, (3, 3), (1, 1)).to(torch.bfloat16).eval()
+    x = torch.randn(1, 4, 12, 12).to(torch.bfloat16)
+    dims = {"x": {2: torch.export.Dim("H", min=4), 3: torch.export.Dim("W", min=4)}}
+    report = deform_onnx.export(model, (x,), io.BytesIO(), dynamic_shapes=dims)
+    assert len(report.checked_shapes) == 2 and report.checked_shapes[1] != report.checked_shapes[0]
+    (second,) = report.size_checks
+    assert second.runtime == "OpenVINO" and second.max_error <= 8e-2
+    assert all(c.reference == "float32 copy" for c in second.checks.values()) and second.checks

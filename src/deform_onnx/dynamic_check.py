@@ -11,14 +11,13 @@ import time
 from typing import TYPE_CHECKING
 
 import onnx
-import torch
 
 from . import sizes
 from .errors import ExportError, MissingKernelError, VerificationError
 from .exporters.guards import parameter_names
 from .frozen import describe, static_dims
 from .sizes import Axis, shown
-from .verification import Verified, make_session, verify
+from .verification import Verified, make_session, run_pytorch, verify
 
 if TYPE_CHECKING:
     from .api import ExportReport
@@ -89,8 +88,7 @@ def check_dynamic_file(
         where = f" at {shown(shapes)}"
         try:
             if not pytorch_ran:
-                with torch.no_grad():
-                    model(*new_args)
+                run_pytorch(model, new_args)  # a bfloat16 DCN as its float32 copy, as verification runs it
         except Exception as exc:  # noqa: BLE001 - user code, at a size the user gave (verify_shapes)
             text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise ExportError(

@@ -262,6 +262,19 @@ def verify(
     return Verified(worst, worst_name, tolerances, checks, shapes, runtime)
 
 
+def run_pytorch(model, args: tuple) -> None:
+    """Run ``model`` on ``args`` as verification does (to learn whether it runs at a size): in its own dtype,
+    or, for a float16/bfloat16 model PyTorch has no kernel for, as the float32 copy.
+
+    Raises:
+        Exception: the model's own failure (the float32 copy's too, for a low-precision model).
+    """
+    own, _ = _own_run(model, args)
+    if own is None and upcast_run(model, args, torch.float32)[0] is None:
+        with torch.no_grad():
+            model(*args)  # raise the model's own error
+
+
 def _own_run(model, args: tuple) -> tuple[list[torch.Tensor] | None, str | None]:
     """The model's outputs in its own dtype, or ``(None, why)`` for a float16/bfloat16 model PyTorch cannot run.
 
@@ -378,6 +391,7 @@ __all__ = [
     "Verified",
     "make_session",
     "run_file",
+    "run_pytorch",
     "tolerance_for",
     "upcast_run",
     "verify",
