@@ -7,7 +7,9 @@ upcast inputs; the file runs in bfloat16. ONNX Runtime's CPU provider has no bfl
 ``Conv`` (nor ``Add``: measured with onnxruntime 1.32), OpenVINO's CPU plugin runs the
 file (measured on c31 as tests/test_bfloat16.py builds it: 2.0e-2 max error against the
 float32 model, within the bfloat16 tolerance 8e-2 of :mod:`deform_onnx.verification`). Verification therefore tries ONNX
-Runtime, then OpenVINO; with neither it raises a one-line :class:`MissingKernelError`.
+Runtime, then OpenVINO; with neither it raises a one-line :class:`MissingKernelError`. Only the session is
+this module's (:func:`make_session`, :class:`OpenVINOSession`): the rules, the feeding by input name and the
+report are :func:`deform_onnx.verification.verify`'s, as for float16.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def choose_opset(model: torch.nn.Module, args, opset: int | None, dynamo: bool) 
 
 
 def verify_model(model, args, data: bytes, rtol=None, atol=None, input_names: list[str] | None = None) -> Verified:
-    """:func:`deform_onnx.verification.verify`, on :func:`session` for a bfloat16 model."""
+    """:func:`deform_onnx.verification.verify`, on :func:`make_session` for a bfloat16 model."""
     session = make_session(data) if has_bfloat16(model, args) else None
     return _verify(model, args, data, rtol, atol, session=session, input_names=input_names)
 
