@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import deform_onnx
+from deform_onnx.errors import ExportError
 from deform_onnx.exporters.aten_detectors import aa_weights
 from util import run_ort
 
@@ -184,8 +185,30 @@ def test_antialiased_resize_to_a_traced_size():
     model = ResizeToInput()
     data, _ = _export(model, (x,), 11, ["x"])
     np.testing.assert_allclose(run_ort(data, {"x": x}), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="static output size"):
+    with pytest.raises(
+        ExportError, match=r"_upsample_bicubic2d_aa .*output size depends on a dynamic input size.*size="
+    ):
         _export(model, (x,), 11, ["x"], dynamic_axes={"x": {2: "H"}})
+
+
+@pytest.mark.parametrize("mode", ["bicubic", "bilinear"])
+def test_antialiased_resize_with_dynamic_hw_is_one_line_export_error(mode, tmp_path):
+    """Default arguments, dynamic H/W (dynamo at 18 cannot go down to 17, TorchScript's form is static): the
+    project's one-line ExportError naming the op, why, and the fixes; nothing written. The opset-18 fix holds."""
+    x = torch.randn(1, 3, 16, 16)
+    model = Resize(scale_factor=0.5, mode=mode)
+    dims = {"x": {2: torch.export.Dim("H", min=4), 3: torch.export.Dim("W", min=4)}}
+    path = tmp_path / "aa.onnx"
+    with pytest.raises(ExportError) as info:
+        deform_onnx.export(model, (x,), path, dynamic_shapes=dims)
+    text = str(info.value)
+    assert "\n" not in text and not path.exists() and not list(tmp_path.iterdir())
+    assert f"aten::_upsample_{mode}2d_aa" in text and "output size depends on a dynamic input size" in text
+    assert "export with static H/W" in text and "opset_version=18" in text
+    assert "size=" not in text  # a fixed output size would not help: the input's H/W are dynamic
+    if mode == "bilinear":
+        report = deform_onnx.export(model, (x,), path, dynamic_shapes=dims, opset_version=18)
+        assert report.exporter == "dynamo" and len(report.checked_shapes) == 2 and path.is_file()
 
 
 def test_aa_weights_rows_are_a_partition_of_unity():

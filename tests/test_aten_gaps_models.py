@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 import transformers  # noqa: E402  (after pytestmark, as in test_msda_models_real.py)
 
 from test_msda_models_real import TOL, unit_scale  # noqa: E402
-from tiny_detectors import rt_detr_config  # noqa: E402
+from tiny_detectors import grounding_dino_config, rf_detr_config, rt_detr_config  # noqa: E402
 
 
 class Detections(torch.nn.Module):
@@ -91,30 +91,7 @@ def test_rtdetr_v2_dynamo_without_fallback(photo):
 
 def test_grounding_dino_at_opset_11(photo):
     """Grounding DINO (text masks: isin, cummax/cummin, a bool eye) at 11, default arguments."""
-    backbone = transformers.ResNetConfig(
-        depths=[1, 1, 1, 1],
-        hidden_sizes=[16, 32, 64, 64],
-        embedding_size=16,
-        out_features=["stage2", "stage3", "stage4"],
-    )
-    text = transformers.BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-    )
-    config = transformers.GroundingDinoConfig(
-        backbone_config=backbone,
-        use_pretrained_backbone=False,
-        use_timm_backbone=False,
-        text_config=text,
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        num_queries=10,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        max_text_len=16,
-    )
+    config = grounding_dino_config()
     torch.manual_seed(0)
     model = Detections(transformers.GroundingDinoForObjectDetection(config)).eval()
     ids = torch.tensor([[1, 5, 7, 3, 9, 3, 2]])  # ids 1, 2, 3 stand for [CLS], [SEP], "."
@@ -123,29 +100,7 @@ def test_grounding_dino_at_opset_11(photo):
 
 def test_rf_detr_at_opset_11():
     """RF-DETR (tiny windowed DINOv2 backbone, 112x112: the position embedding is resized, bicubic antialiased)."""
-    backbone = transformers.RfDetrDinov2Config(
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        image_size=56,
-        patch_size=14,
-        num_windows=2,
-        window_block_indexes=[0, 2],
-        out_features=["stage1", "stage2", "stage3", "stage4"],
-        mlp_ratio=2,
-    )
-    config = transformers.RfDetrConfig(
-        backbone_config=backbone,
-        d_model=32,
-        decoder_ffn_dim=64,
-        decoder_layers=2,
-        num_queries=10,
-        group_detr=1,
-        decoder_self_attention_heads=2,
-        decoder_cross_attention_heads=2,
-        intermediate_size=32,
-        decoder_n_points=2,
-    )
+    config = rf_detr_config()
     photo = load_photo((112, 112))
     torch.manual_seed(0)
     model = Detections(unit_scale(transformers.RfDetrForObjectDetection(config), photo, seed=3)).eval()

@@ -73,7 +73,7 @@ def test_default_picks_opset_22_and_verifies_against_float32(exported):
 def test_onnxruntime_cpu_has_no_bfloat16_conv(exported):
     """Measured: ONNX Runtime CPU refuses the file (no bfloat16 Conv), so verification needs OpenVINO."""
     path, _ = exported
-    got, why = bfloat16._run_onnxruntime(path.read_bytes(), [])
+    got, why = bfloat16._onnxruntime_session(path.read_bytes())
     assert got is None and "bfloat16 kernel for Conv" in why
 
 
@@ -130,3 +130,76 @@ def test_float32_models_are_untouched():
     model = ChunkDCN(4, 4, (3, 3), (1, 1))
     assert bfloat16.choose_opset(model, (torch.randn(1, 4, 5, 5),), None, True) is None
     assert bfloat16.choose_opset(model, (torch.randn(1, 4, 5, 5),), 13, False) == 13
+
+
+def test_report_has_the_checks_of_float16s_rules(exported):
+    """bfloat16 goes through verification's rules and report: each output's check is filled (float32 copy)."""
+    _, report = exported
+    assert set(report.checks) == set(report.tolerances) and report.checks
+    for name, check in report.checks.items():
+        assert check.reference == "float32 copy" and "bfloat16 default" in check.rule
+        assert check.pytorch_error is None  # torchvision has no bfloat16 CPU kernel: no own run to compare
+        assert report.tolerances[name].dtype == "bfloat16"
+    assert report.max_error == max(c.error for c in report.checks.values())
+    assert report.onnxruntime is None and any("verified on OpenVINO" in n for n in report.notes), report.notes
+
+
+class SkipsAnInput(torch.nn.Module):
+    """``x [1, 4, H, W]``, ``unused [1, 4]`` int64 (not read), ``bias [4]``: c31's chunked DCNv2 plus ``bias``."""
+
+    def __init__(self):
+        super().__init__()
+        self.dcn = ChunkDCN(4, 4, (3, 3), (1, 1))
+
+    def forward(self, x, unused, bias):
+        return self.dcn(x) + bias[None, :, None, None]
+
+
+@pytest.fixture(scope="module")
+def skips():
+    torch.manual_seed(0)
+    model = SkipsAnInput().to(torch.bfloat16).eval()
+    args = (
+        torch.randn(1, 4, 8, 8).to(torch.bfloat16),
+        torch.arange(4).reshape(1, 4),
+        torch.randn(4).to(torch.bfloat16),
+    )
+    return model, args, ["x", "unused", "bias"]
+
+
+def test_an_input_the_runtime_drops_is_skipped_by_name(skips):
+    """OpenVINO drops the unused input (the file keeps it): ``bias`` still gets its own tensor, not ``unused``'s."""
+    model, args, names = skips
+    report = deform_onnx.export(model, args, io.BytesIO(), input_names=names)
+    assert report.opset == 22 and report.max_error <= 8e-2 and report.checks
+
+
+def test_reordered_inputs_are_fed_by_name(skips):
+    """A file whose graph lists its inputs in another order (bias, unused, x) is fed by name; by position it fails."""
+    model, args, names = skips
+    f = io.BytesIO()
+    deform_onnx.export(model, args, f, input_names=names, verify=False)
+    proto = onnx.load_from_string(f.getvalue())
+    inputs = list(proto.graph.input)
+    assert [i.name for i in inputs] == names
+    del proto.graph.input[:]
+    proto.graph.input.extend(reversed(inputs))
+    data = proto.SerializeToString()
+    verified = bfloat16.verify_bfloat16(model, args, data, input_names=names)
+    assert verified.max_error <= 8e-2 and set(verified.checks) == {o.name for o in proto.graph.output}
+    with pytest.raises(Exception):  # noqa: B017 - the runtime's own error: x's tensor fed to bias
+        bfloat16.verify_bfloat16(model, args, data)
+
+
+def test_dynamic_hw_is_checked_at_a_second_size_as_the_float32_copy():
+    """Dynamic H/W: the second size is picked by running the float32 copy (torchvision has no bfloat16 kernel,
+    so every size was refused before), and the file is verified there on OpenVINO by the same rules."""
+    torch.manual_seed(0)
+    model = ChunkDCN(4, 4, (3, 3), (1, 1)).to(torch.bfloat16).eval()
+    x = torch.randn(1, 4, 12, 12).to(torch.bfloat16)
+    dims = {"x": {2: torch.export.Dim("H", min=4), 3: torch.export.Dim("W", min=4)}}
+    report = deform_onnx.export(model, (x,), io.BytesIO(), dynamic_shapes=dims)
+    assert len(report.checked_shapes) == 2 and report.checked_shapes[1] != report.checked_shapes[0]
+    (second,) = report.size_checks
+    assert second.runtime == "OpenVINO" and second.max_error <= 8e-2
+    assert all(c.reference == "float32 copy" for c in second.checks.values()) and second.checks

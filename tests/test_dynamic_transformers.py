@@ -24,7 +24,7 @@ import transformers
 import deform_onnx
 from deform_onnx.example import load_photo
 from test_msda_models_real import assert_topk_unambiguous, unit_scale
-from tiny_detectors import rt_detr_config
+from tiny_detectors import deformable_detr_config, mask2former_config, rt_detr_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 
@@ -49,28 +49,8 @@ class Outputs(torch.nn.Module):
         )
 
 
-def _resnet(features):
-    return transformers.ResNetConfig(
-        depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 64], embedding_size=16, out_features=features
-    )
-
-
 def _deformable_detr():
-    config = transformers.DeformableDetrConfig(
-        use_timm_backbone=False,
-        use_pretrained_backbone=False,
-        backbone_config=_resnet(["stage2", "stage3", "stage4"]),
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        num_queries=10,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        num_labels=5,
-    )
-    return transformers.DeformableDetrForObjectDetection(config), ("logits", "pred_boxes"), None
+    return transformers.DeformableDetrForObjectDetection(deformable_detr_config()), ("logits", "pred_boxes"), None
 
 
 def _rt_detr():
@@ -79,25 +59,8 @@ def _rt_detr():
 
 
 def _mask2former():
-    config = transformers.Mask2FormerConfig(
-        backbone_config=_resnet(["stage1", "stage2", "stage3", "stage4"]),
-        use_pretrained_backbone=False,
-        feature_size=32,
-        mask_feature_size=32,
-        hidden_dim=32,
-        encoder_feedforward_dim=64,
-        dim_feedforward=64,
-        encoder_layers=1,
-        decoder_layers=2,
-        num_attention_heads=2,
-        num_queries=10,
-        num_labels=5,
-    )
-    return (
-        transformers.Mask2FormerForUniversalSegmentation(config),
-        ("class_queries_logits", "masks_queries_logits"),
-        None,
-    )
+    model = transformers.Mask2FormerForUniversalSegmentation(mask2former_config())
+    return model, ("class_queries_logits", "masks_queries_logits"), None
 
 
 MODELS = {"deformable_detr": _deformable_detr, "rt_detr": _rt_detr, "mask2former": _mask2former}

@@ -40,7 +40,7 @@ from deform_onnx.example import load_photo
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 import transformers  # noqa: E402  (the test extra has it: this test runs in CI)
 
-from tiny_detectors import rt_detr_config  # noqa: E402
+from tiny_detectors import mask2former_config, rt_detr_config  # noqa: E402
 
 EXPORT_SIZE = (128, 128)
 OTHER_SIZE = (160, 96)  # every level's map changes size (stride 32: 4x4 -> 5x3)
@@ -206,26 +206,7 @@ class Segmentation(torch.nn.Module):
 def mask2former():
     """``(model, photo, PyTorch outputs)``: a ResNet backbone (transformers' default is Swin), one
     pixel-decoder encoder layer, two decoder layers; seed 0 of :func:`unit_scale`."""
-    backbone = transformers.ResNetConfig(
-        depths=[1, 1, 1, 1],
-        hidden_sizes=[16, 32, 64, 64],
-        embedding_size=16,
-        out_features=["stage1", "stage2", "stage3", "stage4"],
-    )
-    config = transformers.Mask2FormerConfig(
-        backbone_config=backbone,
-        use_pretrained_backbone=False,
-        feature_size=32,
-        mask_feature_size=32,
-        hidden_dim=32,
-        encoder_feedforward_dim=64,
-        dim_feedforward=64,
-        encoder_layers=1,
-        decoder_layers=2,
-        num_attention_heads=2,
-        num_queries=10,
-        num_labels=5,
-    )
+    config = mask2former_config()
     photo = load_photo(EXPORT_SIZE)
     torch.manual_seed(0)
     model = Segmentation(unit_scale(transformers.Mask2FormerForUniversalSegmentation(config), photo, seed=0))

@@ -17,6 +17,8 @@ import deform_onnx
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 import transformers  # noqa: E402  (the test extra has it: this test runs in CI)
 
+from tiny_detectors import deformable_detr_config  # noqa: E402
+
 
 class LastHidden(torch.nn.Module):
     def __init__(self, model):
@@ -29,21 +31,9 @@ class LastHidden(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def detr():
-    backbone = transformers.ResNetConfig(
-        depths=[1, 1, 1, 1],
-        hidden_sizes=[16, 32, 64, 64],
-        embedding_size=16,
-        out_features=["stage2", "stage3", "stage4"],
-    )
-    config = transformers.DeformableDetrConfig(
-        use_timm_backbone=False,
-        use_pretrained_backbone=False,
-        backbone_config=backbone,
+    config = deformable_detr_config(
         d_model=64,
-        encoder_layers=1,
         decoder_layers=1,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
         num_queries=20,
         encoder_attention_heads=4,
         decoder_attention_heads=4,

@@ -68,7 +68,8 @@ class ExportReport:
         size_checks, second_size_seconds, notes: :class:`Verified` at each second size, their cost, and
             what a check could not do or found in the reference (guard capture failed, NaN, ...).
         onnxruntime: the ONNX Runtime distribution the file was verified in (CPU execution
-            provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified.
+            provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified, or verified on
+            OpenVINO (a bfloat16 file: ``notes`` says so).
     """
 
     path: Path | None

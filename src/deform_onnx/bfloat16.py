@@ -7,19 +7,20 @@ upcast inputs; the file runs in bfloat16. ONNX Runtime's CPU provider has no bfl
 ``Conv`` (nor ``Add``: measured with onnxruntime 1.32), OpenVINO's CPU plugin runs the
 file (measured on c31 as tests/test_bfloat16.py builds it: 2.0e-2 max error against the
 float32 model, within the bfloat16 tolerance 8e-2 of :mod:`deform_onnx.verification`). Verification therefore tries ONNX
-Runtime, then OpenVINO; with neither it raises a one-line :class:`MissingKernelError`.
+Runtime, then OpenVINO; with neither it raises a one-line :class:`MissingKernelError`. Only the session is
+this module's (:func:`make_session`, :class:`OpenVINOSession`): the rules, the feeding by input name and the
+report are :func:`deform_onnx.verification.verify`'s, as for float16.
 """
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import torch
 
-from .errors import ExportError, MissingKernelError, VerificationError
-from .verification import Verified, tolerance_for
-from .verification import verify as _verify_float
+from .errors import ExportError, MissingKernelError
+from .verification import Verified
+from .verification import make_session as _ort_session
+from .verification import verify as _verify
 
 #: First default-domain opset whose Conv and GridSample take bfloat16.
 MIN_OPSET = 22
@@ -66,136 +67,134 @@ def choose_opset(model: torch.nn.Module, args, opset: int | None, dynamo: bool) 
     return MIN_OPSET if opset is None else opset
 
 
-def verify_model(model, args, data: bytes, rtol=None, atol=None) -> Verified:
-    """:func:`deform_onnx.verification.verify`, or :func:`verify_bfloat16` for a bfloat16 model."""
-    if has_bfloat16(model, args):
-        return verify_bfloat16(model, args, data, rtol, atol)
-    return _verify_float(model, args, data, rtol, atol)
+def verify_model(model, args, data: bytes, rtol=None, atol=None, input_names: list[str] | None = None) -> Verified:
+    """:func:`deform_onnx.verification.verify`, on :func:`make_session` for a bfloat16 model."""
+    session = make_session(data) if has_bfloat16(model, args) else None
+    return _verify(model, args, data, rtol, atol, session=session, input_names=input_names)
 
 
-def verify_bfloat16(model: torch.nn.Module, args: tuple, data: bytes, rtol=None, atol=None) -> Verified:
-    """Run the bfloat16 file and compare with a float32 copy of ``model`` on the upcast ``args``.
+def verify_bfloat16(
+    model: torch.nn.Module,
+    args: tuple,
+    data: bytes,
+    rtol=None,
+    atol=None,
+    *,
+    session=None,
+    where: str = "",
+    input_names: list[str] | None = None,
+) -> Verified:
+    """:func:`deform_onnx.verification.verify` of a bfloat16 file, on :func:`make_session` unless ``session``.
 
-    Tolerance per output: the bfloat16 default (or ``rtol``/``atol``), against the float32
-    reference (what the bfloat16 model approximates). Runtime: ONNX Runtime CPU, else
-    OpenVINO CPU (which runs bfloat16 Conv).
+    The rules, feeding (by name, ``input_names``) and report (``Verified.checks``) are verification's:
+    each bfloat16 output against a float32 copy of ``model`` on the upcast ``args`` (torchvision has no
+    bfloat16 CPU kernel, so PyTorch's own bfloat16 output is used only where it runs), within the
+    bfloat16 default 8e-2 (or ``rtol``/``atol``).
 
     Raises:
         MissingKernelError: neither runtime can run the file (one line: ``verify=False``
             writes it unverified).
         VerificationError: an output differs beyond its tolerance, or in shape.
     """
-    reference = copy.deepcopy(model).float().eval()
-    upcast = [t.float() if t.is_floating_point() else t for t in _tensors(args)]
-    with torch.no_grad():
-        expected = [t.detach().float() if t.is_floating_point() else t.detach() for t in _tensors(reference(*upcast))]
-    inputs = _tensors(args)
-    got, ort_reason = _run_onnxruntime(data, inputs)
-    if got is None:
-        got = _run_openvino(data, inputs, ort_reason)
-    import onnx
-
-    graph = onnx.load(data, load_external_data=False) if isinstance(data, str) else onnx.load_from_string(data)
-    names = [o.name for o in graph.graph.output]
-    worst, worst_name, tolerances = 0.0, None, {}
-    for name, g, reference_out in zip(names, got, expected):
-        tol = tolerance_for(torch.bfloat16 if reference_out.is_floating_point() else reference_out.dtype, rtol, atol)
-        tolerances[name] = tol
-        e = reference_out.numpy()
-        if g.shape != e.shape:
-            raise VerificationError(f"output {name!r}: runtime shape {g.shape} != PyTorch shape {e.shape}")
-        if e.size == 0:
-            continue
-        diff = np.abs(g.astype(np.float64) - e.astype(np.float64))
-        diff[g == e] = 0.0
-        err = float(np.nanmax(diff))
-        if err >= worst:
-            worst, worst_name = err, name
-        if not np.all(diff <= tol.atol + tol.rtol * np.abs(e.astype(np.float64))):
-            raise VerificationError(
-                f"output {name!r} differs from the float32 model: max abs error {err:.3g} "
-                f"(atol={tol.atol}, rtol={tol.rtol}, bfloat16); no file was written"
-            )
-    return Verified(worst, worst_name, tolerances)
+    session = session if session is not None else make_session(data)
+    return _verify(model, args, data, rtol, atol, session=session, where=where, input_names=input_names)
 
 
-def _bits(t: torch.Tensor) -> np.ndarray:
-    return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+def make_session(data: bytes):
+    """A session that runs the bfloat16 file: ONNX Runtime CPU where it has the kernels, else OpenVINO CPU.
+
+    Raises:
+        MissingKernelError: neither can run it (one line naming ``verify=False``).
+    """
+    session, why = _onnxruntime_session(data)
+    return session if session is not None else OpenVINOSession(data, why)
 
 
-def _from_bits(a: np.ndarray) -> np.ndarray:
-    return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).float().numpy()
-
-
-def _run_onnxruntime(data: bytes, inputs: list[torch.Tensor]) -> tuple[list[np.ndarray] | None, str]:
-    """Outputs (float32 for bfloat16 ones), or ``(None, why not)`` when ONNX Runtime has no kernel."""
-    import onnx
-
-    from .ort_distribution import require
-    from .verification import _missing_kernel
-
+def _onnxruntime_session(data: bytes):
+    """``(session, "")``, or ``(None, why not)`` when ONNX Runtime is missing or lacks a kernel."""
     try:
-        ort = require()
+        return _ort_session(data), ""
     except ModuleNotFoundError:
         return None, "ONNX Runtime is not installed"
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        missing = _missing_kernel(str(exc), data)
-        if missing is None:
-            raise
-        return None, missing.split(", so ")[0]
-    feeds = {}
-    for info, t in zip(session.get_inputs(), inputs):
-        if t.dtype == torch.bfloat16:
-            feeds[info.name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(_bits(t), onnx.TensorProto.BFLOAT16)
-        else:
-            feeds[info.name] = ort.OrtValue.ortvalue_from_numpy(t.numpy())
-    outs = session.run_with_ort_values(None, feeds)
-    return [_from_bits(o.numpy()) if o.data_type() == "tensor(bfloat16)" else o.numpy() for o in outs], ""
+    except MissingKernelError as exc:
+        return None, str(exc).split(", so ")[0]
 
 
-def _run_openvino(data: bytes, inputs: list[torch.Tensor], ort_reason: str) -> list[np.ndarray]:
-    try:
-        import openvino as ov
-    except ImportError:
-        raise MissingKernelError(
-            f"{ort_reason} and OpenVINO (which runs bfloat16 Conv) is not installed, so the bfloat16 file cannot "
-            "be verified here: pip install openvino, or pass verify=False to write it unverified"
-        ) from None
-    core = ov.Core()
-    try:
-        compiled = core.compile_model(core.read_model(model=data), "CPU")
-    except RuntimeError as exc:  # e.g. native DeformConv: no conversion rule without deform_onnx.openvino's extension
-        import re
-
-        found = re.search(r"No conversion rule found for operations: ([\w\-, ]*\w)", str(exc))
-        why = f"no conversion rule for {found.group(1).strip()}" if found else str(exc).strip().splitlines()[-1][:200]
-        raise MissingKernelError(
-            f"{ort_reason}, and OpenVINO cannot run the bfloat16 file either ({why}), so it cannot be verified here; "
-            "pass verify=False to write it unverified, or choose method='grid_sample' or 'gather'"
-        ) from None
-    request = compiled.create_infer_request()
-    feeds = []
-    for t in inputs:
-        if t.dtype == torch.bfloat16:
-            tensor = ov.Tensor(ov.Type.bf16, list(t.shape))
-            tensor.data.view(np.uint16)[...] = _bits(t)  # OpenVINO shows bf16 buffers as 16-bit numpy
-            feeds.append(tensor)
-        else:
-            feeds.append(ov.Tensor(t.numpy()))
-    request.infer(feeds)
-    outs = []
-    for i in range(len(compiled.outputs)):
-        tensor = request.get_output_tensor(i)
-        if tensor.element_type == ov.Type.bf16:
-            outs.append(_from_bits(tensor.data.view(np.uint16)))
-        else:
-            outs.append(np.array(tensor.data))
-    return outs
+class _Port:
+    def __init__(self, name: str):
+        self.name = name
 
 
-__all__ = ["MIN_OPSET", "ExportError", "choose_opset", "has_bfloat16", "verify_bfloat16", "verify_model"]
+class OpenVINOSession:
+    """OpenVINO CPU with the part of ONNX Runtime's session API that :func:`deform_onnx.sessions.run_file`
+    uses: ``get_inputs()``, ``get_outputs()`` (ONNX names), ``run(None, feeds)`` (feeds by name;
+    bfloat16 as ``ml_dtypes.bfloat16`` arrays, given and returned).
+
+    Raises:
+        MissingKernelError: OpenVINO is not installed or cannot compile the file (``ort_reason``: why
+            ONNX Runtime could not run it, the start of the message).
+    """
+
+    runtime = "OpenVINO"
+
+    def __init__(self, data: bytes, ort_reason: str):
+        try:
+            import openvino as ov
+        except ImportError:
+            raise MissingKernelError(
+                f"{ort_reason} and OpenVINO (which runs bfloat16 Conv) is not installed, so the bfloat16 file "
+                "cannot be verified here: pip install openvino, or pass verify=False to write it unverified"
+            ) from None
+        core = ov.Core()
+        try:
+            self._compiled = core.compile_model(core.read_model(model=data), "CPU")
+        except RuntimeError as exc:  # e.g. native DeformConv: no conversion rule without deform_onnx.openvino's
+            import re
+
+            found = re.search(r"No conversion rule found for operations: ([\w\-, ]*\w)", str(exc))
+            why = (
+                f"no conversion rule for {found.group(1).strip()}" if found else str(exc).strip().splitlines()[-1][:200]
+            )
+            raise MissingKernelError(
+                f"{ort_reason}, and OpenVINO cannot run the bfloat16 file either ({why}), so it cannot be verified "
+                "here; pass verify=False to write it unverified, or choose method='grid_sample' or 'gather'"
+            ) from None
+        self._request = self._compiled.create_infer_request()
+        import onnx
+
+        # The file's own names: a port may carry several (OpenVINO merges the names of folded values, and
+        # its get_any_name() may be another value's: measured, 'val_19' for a dynamo export's input 'x').
+        graph = (
+            onnx.load(data, load_external_data=False) if isinstance(data, str) else onnx.load_from_string(data)
+        ).graph
+        initializers = {t.name for t in graph.initializer}
+        ported = {n for p in self._compiled.inputs for n in p.get_names()}  # OpenVINO drops unused inputs
+        self._inputs = [i.name for i in graph.input if i.name not in initializers and i.name in ported]
+        self._outputs = [o.name for o in graph.output]
+
+    def _port(self, ports, name: str):
+        return next(p for p in ports if name in p.get_names())
+
+    def get_inputs(self) -> list[_Port]:
+        return [_Port(n) for n in self._inputs]
+
+    def get_outputs(self) -> list[_Port]:
+        return [_Port(n) for n in self._outputs]
+
+    def run(self, output_names, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        from .runtimes import _ov_input, _ov_output
+
+        self._request.infer({self._port(self._compiled.inputs, n): _ov_input(a) for n, a in feeds.items()})
+        return [_ov_output(self._request.get_tensor(self._port(self._compiled.outputs, n))) for n in self._outputs]
+
+
+__all__ = [
+    "MIN_OPSET",
+    "ExportError",
+    "choose_opset",
+    "has_bfloat16",
+    "make_session",
+    "verify_bfloat16",
+    "verify_model",
+    "OpenVINOSession",
+]

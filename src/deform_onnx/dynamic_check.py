@@ -11,14 +11,13 @@ import time
 from typing import TYPE_CHECKING
 
 import onnx
-import torch
 
 from . import sizes
 from .errors import ExportError, MissingKernelError, VerificationError
 from .exporters.guards import parameter_names
 from .frozen import describe, static_dims
 from .sizes import Axis, shown
-from .verification import Verified, make_session, verify
+from .verification import Verified, make_session, run_pytorch, verify
 
 if TYPE_CHECKING:
     from .api import ExportReport
@@ -65,7 +64,7 @@ def check_dynamic_file(
     Returns the example's :class:`Verified`, one per second size, and the seconds the second sizes took.
     ``pytorch_ran``: the sizes were picked by running the model there (else a PyTorch failure at a
     user-given size is reported as such, not as the file's). ``input_names``: the file's names for the
-    tensors of ``args`` (:func:`deform_onnx.verification.run_file`).
+    tensors of ``args`` (:func:`deform_onnx.sessions.run_file`).
 
     Raises:
         VerificationError: the file differs from PyTorch at the example size.
@@ -73,17 +72,14 @@ def check_dynamic_file(
         ExportError: the file fails or differs at a second size; the message names the size,
             what froze (:func:`deform_onnx.frozen.describe`) and what to do.
     """
-    from .bfloat16 import has_bfloat16, verify_bfloat16
+    from . import bfloat16
 
-    if has_bfloat16(model, args):  # ONNX Runtime lacks bfloat16 Conv: bfloat16.py runs it (OpenVINO fallback)
+    # One verification for every dtype; only the runtime differs: ONNX Runtime CPU lacks bfloat16 Conv,
+    # so a bfloat16 file runs where bfloat16.make_session finds the kernels (OpenVINO CPU).
+    session = bfloat16.make_session(data) if bfloat16.has_bfloat16(model, args) else make_session(data)
 
-        def check(a, where=""):
-            return verify_bfloat16(model, a, data, rtol, atol)
-    else:
-        session = make_session(data)
-
-        def check(a, where=""):
-            return verify(model, a, data, rtol, atol, session=session, where=where, input_names=input_names)
+    def check(a, where=""):
+        return verify(model, a, data, rtol, atol, session=session, where=where, input_names=input_names)
 
     first = check(args)
     done = []
@@ -92,8 +88,7 @@ def check_dynamic_file(
         where = f" at {shown(shapes)}"
         try:
             if not pytorch_ran:
-                with torch.no_grad():
-                    model(*new_args)
+                run_pytorch(model, new_args)  # a bfloat16 DCN as its float32 copy, as verification runs it
         except Exception as exc:  # noqa: BLE001 - user code, at a size the user gave (verify_shapes)
             text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise ExportError(
@@ -218,6 +213,11 @@ class SizeCheck:
             if self.axes:
                 report.notes.append("verify=False: the dynamic file was not run at a second size")
             return
+        if verified.runtime != "ONNX Runtime":  # a bfloat16 file (bfloat16.make_session): say where it ran
+            report.onnxruntime = None
+            report.notes.append(
+                f"verified on {verified.runtime} (CPU): ONNX Runtime's CPU provider cannot run the file"
+            )
         report.checked_shapes = [list(verified.shapes)] + [list(v.shapes) for v in self.done]
         report.size_checks = list(self.done)
         report.second_size_seconds = self.seconds if self.second else 0.0

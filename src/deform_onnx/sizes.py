@@ -291,13 +291,14 @@ def second_inputs(model, args: tuple, axes: list[Axis], verify_shapes=None) -> t
             shapes = [tuple(int(d) for d in s) for s in item]
             sets.append((inputs_at(args, shapes), shapes))
         return sets, None
+    from .verification import run_pytorch  # a bfloat16 DCN runs as its float32 copy, as verification does
+
     last = None
     for sizes in candidate_sizes(axes):
         shapes = _shapes_for(args, sizes)
         new = inputs_at(args, shapes)
         try:
-            with torch.no_grad():
-                model(*new)
+            run_pytorch(model, new)
         except Exception as exc:  # noqa: BLE001 - the model's own code refuses this size: try the next
             last = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
             continue

@@ -30,14 +30,13 @@ fraction of that, and 1e-2 (10 ulps at 1.0) is the default. An explicit
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
-import onnx
 import torch
 
-from .errors import ExportError, MissingKernelError, VerificationError
+from .errors import ExportError, VerificationError
+from .sessions import _flatten, _numpy, make_session, run_file
 
 
 @dataclass(frozen=True)
@@ -90,21 +89,6 @@ def tolerance_for(dtype, rtol: float | None = None, atol: float | None = None) -
     )
 
 
-def _flatten(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value.detach().cpu()]
-    if isinstance(value, (list, tuple)):
-        return [a for v in value for a in _flatten(v)]
-    if isinstance(value, dict):
-        return [a for v in value.values() for a in _flatten(v)]
-    return []
-
-
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    # numpy has no bfloat16: compare in float32, which holds every bfloat16 value exactly.
-    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
-
-
 #: A float32 file that misses the float32 tolerance passes when its error against a float64 run of
 #: the model is at most this many times PyTorch float32's own error against it (README, Verification
 #: tolerance: two float32 implementations of the same function round differently, in different
@@ -142,60 +126,15 @@ class OutputCheck:
 @dataclass
 class Verified:
     """What :func:`verify` found: the worst error (against the reference used), its output, each output's
-    tolerance and check, and the input shapes it ran at."""
+    tolerance and check, the input shapes it ran at, and the runtime it ran on (``"ONNX Runtime"``, or
+    ``"OpenVINO"`` for a bfloat16 file ONNX Runtime's CPU provider cannot run)."""
 
     max_error: float
     worst_output: str | None
     tolerances: dict[str, Tolerance]
     checks: dict[str, OutputCheck] = field(default_factory=dict)
     shapes: list[tuple[int, ...]] = field(default_factory=list)
-
-
-def make_session(data: bytes):
-    """An ONNX Runtime CPU session on ``data``.
-
-    Raises:
-        MissingKernelError: ONNX Runtime has no kernel for some node at its dtype.
-        ModuleNotFoundError: no ONNX Runtime distribution is installed (the message names
-            the ``deform-onnx[onnxruntime]`` extra).
-    """
-    from .ort_distribution import require
-
-    ort = require()  # whichever distribution provides it (onnxruntime, -gpu, -openvino, ...): all have the CPU EP
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        missing = _missing_kernel(str(exc), data)
-        if missing is None:
-            raise
-        raise MissingKernelError(missing) from None
-
-
-def run_file(session, args: tuple, input_names: list[str] | None = None) -> tuple[list[str], list[np.ndarray]]:
-    """Run ``session`` on the tensors of ``args`` (in order; inputs the graph dropped are skipped).
-
-    ``input_names``: the names the export gave the tensors of ``args``, in order. Exporters drop inputs
-    that the graph does not use, and a dropped input in the middle shifts the rest: with the names, each
-    file input gets its own tensor (OmDet-Turbo drops ``classes_attention_mask``; fed by position, the
-    next input got its neighbour's tensor). Without them, the order of the rest is kept.
-    """
-    feeds_in = [_numpy(t) for t in _flatten(args)]
-    inputs = session.get_inputs()
-    if len(inputs) > len(feeds_in):
-        raise ExportError(f"the model has {len(inputs)} inputs but {len(feeds_in)} example tensors were given")
-    names = list(input_names or [])[: len(feeds_in)]
-    if len(inputs) < len(feeds_in) and all(i.name in names for i in inputs):
-        feeds = {i.name: feeds_in[names.index(i.name)] for i in inputs}
-    else:
-        feeds = {i.name: a for i, a in zip(inputs, feeds_in[: len(inputs)])}
-    from .ort_distribution import require
-
-    quiet = require().RunOptions()
-    quiet.log_severity_level = 4  # a failure raises; its log line would only repeat it
-    got = session.run(None, feeds, quiet)
-    return [o.name for o in session.get_outputs()], got
+    runtime: str = "ONNX Runtime"
 
 
 def upcast_run(model, args: tuple, dtype: torch.dtype) -> tuple[list[torch.Tensor] | None, str | None]:
@@ -233,7 +172,11 @@ def verify(
     where: str = "",
     input_names: list[str] | None = None,
 ) -> Verified:
-    """Run ``data`` in ONNX Runtime (CPU) on ``args`` and compare with the model in PyTorch.
+    """Run ``data`` in ONNX Runtime (CPU), or ``session``, on ``args`` and compare with the model in PyTorch.
+
+    ``session``: a session of :func:`make_session`, or another runtime's with the same API (bfloat16 files
+    run on :class:`deform_onnx.bfloat16.OpenVINOSession`: ONNX Runtime CPU has no bfloat16 Conv); the rules,
+    the feeding by name and the :class:`Verified` checks are the same for every runtime and dtype.
 
     The reference, per output dtype (README, Verification tolerance):
 
@@ -241,7 +184,8 @@ def verify(
       it is within the dtype's tolerance of that result, or at least as close to it as PyTorch's own
       low-precision output is. NaN/Inf in PyTorch's low-precision output where float32 has none is
       a fault of that reference (``OutputCheck.note``), not a mismatch. When the copy does not run in
-      float32, the model's own output is the reference.
+      float32, the model's own output is the reference; when PyTorch has no kernel for the model in its
+      own dtype (torchvision's ``deform_conv2d`` in bfloat16), the copy's tolerance is the only rule.
     - float32: the model's own output; when the file misses the tolerance, a float64 copy of the model:
       the output passes when its error against float64 is within :data:`FLOAT64_FACTOR` times PyTorch
       float32's own error against float64.
@@ -261,14 +205,23 @@ def verify(
     """
     session = session if session is not None else make_session(data)
     names, got = run_file(session, args, input_names)
-    with torch.no_grad():
-        expected = _flatten(model(*args))
     upcast: dict[torch.dtype, tuple] = {}
 
     def reference(dtype: torch.dtype):
         if dtype not in upcast:
             upcast[dtype] = upcast_run(model, args, dtype)
         return upcast[dtype]
+
+    own, own_why = _own_run(model, args)
+    expected: list[torch.Tensor | None]
+    if own is not None:
+        expected = list(own)
+    else:  # a low-precision model PyTorch has no kernel for (torchvision's deform_conv2d in bfloat16)
+        ref32, why32 = reference(torch.float32)
+        if ref32 is None:
+            raise ExportError(f"the model runs neither in its own dtype ({own_why}) nor as a float32 copy ({why32}), "
+                              "so the file cannot be verified; pass verify=False to write it unverified")  # fmt: skip
+        expected = [None] * len(ref32)
 
     rerun: list = []
 
@@ -280,28 +233,63 @@ def verify(
         return _numpy(rerun[0][index]) if index < len(rerun[0]) else None
 
     worst, worst_name, tolerances, checks = 0.0, None, {}, {}
+    runtime = getattr(session, "runtime", "ONNX Runtime")
     for index, (name, g, e) in enumerate(zip(names, got, expected)):
-        tol = tolerance_for(e.dtype, rtol, atol)
+        tol = tolerance_for(e.dtype if e is not None else g.dtype, rtol, atol)
         tolerances[name] = tol
-        e_np = _numpy(e)
-        if g.shape != e_np.shape:
-            raise VerificationError(
-                f"output {name!r}{where}: ONNX Runtime shape {g.shape} != PyTorch shape {e_np.shape}"
-            )
-        if e_np.size == 0:
-            continue
+        g = g.astype(np.float32) if g.dtype.name == "bfloat16" else g  # exact: float32 holds every bfloat16
+        ref_t = None
         if tol.dtype in LOW_PRECISION:
             ref, why = reference(torch.float32)
-            check = _low_precision(
-                name, g, e_np, ref[index] if ref is not None and index < len(ref) else None, why, tol, where
-            )
+            ref_t = ref[index] if ref is not None and index < len(ref) else None
+        e_np = _numpy(e) if e is not None else None
+        shape = e_np.shape if e_np is not None else tuple(ref_t.shape)  # type: ignore[union-attr]
+        if g.shape != shape:
+            torch_side = "PyTorch" if e_np is not None else "the float32 model's"
+            raise VerificationError(f"output {name!r}{where}: {runtime} shape {g.shape} != {torch_side} shape {shape}")
+        if g.size == 0:
+            continue
+        if tol.dtype in LOW_PRECISION:
+            check = _low_precision(name, g, e_np, ref_t, why, tol, where)
         else:
+            if e_np is None:  # e.g. an integer output of a model PyTorch runs only as a float32 copy
+                e_np = _numpy(reference(torch.float32)[0][index])  # type: ignore[index]
             check = _own_dtype(name, g, e_np, tol, where, reference if tol.dtype == "float32" else None, index, again)
         checks[name] = check
         if check.error >= worst:
             worst, worst_name = check.error, name
     shapes = [tuple(t.shape) for t in _flatten(args)]
-    return Verified(worst, worst_name, tolerances, checks, shapes)
+    return Verified(worst, worst_name, tolerances, checks, shapes, runtime)
+
+
+def run_pytorch(model, args: tuple) -> None:
+    """Run ``model`` on ``args`` as verification does (to learn whether it runs at a size): in its own dtype,
+    or, for a float16/bfloat16 model PyTorch has no kernel for, as the float32 copy.
+
+    Raises:
+        Exception: the model's own failure (the float32 copy's too, for a low-precision model).
+    """
+    own, _ = _own_run(model, args)
+    if own is None and upcast_run(model, args, torch.float32)[0] is None:
+        with torch.no_grad():
+            model(*args)  # raise the model's own error
+
+
+def _own_run(model, args: tuple) -> tuple[list[torch.Tensor] | None, str | None]:
+    """The model's outputs in its own dtype, or ``(None, why)`` for a float16/bfloat16 model PyTorch cannot run.
+
+    Other models' failures propagate (they are the model's own, not a missing low-precision kernel).
+    """
+    try:
+        with torch.no_grad():
+            return _flatten(model(*args)), None
+    except Exception as exc:
+        low = (torch.float16, torch.bfloat16)
+        tensors = [*model.parameters(), *model.buffers(), *_flatten(args)] if hasattr(model, "parameters") else []
+        if not any(t.dtype in low for t in tensors):
+            raise
+        text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+        return None, f"{type(exc).__name__}: {text}"
 
 
 def _within(g: np.ndarray, ref: np.ndarray, tol: Tolerance) -> bool:
@@ -351,7 +339,11 @@ def _own_dtype(name, g, e, tol: Tolerance, where: str, reference, index: int, ag
 
 
 def _low_precision(name, g, e, ref, why, tol: Tolerance, where: str) -> OutputCheck:
-    """float16/bfloat16 outputs against the float32 copy (``ref``), or against PyTorch when it did not run."""
+    """float16/bfloat16 outputs against the float32 copy (``ref``), or against PyTorch when it did not run.
+
+    ``e``: PyTorch's own low-precision output, ``None`` when PyTorch has no kernel for the model in that
+    dtype (torchvision's ``deform_conv2d`` in bfloat16): then the float32 copy's tolerance is the only rule.
+    """
     if ref is None:
         err = _max_abs(g, e)
         if _within(g, e, tol):
@@ -365,7 +357,7 @@ def _low_precision(name, g, e, ref, why, tol: Tolerance, where: str) -> OutputCh
     r32 = _numpy(ref).astype(np.float64)
     finite = np.isfinite(r32)
     note = None
-    bad_torch = int(np.sum(~np.isfinite(e) & finite))
+    bad_torch = int(np.sum(~np.isfinite(e) & finite)) if e is not None else 0
     if bad_torch:
         note = (f"PyTorch's {tol.dtype} output has {bad_torch} NaN/Inf where the float32 model has none "
                 "(a fault of that reference, not of the file)")  # fmt: skip
@@ -374,59 +366,33 @@ def _low_precision(name, g, e, ref, why, tol: Tolerance, where: str) -> OutputCh
             f"output {name!r}{where}: the file gives NaN/Inf where the float32 model has none; no file was written"
         )
     file_err = _max_abs(g, r32, finite)
-    both = finite & np.isfinite(e)
-    torch_err = _max_abs(e, r32, both)
+    torch_err = _max_abs(e, r32, finite & np.isfinite(e)) if e is not None else None
     if _within(np.where(finite, g, 0), np.where(finite, r32, 0), tol):
         return OutputCheck("float32 copy", file_err, torch_err,
                            f"within {_source(tol)} tolerance of the float32 model", note)  # fmt: skip
-    if file_err <= torch_err and not tol.explicit:  # a given tolerance is a hard bound
+    if torch_err is not None and file_err <= torch_err and not tol.explicit:  # a given tolerance is a hard bound
         return OutputCheck("float32 copy", file_err, torch_err,
                            f"at least as close to the float32 model as PyTorch {tol.dtype}", note)  # fmt: skip
+    own = (
+        f"more than PyTorch's own {tol.dtype} output ({torch_err:.3g})"
+        if torch_err is not None
+        else f"and PyTorch has no {tol.dtype} run of the model to compare with"
+    )
     raise VerificationError(
         f"output {name!r} differs from the float32 model{where}: max abs error {file_err:.3g} "
-        f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)}), more than PyTorch's own {tol.dtype} output "
-        f"({torch_err:.3g}); no file was written"
+        f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)}), {own}; no file was written"
     )
 
 
-def _missing_kernel(text: str, data: bytes) -> str | None:
-    """One line for ORT's "Could not find an implementation for Conv(11) node with name 'x'"."""
-    match = re.search(r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'", text)
-    if match is None:
-        return None
-    op, _kernel_version, node_name = match.groups()  # the kernel's since-version (Conv(11)), not the file's opset
-    dtype = _node_input_dtype(data, node_name)
-    of = f"{dtype} " if dtype else ""
-    opset = _file_opset(data)
-    at = f"opset {opset}, " if opset is not None else ""
-    return (
-        f"ONNX Runtime (CPU) has no {of}kernel for {op} ({at}node {node_name!r}), so the "
-        f"exported file cannot be verified here; pass verify=False (CLI: --no-verify) to write it unverified "
-        f"(runtimes with {of}{op}: see README, Runtime support), or export the model in float32"
-    )
-
-
-def _file_opset(data: bytes) -> int | None:
-    """The file's default-domain opset (what the message names; ORT's text names its kernel's version)."""
-    try:
-        proto = onnx.load_from_string(data)
-    except Exception:  # noqa: BLE001 - only used to word the message
-        return None
-    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-
-
-def _node_input_dtype(data: bytes, node_name: str) -> str | None:
-    """The element type of the named node's first input (after shape inference), e.g. ``float64``."""
-    try:
-        proto = onnx.shape_inference.infer_shapes(onnx.load_from_string(data))
-    except Exception:  # noqa: BLE001 - only used to word the message
-        return None
-    node = next((n for n in proto.graph.node if n.name == node_name), None)
-    if node is None or not node.input:
-        return None
-    infos = [*proto.graph.input, *proto.graph.value_info, *proto.graph.initializer]
-    for info in infos:
-        if info.name == node.input[0]:
-            elem = info.data_type if isinstance(info, onnx.TensorProto) else info.type.tensor_type.elem_type
-            return onnx.helper.tensor_dtype_to_np_dtype(elem).name if elem else None
-    return None
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "OutputCheck",
+    "Tolerance",
+    "Verified",
+    "make_session",
+    "run_file",
+    "run_pytorch",
+    "tolerance_for",
+    "upcast_run",
+    "verify",
+]

@@ -85,7 +85,7 @@ def _plan(
             raise UserError(
                 f"-o {output} names one file but {len(jobs)} exports are planned; give a folder or --method"
             )
-        jobs[0].path = output
+        jobs[0].path, jobs[0].named = output, True
     return jobs
 
 

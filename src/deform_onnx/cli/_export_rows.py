@@ -34,6 +34,8 @@ class Job:
     # The method came from the CLI's plan, not from the user: a method that cannot take this model
     # (a 5-D F.grid_sample as GridSample below opset 20) fails its own row, the others still run.
     planned: bool = False
+    # -o named the file (not a folder): the CLI does not rename it after the form written (_written_forms).
+    named: bool = False
 
 
 @dataclass
@@ -55,6 +57,8 @@ class Result:
     partial: Path | None = None
     #: (exporter, what happened, detail lines) for each exporter tried: ``--verbose``.
     attempts: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    #: The written file's op types (``report.op_types``): the form it holds (:mod:`._written_forms`).
+    op_types: list[str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -158,6 +162,7 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
             " (fallback)" if report.fallback_reason or exporter != job.exporter else ""
         )
         result.nodes, result.size, result.error = report.node_count, report.file_size, report.max_error
+        result.op_types = report.op_types
         break
     else:
         return
@@ -166,7 +171,9 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
         return
     progress.update(task, description=f"{label}: timing ONNX Runtime")
     session = _session(partial)
-    feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs.tensors)}
+    from ..sessions import feeds_by_name  # by name, as export verified it: the graph may drop an input
+
+    feed = feeds_by_name([i.name for i in session.get_inputs()], [t.numpy() for t in inputs.tensors], inputs.names)
     result.ort_ms = _median_ms(lambda: session.run(None, feed), repeat)
     if resized is not None:  # checked by export() (deform_onnx.dynamic_check): it raised if the file failed there
         result.resized_error = max((v.max_error for v in report.size_checks), default=None)

@@ -5,11 +5,13 @@ returning an ``nn.Module``), a TorchScript archive written by ``torch.jit.save``
 (``.pt``, ``.pth``, ``.ts``, ``.jit``) or a ``torch.export`` archive
 (``torch.export.save``, ``.pt2``). Inputs come from ``--inputs file.npz`` or
 from ``--input-shape`` specs (the photo for ``N,3,H,W``, seeded noise
-otherwise) in ``--dtype``.
+otherwise) in ``--dtype``; a torch.export archive given neither brings its own
+(:func:`archive_inputs`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import types
 import warnings
@@ -107,27 +109,7 @@ def load_model(spec: str | None, kind: str):
             ) from None
         return net.eval()
     if kind == "exported":
-        import logging
-        import zipfile
-
-        if not zipfile.is_zipfile(spec):
-            raise UserError(
-                f"{spec}: not a torch.export archive (not a zip file); "
-                "save one with torch.export.save(torch.export.export(model, (x,)), path)"
-            )
-        logger = logging.getLogger("torch.export")
-        level = logger.level
-        logger.setLevel(logging.ERROR)  # torch logs a traceback before raising; the one-line error says it
-        try:
-            program = torch.export.load(spec)
-        except Exception as exc:  # noqa: BLE001
-            raise UserError(
-                f"{spec}: not a torch.export archive ({type(exc).__name__}: {one_line(exc)}); "
-                "save one with torch.export.save(torch.export.export(model, (x,)), path)"
-            ) from None
-        finally:
-            logger.setLevel(level)
-        net = program.module()  # a GraphModule that both exporters take
+        net = load_program(spec).module()  # a GraphModule that both exporters take
         # Its train()/eval() raise (the mode is baked into the program); export() calls eval().
         net.train = types.MethodType(lambda self, mode=True: self, net)
         net.eval = types.MethodType(lambda self: self, net)
@@ -140,6 +122,78 @@ def load_model(spec: str | None, kind: str):
     if not isinstance(net, torch.nn.Module):
         raise UserError(f"{spec}() returned {type(net).__name__}, not a torch.nn.Module")
     return net.eval()
+
+
+def load_program(spec: str):
+    """The ``torch.export.ExportedProgram`` in the archive ``spec`` (loaded once per file version).
+
+    Raises:
+        UserError: not a zip file, or not a torch.export archive.
+    """
+    import os
+
+    stat = os.stat(spec)
+    return _load_program(spec, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=1)  # export reads the archive's example inputs, then its module
+def _load_program(spec: str, _mtime: int, _size: int):
+    import logging
+    import zipfile
+
+    import torch
+    import torchvision  # noqa: F401  (registers torchvision::deform_conv2d, which archives call)
+
+    if not zipfile.is_zipfile(spec):
+        raise UserError(
+            f"{spec}: not a torch.export archive (not a zip file); "
+            "save one with torch.export.save(torch.export.export(model, (x,)), path)"
+        )
+    logger = logging.getLogger("torch.export")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # torch logs a traceback before raising; the one-line error says it
+    try:
+        return torch.export.load(spec)
+    except Exception as exc:  # noqa: BLE001
+        raise UserError(
+            f"{spec}: not a torch.export archive ({type(exc).__name__}: {one_line(exc)}); "
+            "save one with torch.export.save(torch.export.export(model, (x,)), path)"
+        ) from None
+    finally:
+        logger.setLevel(level)
+
+
+def archive_inputs(spec: str) -> ExampleInputs:
+    """The example inputs a torch.export archive was exported with (``ExportedProgram.example_inputs``),
+    named as its forward's inputs: what ``export model.pt2`` takes when no ``--input-shape`` is given.
+
+    Raises:
+        UserError: the archive holds none, or keyword / non-tensor inputs (the message names --input-shape).
+    """
+    import torch
+
+    program = load_program(spec)
+    example = getattr(program, "example_inputs", None)
+    args, kwargs = example if example is not None else ((), {})
+    names = [str(n) for n in program.graph_signature.user_inputs]
+    if not args or kwargs or not all(isinstance(a, torch.Tensor) for a in args) or len(names) != len(args):
+        raise UserError(
+            f"{spec} holds no positional example tensors to export with: give the example input with "
+            "--input-shape (e.g. --input-shape 1,3,224,224) or --inputs FILE.npz"
+        )
+    shown = ", ".join(f"{n} {_dims(t.shape)} {str(t.dtype).removeprefix('torch.')}" for n, t in zip(names, args))
+    return ExampleInputs(names, [a.detach().clone() for a in args], f"the archive's example inputs ({shown})")
+
+
+def cast_inputs(inputs: ExampleInputs, dtype: str | None) -> ExampleInputs:
+    """``inputs`` with floating tensors cast to ``dtype`` (``--dtype``; ``None``: as they are)."""
+    import torch
+
+    if dtype is None:
+        return inputs
+    want = getattr(torch, dtype)
+    tensors = [t.to(want) if t.is_floating_point() else t for t in inputs.tensors]
+    return ExampleInputs(inputs.names, tensors, f"{inputs.description} as {dtype}")
 
 
 def model_dtype(net) -> str:

@@ -273,9 +273,10 @@ def check_command(
     elif deformable:
         console.print(f"border input: none ({border_why})", highlight=False)
     if not to_lower:
-        some = bool(lowered_here(model, "gather"))  # gather lowers every kind of node any method does
-        what = f"no node that lower(method={method!r}) replaces" if some else "no deformable-convolution nodes"
-        console.print(f"{what}: lower() would not change this file, so it has no lower() rows", highlight=False)
+        from ..rewrite.lowerable import nothing_to_lower  # one wording with `deform-onnx lower`
+
+        console.print(f"{nothing_to_lower(model, method)}: lower() would not change this file, so it has no "
+                      "lower() rows", highlight=False, soft_wrap=True)  # fmt: skip
     for note in rule_notes:
         console.print(f"[yellow]target:[/yellow] {note}", highlight=False)
     broken = [n for n in rule_notes if BREAKS in n]

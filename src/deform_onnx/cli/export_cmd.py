@@ -31,7 +31,16 @@ from ._export_checks import check_example_deps as check_example_deps
 from ._export_report import _bound, _table, _where
 from ._export_rows import Result, _commit, _discard, _dynamic_kwargs, _median_ms, _Refused, _resized_input, _run_job
 from ._inputs import InputSpec, check_method, load_npz, parse_dtype, parse_specs
-from ._models import check_input_ranks, from_npz, from_specs, load_model, model_dtype, model_kind
+from ._models import (
+    archive_inputs,
+    cast_inputs,
+    check_input_ranks,
+    from_npz,
+    from_specs,
+    load_model,
+    model_dtype,
+    model_kind,
+)
 
 #: Size of the bundled example's photo (deform_onnx.example.EXAMPLE_SIZE; not imported: it loads torch).
 EXAMPLE_SIZE = 128
@@ -136,22 +145,26 @@ def export_command(
         if inputs_npz is not None and specs:
             raise UserError("give either --inputs FILE.npz or --input-shape, not both")
         npz = load_npz(inputs_npz) if inputs_npz is not None else None
+        archived = None  # a torch.export archive given no inputs: the example inputs it was exported with
         if kind == "example":
             specs = specs or [InputSpec(None, (1, 3, EXAMPLE_SIZE, EXAMPLE_SIZE))]
             shape = specs[0].shape
             if len(specs) != 1 or len(shape) != 4 or shape[1] != 3:
                 raise UserError(f"the example takes one image input N,3,H,W, not {', '.join(map(str, specs))}")
+        elif not specs and npz is None and kind == "exported":
+            archived = archive_inputs(model)  # loads torch and the archive (once: load_model reuses it)
         elif not specs and npz is None:
             raise UserError(
                 "give the example input with --input-shape (e.g. --input-shape 1,3,224,224) or --inputs FILE.npz"
             )
-        count = len(npz) if npz is not None else len(specs)
+        count = len(npz) if npz is not None else len(archived.tensors) if archived is not None else len(specs)
         if dynamic and count != 1:
             raise UserError(
                 "--dynamic makes N, H and W of one input dynamic; the model is given several inputs: drop "
                 "--dynamic, or export in Python with deform_onnx.export(..., dynamic_shapes=...) (one entry per input)"
             )
-        if dynamic and npz is None and len(specs[0].shape) < 3:
+        first_rank = archived.tensors[0].dim() if archived is not None else len(specs[0].shape) if specs else 3
+        if dynamic and npz is None and first_rank < 3:
             raise UserError("--dynamic makes N, H and W dynamic: the input needs at least 3 dimensions")
         if output.suffix == ".onnx":
             check_output_folder(output.parent, "-o")
@@ -187,9 +200,14 @@ def export_command(
 
             net = net.to(getattr(torch, want_dtype))
         dtype_name = want_dtype or model_dtype(net)
-        inputs = from_npz(npz, want_dtype, inputs_npz) if npz is not None else from_specs(specs, dtype_name)
+        if archived is not None:
+            inputs = cast_inputs(archived, want_dtype)
+        else:
+            inputs = from_npz(npz, want_dtype, inputs_npz) if npz is not None else from_specs(specs, dtype_name)
         if npz is not None:
             shown = f"the inputs of {inputs_npz}"
+        elif archived is not None:
+            shown = "the archive's example inputs"
         elif len(specs) == 1:
             shown = f"an input of shape {','.join(map(str, specs[0].shape))}"
         else:
@@ -241,6 +259,9 @@ def export_command(
         except BaseException:
             _discard(results)
             raise
+    from ._written_forms import label_written_forms
+
+    label_written_forms(results, net, inputs.tensors)  # -m auto: a 5-D grid_sample row holds the gather form
     _commit(results)
 
     title = f"deform-onnx export: {name} on {inputs.description}"

@@ -88,7 +88,10 @@ def lower_command(
             table.add_row(r.node, r.op, r.lowering)
         console.print(table)
     else:
-        console.print("no deformable-convolution nodes found")
+        from ..rewrite import read_model
+        from ..rewrite.lowerable import nothing_to_lower  # one wording with `deform-onnx check`
+
+        console.print(nothing_to_lower(read_model(src), report.method or "auto"), highlight=False, soft_wrap=True)
     counts: dict[str, int] = {}
     for r in report.replaced:
         counts[r.op] = counts.get(r.op, 0) + 1

@@ -12,7 +12,8 @@ Registered through :data:`deform_onnx.exporters.aten_gaps.SYMBOLICS` (TorchScrip
   ONNX Runtime cannot run; here ``EyeLike`` in float, then ``Cast``.
 - ``aten::_upsample_bicubic2d_aa`` / ``aten::_upsample_bilinear2d_aa`` at every
   TorchScript opset (``F.interpolate(..., antialias=True)``; RF-DETR's
-  backbone): two ``MatMul`` by weight matrices computed as ATen's kernels do.
+  backbone): two ``MatMul`` by weight matrices computed as ATen's kernels do, so static H/W only;
+  a dynamic size is a one-line :class:`~deform_onnx.errors.ExportError` (:mod:`.resize_aa_refusal`).
 - ``aten._is_all_true`` in the dynamo table (RT-DETRv2, D-FINE, OneFormer:
   transformers' ``torch_compilable_check``, i.e. ``torch._check_tensor_all``, which torch.export records).
 """
@@ -24,6 +25,8 @@ import math
 import numpy as np
 
 from ..builder import Builder, Value
+from ..errors import ExportError
+from .resize_aa_refusal import resize_aa_refusal
 
 
 # -- scaled_dot_product_attention ------------------------------------------------------------
@@ -349,17 +352,18 @@ def emit_resize_aa(
     without dynamic axes).
 
     Raises:
-        ValueError: input rank not 4, or a dynamic input/output size (the weights are
-            computed at export; export with a fixed image size).
+        ValueError: input rank not 4.
+        ExportError: a dynamic input H/W (the weights are computed at export):
+            :func:`~deform_onnx.exporters.resize_aa_refusal.resize_aa_refusal`'s line.
     """
-    shape = b.static_shape(x)
+    seen = b.static_shape(x)
+    shape = seen
     if shape is None or len(shape) != 4 or shape[2] is None or shape[3] is None:
         shape = in_shape  # the traced sizes, where the graph has no dynamic axis (``_traced_sizes``)
     if shape is None or len(shape) != 4 or shape[2] is None or shape[3] is None:
-        raise ValueError(
-            f"antialiased {mode} resize needs a 4-D input with static H and W (got shape {shape}); "
-            "export with a fixed image size"
-        )
+        if seen is not None and len(seen) != 4:
+            raise ValueError(f"antialiased {mode} resize needs a 4-D [N, C, H, W] input, got rank {len(seen)}")
+        raise ExportError(resize_aa_refusal(mode, "input", seen))
     dt = b.value_dtype(x) or np.dtype(np.float32)
     h, w = shape[2], shape[3]
     wh = aa_weights(mode, h, out_hw[0], align_corners, scales[0], dt)
@@ -423,10 +427,9 @@ def _make_resize_aa_symbolic(mode: str):
                 traced = _traced_sizes(g, output=True)
                 output_size = traced[2:] if traced is not None and len(traced) == 4 else None
             if output_size is None:
-                raise ValueError(
-                    f"antialiased {mode} resize needs a static output size (its weights are computed at export); "
-                    "export without dynamic axes"
-                )
+                seen = b.static_shape(input)
+                static_in = seen is not None and len(seen) == 4 and None not in seen[2:]
+                raise ExportError(resize_aa_refusal(mode, "output" if static_in else "input", seen))
             return emit_resize_aa(
                 b,
                 input,
@@ -436,7 +439,7 @@ def _make_resize_aa_symbolic(mode: str):
                 scale_hw,
                 _traced_sizes(g, output=False),
             )
-        except ValueError as exc:
+        except (ValueError, ExportError) as exc:
             _keep_error_one_line(exc, g)
             raise
 

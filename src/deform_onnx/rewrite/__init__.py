@@ -63,6 +63,8 @@ class LowerReport:
     opset_before: int | None = None
     opset_after: int | None = None
     lowering: str | None = None
+    #: the method lowered with (the target's choice when none was given).
+    method: str | None = None
     removed_domains: list[str] = field(default_factory=list)
     ir_version_before: int | None = None
     ir_version_after: int | None = None
@@ -103,6 +105,7 @@ def lower_model(
     ir_before = model.ir_version
     with choice.emitting():
         model, report = _lower_model(model, method=choice.method, opset=choice.opset)
+    report.method = choice.method
     apply_ir_version_ir(model, ir_version)
     report.ir_version_before, report.ir_version_after = ir_before, model.ir_version
     if choice.target is not None:

@@ -27,3 +27,20 @@ def nodes_lowered(model: ir.Model, method: str, opset: int | None = None) -> lis
     """
     at = opset if opset is not None else default_opset(model)
     return [node for module in sources() for node in module.nodes_lowered(model, method, at)]
+
+
+def nothing_to_lower(model: ir.Model, method: str) -> str:
+    """The one wording, for ``lower`` and ``check``, of a file that ``lower(method=method)`` leaves as it is.
+
+    It says whether another method would replace nodes: ``gather`` lowers every kind of node any
+    method does (GridSample nodes included).
+    """
+    try:
+        others = nodes_lowered(model, "gather")
+    except ValueError:  # a node inside a model-local function: lower() says why
+        others = []
+    head = f"no node that lower(method={method!r}) replaces"
+    if not others:
+        return f"{head} (nor would any method: the file has no deformable-convolution, GridSample, MSDA or DCNv3 node)"
+    kinds = ", ".join(sorted({n.op_type for n in others}))
+    return f"{head} (method 'gather' would replace {len(others)}: {kinds})"
