@@ -40,14 +40,14 @@ def _export(cfg: Config, method: str, dynamo: bool, dynamic_batch: bool = False)
     return onnx.load_from_string(buf.getvalue()), model, inputs
 
 
-def _images(proto: onnx.ModelProto, method: str) -> int:
-    """Sampling passes per kernel row: GridSample nodes / 3, or corner Gathers of the padded table / 9."""
+def _images(proto: onnx.ModelProto, method: str, bands: int = 1) -> int:
+    """Sampling passes per tap: GridSample nodes / 3 (one per band with ``bands``), or corner Gathers / 9."""
     ops = [n.op_type for n in proto.graph.node]
-    if method == "grid_sample":
-        return ops.count("GridSample") // 3
-    # Four Gathers of the row table per tap (rows of 2 channels: the narrow form) and image.
+    if method == "grid_sample":  # a kernel row per GridSample; every tap of a band when banded
+        return ops.count("GridSample") // (3 if bands == 1 else bands)
+    # Four Gathers of the row table per tap (rows of 2 channels: the narrow form), band and image.
     table_reads = sum(1 for n in proto.graph.node if n.op_type == "Gather" and n.input[0] == _table(proto))
-    return table_reads // (9 * 4)
+    return table_reads // (9 * 4 * bands)
 
 
 def _table(proto: onnx.ModelProto) -> str:
@@ -63,14 +63,15 @@ def _table(proto: onnx.ModelProto) -> str:
 @pytest.mark.parametrize("method", ["grid_sample", "gather"])
 def test_static_batch_is_lowered_per_image(method, dynamo):
     proto, model, inputs = _export(CFG, method, dynamo)
-    assert _images(proto, method) == CFG.N
+    # 64x64 output pixels: also cut into row bands (common.row_bands), each image's apart
+    assert _images(proto, method, bands=len(common.row_bands(CFG.H, CFG.W))) == CFG.N
     assert_close(run_ort(proto.SerializeToString(), inputs), reference(model, inputs), what=f"{method} per image")
 
 
 @pytest.mark.parametrize("method", ["grid_sample", "gather"])
 def test_dynamic_batch_stays_batched(method):
     proto, model, _ = _export(CFG, method, dynamo=False, dynamic_batch=True)
-    assert _images(proto, method) == 1
+    assert _images(proto, method, bands=len(common.row_bands(CFG.H, CFG.W))) == 1
     # And it runs at another batch size.
     other = make_inputs(CFG, seed=3, N=2)
     assert_close(run_ort(proto.SerializeToString(), other), reference(model, other), what=f"{method} batch 2")

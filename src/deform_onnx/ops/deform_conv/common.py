@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ...builder import Builder, Dim, Value
@@ -18,6 +20,7 @@ def base_coords(
     out_shape: list[int],
     tap_shape: list[int],
     size: Dim | None = None,
+    start: int = 0,
 ) -> Value:
     """Sampling position of every (output index, tap) along one spatial axis.
 
@@ -27,16 +30,23 @@ def base_coords(
     normalised for GridSample with ``align_corners=0``:
     ``(2*base + 1) / size - 1``.
 
+    ``start`` (static sizes only) is the first output index: a band of
+    output rows ``start .. start + n_out - 1`` (:func:`row_bands`).
+
     Static sizes give a constant of O(Ho + K) elements (never O(Ho*Wo));
     dynamic ones are built from ``Range`` at run time. ``axis`` 0 = rows, 1 = columns.
     """
     stride, pad = spec.stride[axis], spec.padding[axis]
     taps = np.asarray(spec.tap_rows() if axis == 0 else spec.tap_cols(), dtype=np.float64)
     if isinstance(n_out, int) and (size is None or isinstance(size, int)):
-        base = (np.arange(n_out, dtype=np.float64) * stride - pad).reshape(out_shape) + taps.reshape(tap_shape)
+        base = ((np.arange(n_out, dtype=np.float64) + start) * stride - pad).reshape(out_shape) + taps.reshape(
+            tap_shape
+        )
         if size is not None:
             base = (2.0 * base + 1.0) / size - 1.0
         return b.float_const(base, like)
+    if start:
+        raise ValueError("base_coords: a band start needs static sizes")
     # Dynamic: o from Range (integer), cast once to the input's dtype.
     o = b.op("Range", b.i64(0), b.scalar(n_out), b.i64(1))
     o = b.cast_like(b.reshape(o, out_shape), like)
@@ -150,3 +160,28 @@ def add_product(b: Builder, acc: Value | None, a: Value, m: Value, two_d: bool =
     if acc is None:
         return b.op("MatMul", a, m)
     return b.op("Gemm", a, m, acc) if two_d else b.op("Add", acc, b.op("MatMul", a, m))
+
+
+#: Output pixels per band of :func:`row_bands` (a static map larger than this is lowered band by band).
+BAND_PIXELS = 48 * 48
+#: Most bands :func:`row_bands` cuts a map into (each band is its own copy of the sampling nodes).
+MAX_BANDS = 24
+
+
+def row_bands(Ho: Dim, Wo: Dim) -> list[tuple[int, int] | None]:
+    """Bands of output rows ``(first, end)`` that a lowering samples and contracts one at a time, or ``[None]``.
+
+    A static output map of ``Ho*Wo > BAND_PIXELS`` pixels is cut into
+    ``min(Ho, MAX_BANDS, ceil(Ho*Wo / BAND_PIXELS))`` bands of near-equal
+    height (whole rows; consecutive, covering ``0 .. Ho``): each band's
+    sampled columns and products stay small enough for the CPU's caches, and
+    the band count bounds the graph's size. Dynamic sizes stay in one piece
+    (a band count from the size would need a ``Loop``). Measured on ONNX
+    Runtime CPU (BENCHMARKS.md, "Row bands"): 48x48-pixel bands were faster
+    than 96x96 (no gain over one piece) and as fast as 24x48.
+    """
+    if not (isinstance(Ho, int) and isinstance(Wo, int)) or Ho * Wo <= BAND_PIXELS or Ho < 2:
+        return [None]
+    count = min(Ho, MAX_BANDS, -(-Ho * Wo // BAND_PIXELS))
+    edges = [round(i * Ho / count) for i in range(count + 1)]
+    return list(itertools.pairwise(edges))

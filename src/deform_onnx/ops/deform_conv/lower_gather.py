@@ -21,7 +21,10 @@ accumulated. This keeps one tap's columns alive instead of all K taps' (about
 passes in cache (BENCHMARKS.md). With a static batch of 2 to
 :data:`~.common.PER_IMAGE_MAX_BATCH` images of 64x64 output pixels or more,
 the taps run image by image (:func:`~.common.per_image`): one image's
-columns alive instead of N's. The
+columns alive instead of N's. A static output map of more than
+:data:`~.common.BAND_PIXELS` pixels is lowered in bands of output rows
+(:func:`~.common.row_bands`), each with its own index math: one band's
+indices, weights and columns alive at a time. The
 four corners of a tap are combined by
 :class:`~deform_onnx.sampler.gather.BilinearCorners` (one Gather of the four corners and a
 MatMul for rows of 32+ channels, four Gathers and a Sum for narrower ones).
@@ -45,6 +48,7 @@ from .common import (
     output_dims,
     per_image,
     pick,
+    row_bands,
 )
 from .integer_contraction import tap_product
 from .spec import DeformConvSpec
@@ -71,46 +75,72 @@ def lower_gather(
     P = b.mul_dim(Ho, Wo)
 
     coord, offset = coordinate_dtype(b, x, offset)
-    if G > 1 and wants("offset groups apart"):
-        # One table of all C channels, sliced per group: [N*(H+3)*(W+3), C/G] each
-        table, K2 = padded_channel_rows(b, x, C), 2 * K
-        samplers = [
-            _corners(b, spec, x, b.slice(table, g * Cg, (g + 1) * Cg, axis=1),
-                     b.slice(offset, g * K2, (g + 1) * K2, axis=1),
-                     None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1), 1, coord, Ho, Wo)
-            for g in range(G)
-        ]  # fmt: skip
-    else:
-        samplers = [_corners(b, spec, x, padded_channel_rows(b, x, Cg), offset, mask, G, coord, Ho, Wo)]
+    table = padded_channel_rows(b, x, C if G > 1 and wants("offset groups apart") else Cg)
 
     # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant); sliced once,
-    # shared by every image.
+    # shared by every image and band.
     w = b.op("Transpose", b.reshape(weight, [groups, Cog, Cpg, K]), perm=[3, 0, 2, 1])
     taps = [b.i64(k) for k in range(K)]
     w_taps = [b.op("Gather", w, t, axis=0) for t in taps]
-    outs = []
-    for n in per_image(N, P):
-        out = None
-        for tap, w_k in zip(taps, w_taps):
-            take = lambda v, t=tap, n=n: pick(b, v, t, n)  # noqa: E731
-            cols = [c.sample(b, take) for c in samplers]  # each [(N*)Ho*Wo*G, C/G] (G = 1 when apart)
-            cols = cols[0] if len(cols) == 1 else b.op("Concat", *cols, axis=1)
-            # cols: rows (n, y, x, g) of C/G channels, i.e. [(N*)Ho*Wo, C].
-            if wants("integer contraction"):  # 2-D constant weights, summed after the loop (quantization)
-                out = [*(out or []), tap_product(b, cols, w_k, groups=groups, Cpg=Cpg, Cog=Cog, P=P)]
-            elif groups == 1:  # 2-D: one Gemm per tap, [(N*)Ho*Wo, Co]
-                out = add_product(b, out, b.reshape(cols, [-1, C]), b.reshape(w_k, [C, Co]))
-            else:  # conv groups as a MatMul batch axis: [N, groups, Ho*Wo, Co/groups]
-                cols = b.op("Transpose", b.reshape(cols, [-1, P, groups, Cpg]), perm=[0, 2, 1, 3])
-                out = add_product(b, out, cols, w_k, two_d=False)
-        if isinstance(out, list):
-            out = out[0] if len(out) == 1 else b.op("Sum", *out)
-        if bias is not None:
-            out = b.op("Add", out, bias if groups == 1 else b.reshape(bias, [groups, 1, Cog]))
-        out = b.reshape(out, [-1, groups, P, Cog])
-        out = b.op("Transpose", out, perm=[0, 1, 3, 2])  # [N, groups, Co/groups, Ho*Wo]
-        outs.append(b.reshape(out, [-1, Co, Ho, Wo]))
-    return outs[0] if len(outs) == 1 else b.op("Concat", *outs, axis=0)
+    images = per_image(N, P)
+    outs: list[list[Value]] = [[] for _ in images]
+    for band in row_bands(Ho, Wo):
+        if band is None:
+            first, Hb, offset_b, mask_b, Pb = 0, Ho, offset, mask, P
+        else:  # output rows first .. end-1, sampled from the whole input
+            first, Hb = band[0], band[1] - band[0]
+            offset_b, mask_b = (None if t is None else b.slice(t, band[0], band[1], axis=2) for t in (offset, mask))
+            Pb = Hb * Wo
+        samplers = _samplers(b, spec, x, table, offset_b, mask_b, coord, Hb, Wo, first)
+        for at, n in enumerate(images):
+            outs[at].append(_contract(b, spec, samplers, taps, w_taps, n, Pb, bias))
+    parts = [o[0] if len(o) == 1 else b.op("Concat", *o, axis=3) for o in outs]  # bands: [N, groups, Co/g, Pb]
+    parts = [b.reshape(o, [-1, Co, Ho, Wo]) for o in parts]
+    return parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=0)
+
+
+def _samplers(b: Builder, spec, x, table, offset, mask, coord, Ho, Wo, first) -> list[BilinearCorners]:
+    """One sampler for all offset groups, or one per group under the ``"offset groups apart"`` form."""
+    G, K, Cg = spec.offset_groups, spec.taps, spec.channels_per_offset_group
+    if G > 1 and wants("offset groups apart"):
+        # One table of all C channels, sliced per group: [N*(H+3)*(W+3), C/G] each
+        K2 = 2 * K
+        return [
+            _corners(b, spec, x, b.slice(table, g * Cg, (g + 1) * Cg, axis=1),
+                     b.slice(offset, g * K2, (g + 1) * K2, axis=1),
+                     None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1), 1, coord, Ho, Wo, first)
+            for g in range(G)
+        ]  # fmt: skip
+    return [_corners(b, spec, x, table, offset, mask, G, coord, Ho, Wo, first)]
+
+
+def _contract(b: Builder, spec, samplers, taps, w_taps, n: int | None, P, bias) -> Value:
+    """Sum over taps of the sampled columns times the tap's weight, plus bias: ``[N, groups, Co/groups, P]``.
+
+    ``n``: the image (``None``: all at once); ``P``: the output pixels the samplers cover.
+    """
+    C, Co, groups, Cpg = spec.in_channels, spec.out_channels, spec.groups, spec.channels_per_group
+    Cog = Co // groups
+    out = None
+    for tap, w_k in zip(taps, w_taps):
+        take = lambda v, t=tap, n=n: pick(b, v, t, n)  # noqa: E731
+        cols = [c.sample(b, take) for c in samplers]  # each [(N*)P*G, C/G] (G = 1 when apart)
+        cols = cols[0] if len(cols) == 1 else b.op("Concat", *cols, axis=1)
+        # cols: rows (n, y, x, g) of C/G channels, i.e. [(N*)P, C].
+        if wants("integer contraction"):  # 2-D constant weights, summed after the loop (quantization)
+            out = [*(out or []), tap_product(b, cols, w_k, groups=groups, Cpg=Cpg, Cog=Cog, P=P)]
+        elif groups == 1:  # 2-D: one Gemm per tap, [(N*)P, Co]
+            out = add_product(b, out, b.reshape(cols, [-1, C]), b.reshape(w_k, [C, Co]))
+        else:  # conv groups as a MatMul batch axis: [N, groups, P, Co/groups]
+            cols = b.op("Transpose", b.reshape(cols, [-1, P, groups, Cpg]), perm=[0, 2, 1, 3])
+            out = add_product(b, out, cols, w_k, two_d=False)
+    if isinstance(out, list):
+        out = out[0] if len(out) == 1 else b.op("Sum", *out)
+    assert out is not None
+    if bias is not None:
+        out = b.op("Add", out, bias if groups == 1 else b.reshape(bias, [groups, 1, Cog]))
+    out = b.reshape(out, [-1, groups, P, Cog])
+    return b.op("Transpose", out, perm=[0, 1, 3, 2])  # [N, groups, Co/groups, P]
 
 
 def _corners(
@@ -124,12 +154,13 @@ def _corners(
     coord: Value,
     Ho: Dim,
     Wo: Dim,
+    first: int = 0,
 ) -> BilinearCorners:
     """The bilinear sampler of every tap of ``G`` offset groups sharing one index computation.
 
     ``x`` ``[N, C, H, W]`` (for its sizes and dtype); ``rows``: the groups' table
     ``[N*(H+3)*(W+3)*G, C/G]`` (:func:`~deform_onnx.sampler.gather.padded_channel_rows`); offset
-    ``[N, 2*G*K, Ho, Wo]``; mask ``[N, G*K, Ho, Wo]`` or None.
+    ``[N, 2*G*K, Ho, Wo]``; mask ``[N, G*K, Ho, Wo]`` or None: output rows ``first .. first+Ho-1``.
     """
     K, Cg = spec.taps, spec.channels_per_offset_group
     N, H, W = b.dim(x, 0), b.dim(x, 2), b.dim(x, 3)
@@ -141,7 +172,11 @@ def _corners(
     off = b.op("Transpose", off, perm=[2, 3, 0, 1, 4, 5])  # [K, (dy, dx), N, G, Ho, Wo]
     dy = b.op("Gather", off, b.i64(0), axis=1)  # [K, N, G, Ho, Wo]
     dx = b.op("Gather", off, b.i64(1), axis=1)
-    py = b.op("Add", dy, base_coords(b, spec, 0, Ho, coord, out_shape=[1, 1, 1, -1, 1], tap_shape=[-1, 1, 1, 1, 1]))
+    py = b.op(
+        "Add",
+        dy,
+        base_coords(b, spec, 0, Ho, coord, out_shape=[1, 1, 1, -1, 1], tap_shape=[-1, 1, 1, 1, 1], start=first),
+    )
     px = b.op("Add", dx, base_coords(b, spec, 1, Wo, coord, out_shape=[1, 1, 1, 1, -1], tap_shape=[-1, 1, 1, 1, 1]))
     border = spec.bilinear_interpolation_pad
     iy, hy, ly = padded_corner(b, py, H, coord, border)
