@@ -261,7 +261,9 @@ def _export_eval(
     verify_shapes=None,
 ) -> ExportReport:
     start = time.perf_counter()
-    fallback_reason, repairs, done = None, [], None
+    fallback_reason: str | None = None
+    repairs: list = []
+    done: tuple[onnx.ModelProto, bytes | str, Verified | None, list] | None = None
     checks = check_deform_modules(model)
     sized = _dynamic_check.SizeCheck.plan(model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes)
     sink = ExternalSink(f) if is_large(model) else None  # over 2 GiB: external data (large.py)
@@ -303,18 +305,19 @@ def _export_eval(
                 model, args, opset_version, method, input_names, output_names, dynamic_axes, sink=sink
             )
             data = _finish(proto, opset_version, method, ir_version, choice, sink)
-            done = (proto, data, sized.run(model, args, data, proto, rtol, atol, abandoned=fallback_reason))
+            verified = sized.run(model, args, data, proto, rtol, atol, abandoned=fallback_reason)
         else:
-            repairs = done[3]
+            proto, data, verified, repairs = done
     except BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
-        sink and sink.close()
+        if sink is not None:
+            sink.close()
         raise ValueError(str(exc)) from None
     except BaseException:
-        sink and sink.close()  # nothing of a model over 2 GiB is left beside the output
+        if sink is not None:
+            sink.close()  # nothing of a model over 2 GiB is left beside the output
         raise
     finally:
         checks.close()
-    proto, data, verified = done[:3]
     report = ExportReport(
         path=None,
         opset=opset_version,
@@ -338,7 +341,12 @@ def _export_eval(
         report.onnxruntime = describe()
         report.checks = verified.checks
     sized.fill(report, verified)
-    report.path = _write(data, f) if sink is None else sink.commit()
+    if sink is not None:
+        report.path = sink.commit()
+    elif isinstance(data, bytes):  # without a sink, _finish returns the serialized model
+        report.path = _write(data, f)
+    else:
+        raise TypeError(f"internal error: expected the serialized model, got {type(data).__name__}")
     return report
 
 
