@@ -136,6 +136,8 @@ def export_dynamo(
             verbose=False,
             optimize=True,
         )
+    if program is None:  # torch returns None only for dynamo=False
+        raise RuntimeError("internal error: torch.onnx.export(dynamo=True) returned no ONNXProgram")
     proto = program.model_proto if sink is None else sink.save_ir(program.model)
     if build == opset:
         return proto, []
@@ -220,18 +222,19 @@ def export_torchscript(
     sink's data file.
     """
     # A str, not a Path: torch passes only a str on as the location of external data.
-    buffer = io.BytesIO() if sink is None else str(sink.torchscript_path())
+    path = None if sink is None else str(sink.torchscript_path())
+    buffer = io.BytesIO()
     with _torchscript.registered(method), quiet():
         torch.onnx.export(
             model,
             args,
-            buffer,
+            buffer if path is None else path,  # type: ignore[arg-type]  # torch's stub omits file-like objects, which it writes
             dynamo=False,
             opset_version=opset,
             input_names=input_names,
             output_names=output_names,
             dynamic_axes=dynamic_axes,
         )
-    if sink is not None:
-        return sink.load_torchscript(buffer)
+    if path is not None:
+        return sink.load_torchscript(path)
     return onnx.load_from_string(buffer.getvalue())
