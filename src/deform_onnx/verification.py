@@ -243,7 +243,10 @@ def verify(
             ref, why = reference(torch.float32)
             ref_t = ref[index] if ref is not None and index < len(ref) else None
         e_np = _numpy(e) if e is not None else None
-        shape = e_np.shape if e_np is not None else tuple(ref_t.shape)  # type: ignore[union-attr]
+        if e_np is not None:
+            shape = e_np.shape
+        else:  # PyTorch ran only the float32 copy (checked above): its output gives the shape
+            shape = tuple(reference(torch.float32)[0][index].shape)
         if g.shape != shape:
             torch_side = "PyTorch" if e_np is not None else "the float32 model's"
             raise VerificationError(f"output {name!r}{where}: {runtime} shape {g.shape} != {torch_side} shape {shape}")
@@ -253,7 +256,7 @@ def verify(
             check = _low_precision(name, g, e_np, ref_t, why, tol, where)
         else:
             if e_np is None:  # e.g. an integer output of a model PyTorch runs only as a float32 copy
-                e_np = _numpy(reference(torch.float32)[0][index])  # type: ignore[index]
+                e_np = _numpy(reference(torch.float32)[0][index])
             check = _own_dtype(name, g, e_np, tol, where, reference if tol.dtype == "float32" else None, index, again)
         checks[name] = check
         if check.error >= worst:
