@@ -124,7 +124,7 @@ def _lowest_ir(model: ir.Model) -> int:
         if f.overload:
             need = max(need, 10)
     types: set[int] = set()
-    graphs = [model.graph, *(f for f in model.functions.values())]
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
     for graph in graphs:
         nodes = ir.traversal.RecursiveGraphIterator(graph)
         values = list(getattr(graph, "inputs", [])) + list(getattr(graph, "outputs", []))
@@ -200,7 +200,8 @@ def apply_ir_version_ir(model: ir.Model, ir_version: int | None = None) -> ir.Mo
     chosen = check_ir_version(ir_version, _lowest_ir(model))
     model.ir_version = chosen
     if chosen < METADATA_IR:
-        for graph in (model.graph, *model.functions.values()):
+        graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+        for graph in graphs:
             graph.metadata_props.clear()
             for node in ir.traversal.RecursiveGraphIterator(graph):
                 node.metadata_props.clear()
