@@ -147,6 +147,14 @@ def _init_weights(model: ExampleDCNv2, seed: int) -> None:
                     module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.1)
             elif isinstance(module, nn.BatchNorm2d):
                 # Non-trivial running statistics, so that BN folding is exercised too.
+                if (
+                    module.weight is None
+                    or module.bias is None
+                    or module.running_mean is None
+                    or module.running_var is None
+                ):
+                    # affine=False or track_running_stats=False: not the example's layers
+                    raise TypeError(f"example {module} lacks weight, bias or running statistics")
                 module.weight.copy_(1.0 + 0.1 * torch.randn(module.weight.shape, generator=gen))
                 module.bias.copy_(0.1 * torch.randn(module.bias.shape, generator=gen))
                 module.running_mean.copy_(0.1 * torch.randn(module.running_mean.shape, generator=gen))
@@ -156,6 +164,8 @@ def _init_weights(model: ExampleDCNv2, seed: int) -> None:
                 split = 2 * block.offset_groups * 9
                 # Offsets: OFFSET_STD px per unit of input; mask logits: about unit scale
                 # (masks spread over (0, 1) rather than sitting at 0.5).
+                if pred.bias is None:
+                    raise TypeError(f"example offset/mask conv {pred} has no bias: the example's have one")
                 pred.weight[:split] *= OFFSET_STD / math.sqrt(2.0)
                 pred.bias[:split] = OFFSET_STD * 0.5 * torch.randn(split, generator=gen)
                 pred.weight[split:] /= math.sqrt(2.0)
