@@ -107,9 +107,12 @@ def convert_down(proto: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, 
         adapter = ADAPTERS.get((node.op_type, now)) if now is not None else None
         # An adapter writes the op's previous schema: it serves the target only if no later change lies between.
         # (``then`` is None when the op did not exist yet at the target: the adapter writes it out.)
-        if now == then or adapter is None or _since(node.op_type, now - 1) != then:
+        if now is None or adapter is None or now == then or _since(node.op_type, now - 1) != then:
             continue
-        tape = ir_tape.Tape(node.graph)
+        graph = node.graph
+        if graph is None:  # the iterator yields the nodes of graphs
+            raise ConversionError(f"{node.op_type} node {node.name!r} belongs to no graph")
+        tape = ir_tape.Tape(graph)
         try:
             outputs = adapter.fn(node, tape, target)
         except Unrepairable as exc:
@@ -117,11 +120,11 @@ def convert_down(proto: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, 
                 f"{node.op_type} node {node.name!r} cannot be converted from opset {adapter.from_opset} "
                 f"to {adapter.to_opset} ({adapter.name}): {exc}"
             ) from None
-        for new in tape.nodes:
-            new.domain, new.version = _SET_ASIDE, None
+        for new_node in tape.nodes:
+            new_node.domain, new_node.version = _SET_ASIDE, None
         for old, new in zip(node.outputs, outputs):
             new.name, new.shape, new.type = old.name, old.shape, old.type
-        ir.convenience.replace_nodes_and_values(node.graph, node, [node], tape.nodes, node.outputs, outputs)
+        ir.convenience.replace_nodes_and_values(graph, node, [node], tape.nodes, node.outputs, outputs)
         used[adapter] += 1
     model.opset_imports[_SET_ASIDE] = 1
     try:

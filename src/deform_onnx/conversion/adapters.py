@@ -94,8 +94,9 @@ def _static_ints(value: ir.Value | None) -> list[int] | None:
     if value is None:
         return None
     tensor = value.const_value
-    if tensor is None and value.producer() is not None and value.producer().op_type == "Constant":
-        attr = value.producer().attributes.get("value")
+    producer = value.producer()
+    if tensor is None and producer is not None and producer.op_type == "Constant":
+        attr = producer.attributes.get("value")
         tensor = attr.value if attr is not None else None
     if tensor is None:
         return None
@@ -106,6 +107,17 @@ def _inputs(node: ir.Node, count: int) -> list[ir.Value | None]:
     return list(node.inputs[:count]) + [None] * max(0, count - len(node.inputs))
 
 
+def _given(node: ir.Node, value: ir.Value | None, what: str) -> ir.Value:
+    """``value``, a required input of ``node``; absent only in an invalid node.
+
+    Raises:
+        Unrepairable: the input is missing.
+    """
+    if value is None:
+        raise Unrepairable(f"{node.op_type} without its required input {what!r} (an invalid node)")
+    return value
+
+
 @register(
     "Split",
     18,
@@ -114,7 +126,8 @@ def _inputs(node: ir.Node, count: int) -> list[ir.Value | None]:
     "the sizes become an explicit split input (computed at run time when the axis is dynamic)",
 )
 def split_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
-    x, split = _inputs(node, 2)
+    x_in, split = _inputs(node, 2)
+    x = _given(node, x_in, "input")
     if split is not None or "num_outputs" not in node.attributes:
         return _clone(node, tape, [x, split] if split is not None else [x], drop=("num_outputs",))
     parts = node.attributes["num_outputs"].as_int()
@@ -123,7 +136,8 @@ def split_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.V
     if x.shape is not None:
         rank = len(x.shape)
         axis = axis % rank
-        dim = x.shape[axis] if isinstance(x.shape[axis], int) else None
+        size_at_axis = x.shape[axis]
+        dim = size_at_axis if isinstance(size_at_axis, int) else None
     if dim is not None:
         chunk = -(-dim // parts)  # Split-18: ceil(size / num_outputs), the last part takes the rest
         sizes = [chunk] * (parts - 1) + [dim - chunk * (parts - 1)]
@@ -135,9 +149,11 @@ def split_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.V
             raise Unrepairable("Split with num_outputs on an input of unknown rank")
         # size along the axis at run time: Shape -> Gather (Shape-15's start/end do not exist below 15)
         size = tape.op("Gather", [tape.op("Shape", [x]), _const_ints(tape, [axis])], {"axis": 0})
-        chunk = tape.op("Div", [tape.op("Add", [size, _const_ints(tape, [parts - 1])]), _const_ints(tape, [parts])])
-        last = tape.op("Sub", [size, tape.op("Mul", [chunk, _const_ints(tape, [parts - 1])])])
-        sizes_value = tape.op("Concat", [*([chunk] * (parts - 1)), last], {"axis": 0})
+        chunk_value = tape.op(
+            "Div", [tape.op("Add", [size, _const_ints(tape, [parts - 1])]), _const_ints(tape, [parts])]
+        )
+        last = tape.op("Sub", [size, tape.op("Mul", [chunk_value, _const_ints(tape, [parts - 1])])])
+        sizes_value = tape.op("Concat", [*([chunk_value] * (parts - 1)), last], {"axis": 0})
     return _clone(node, tape, [x, sizes_value], drop=("num_outputs",))
 
 
@@ -148,7 +164,8 @@ def split_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.V
     "pads are expanded to full-rank pads with zeros for the other axes",
 )
 def pad_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
-    data, pads, value, axes = _inputs(node, 4)
+    data_in, pads, value, axes = _inputs(node, 4)
+    data = _given(node, data_in, "data")
     if axes is None:
         return _clone(node, tape, [data, pads] + ([value] if value is not None else []))
     axes_list, pads_list = _static_ints(axes), _static_ints(pads)
@@ -186,7 +203,8 @@ def shape_15_14(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.V
     "Identity-16 adds optional types to Identity-14: for a tensor it is the same op",
 )
 def identity_16_15(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
-    (x,) = _inputs(node, 1)
+    (x_in,) = _inputs(node, 1)
+    x = _given(node, x_in, "input")
     if x.type is not None and not isinstance(x.type, ir.TensorType):
         raise Unrepairable(f"Identity of a {x.type} (Identity-14 takes tensors and sequences only)")
     return _clone(node, tape, [x])
@@ -214,7 +232,10 @@ def _reduce_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir
         raise Unrepairable(f"{node.op_type} with run-time axes ({node.op_type}-13 takes axes as an attribute)")
     if not axes_list and noop:
         return [tape.op("Identity", [data])]
-    attrs = {**keep, **({"axes": axes_list} if axes_list else {})}  # no axes: reduce over all, as in 18
+    attrs: dict[str, int | Sequence[int]] = {
+        **keep,
+        **({"axes": axes_list} if axes_list else {}),
+    }  # no axes: reduce over all, as in 18
     return [tape.op(node.op_type, [data], attrs, name=node.name)]
 
 
@@ -237,7 +258,8 @@ for _op in _REDUCE_18:
     "float32 when stash_type=1 (the op's default) as the op specifies",
 )
 def layernormalization_17_16(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
-    x, scale, bias = _inputs(node, 3)
+    x_in, scale, bias = _inputs(node, 3)
+    x = _given(node, x_in, "X")
     if len(node.outputs) > 1 and any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
         raise Unrepairable("LayerNormalization whose Mean/InvStdDev outputs are used")
     if x.shape is None:
@@ -271,11 +293,13 @@ def layernormalization_17_16(node: ir.Node, tape: ir_tape.Tape, target: int) -> 
     "own float types; BatchNormalization-14 takes scale and bias of the input's type: they are cast to it",
 )
 def batchnormalization_15_14(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
-    x, scale, bias, mean, var = _inputs(node, 5)
+    x_in, scale, bias, mean, var = _inputs(node, 5)
+    x = _given(node, x_in, "X")
     inputs = [x, scale, bias, mean, var]
     if x.dtype is None:
         raise Unrepairable("BatchNormalization of an input of unknown type")
     for i in (1, 2):  # scale, bias: T in opset 14
-        if inputs[i] is not None and inputs[i].dtype is not None and inputs[i].dtype != x.dtype:
-            inputs[i] = tape.op("Cast", [inputs[i]], {"to": x.dtype})
+        given = inputs[i]
+        if given is not None and given.dtype is not None and given.dtype != x.dtype:
+            inputs[i] = tape.op("Cast", [given], {"to": x.dtype})
     return _clone(node, tape, inputs)
