@@ -152,7 +152,7 @@ class DeformConvCase:
         self.inputs_path = workdir / "inputs.npz"
         np.savez(
             self.inputs_path,
-            **self.feeds,
+            **self.feeds,  # type: ignore[arg-type]  # numpy's stub: **kwds might fill allow_pickle (a bool)
             weight=self.weight.numpy(),
             bias=self.bias.numpy(),
             stride=np.array(s.stride),
@@ -228,6 +228,8 @@ def _prepare_dense(case: DeformConvCase, opt_level: str | None = None) -> Prepar
     key = ("dense", 17)
     s = case.shape
     conv = torch.nn.Conv2d(s.channels, s.channels, 3, stride=s.stride, padding=1).eval()
+    if conv.bias is None:  # Conv2d's default bias=True
+        raise TypeError("the dense Conv2d limit has no bias")
     with torch.no_grad():
         conv.weight.copy_(case.weight)
         conv.bias.copy_(case.bias)
@@ -259,7 +261,7 @@ def old_exporter_module():
         raise Unavailable(f"not installed: pip install {OLD_EXPORTER}=={OLD_EXPORTER_VERSION}")
     if "torch.onnx._type_utils" not in sys.modules:
         try:
-            import torch.onnx._type_utils  # noqa: F401  (torch < 2.9)
+            import torch.onnx._type_utils  # type: ignore[import-not-found]  # noqa: F401  (torch < 2.9 only)
         except ImportError:  # torch >= 2.9 moved it
             from torch.onnx._internal.torchscript_exporter import _type_utils
 

@@ -46,10 +46,10 @@ def evaluate_goals(result: BenchResult) -> list[Goal]:
         )
     ratio_goal("issue 13: OpenVINO after lower() <= 1.0x ORT native (geomean)", "ov-lowered", 1.0)
     lowered = [k for k in ("ort-grid_sample", "ort-gather") if k in {c.key for c in result.contenders}]
-    consts = [result.cell(s, k).stats.largest_constant_bytes for s in result.shapes for k in lowered]
-    consts = [c for c in consts if c is not None]
-    extra = [extra_bytes(result, s, k) for s in result.shapes for k in lowered]
-    extra = [e for e in extra if e is not None]
+    all_consts = [result.cell(s, k).stats.largest_constant_bytes for s in result.shapes for k in lowered]
+    consts = [c for c in all_consts if c is not None]
+    all_extra = [extra_bytes(result, s, k) for s in result.shapes for k in lowered]
+    extra = [e for e in all_extra if e is not None]
     out.append(
         Goal(
             "no lowered node adds > 64 KB to the file beyond the weights",
@@ -63,8 +63,8 @@ def evaluate_goals(result: BenchResult) -> list[Goal]:
         )
     )
     for key in lowered:
-        ratios = [result.memory_ratio(s, key) for s in result.shapes]
-        ratios = [r for r in ratios if r is not None]
+        all_ratios = [result.memory_ratio(s, key) for s in result.shapes]
+        ratios = [r for r in all_ratios if r is not None]
         out.append(
             Goal(
                 f"peak memory of {key.removeprefix('ort-')} lowering <= 1.5x native (every shape)",

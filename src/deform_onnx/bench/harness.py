@@ -87,7 +87,7 @@ class Contender:
 
     key: str
     label: str
-    prepare: Callable[[Any], Prepared]
+    prepare: Callable[..., Prepared]  # (case) -> Prepared; ONNX Runtime ones also take opt_level=
     ort: bool = False
 
     def at_level(self, level: str) -> "Contender":
@@ -181,8 +181,10 @@ class Suite:
         chosen = [c for c in self.contenders if c.key in keys]
         leveled = [known[k.split("@")[0]].at_level(k.split("@", 1)[1]) for k in keys if "@" in k]
         leveled += [c.at_level(level) for level in opt_levels for c in chosen if c.ort]
-        seen: set[str] = set()
-        return tuple(c for c in chosen + leveled if not (c.key in seen or seen.add(c.key)))
+        unique: dict[str, Contender] = {}
+        for c in chosen + leveled:
+            unique.setdefault(c.key, c)  # the first contender of each key, in order
+        return tuple(unique.values())
 
 
 # -- timing -------------------------------------------------------------------
@@ -255,14 +257,16 @@ class BenchResult:
     def geomean_ratio(self, key: str, to: str | None = None) -> float | None:
         """Geometric mean over shapes of :meth:`ratio`; ``None`` unless every shape has both."""
         ratios = [self.ratio(s, key, to) for s in self.shapes]
-        if not ratios or any(r is None for r in ratios):
+        measured = [r for r in ratios if r is not None]
+        if not ratios or len(measured) < len(ratios):
             return None
-        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        return math.exp(sum(math.log(r) for r in measured) / len(measured))
 
     def worst_ratio(self, key: str, to: str | None = None) -> float | None:
         """Largest :meth:`ratio` over shapes; ``None`` unless every shape has both."""
         ratios = [self.ratio(s, key, to) for s in self.shapes]
-        return None if not ratios or any(r is None for r in ratios) else max(ratios)
+        measured = [r for r in ratios if r is not None]
+        return None if not ratios or len(measured) < len(ratios) else max(measured)
 
     def memory_ratio(self, shape, key: str, to: str | None = None) -> float | None:
         """Peak memory of ``key`` / peak memory of ``to`` (default: the reference) on one shape."""

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .harness import PAUSE_S, BenchResult, Goal
+from .harness import PAUSE_S, BenchResult, Goal, Suite
 from .memory import PEAK_MEMORY_METHOD
 
 
@@ -170,9 +170,32 @@ def _legend(result: BenchResult, key: str) -> str:
     return f"{text}, graph_optimization_level={level}" if level else text
 
 
+def _suite(result: BenchResult) -> Suite:
+    """The suite ``result`` ran (its markers, heading and notes are what the report prints).
+
+    Raises:
+        ValueError: ``result`` was not made by :func:`run_suite` (it has no suite).
+    """
+    if result.suite is None:
+        raise ValueError("this BenchResult has no suite (it was not made by run_suite): nothing to report it under")
+    return result.suite
+
+
+def _limit(result: BenchResult) -> str:
+    """The key of the suite's limit contender; only called when :func:`limit_rows` found it ran."""
+    limit = _suite(result).limit
+    if limit is None:
+        raise ValueError("the suite has no limit contender")
+    return limit
+
+
 def render_markdown(result: BenchResult) -> str:
-    """The generated block of BENCHMARKS.md, between the suite's markers."""
-    suite = result.suite
+    """The generated block of BENCHMARKS.md, between the suite's markers.
+
+    Raises:
+        ValueError: ``result`` has no suite.
+    """
+    suite = _suite(result)
     begin, end = suite.markers
     m = result.machine
     v = m.get("versions", {})
@@ -208,7 +231,7 @@ def render_markdown(result: BenchResult) -> str:
     if limits:
         parts += [
             "",
-            f"### Ratio to {_label(result, suite.limit)} (time / the dense Conv's time; 1.00x = the limit)",
+            f"### Ratio to {_label(result, _limit(result))} (time / the dense Conv's time; 1.00x = the limit)",
             "",
             _md_table(["contender", *[s.label for s in result.shapes], "geomean ratio"], limits),
         ]
@@ -243,7 +266,7 @@ def write_markdown(result: BenchResult, path: str | os.PathLike, title: str = "#
     if not path.exists():
         path.write_text(f"{title}\n\n{block}")
     else:
-        write_marked_section(path, block, *result.suite.markers)
+        write_marked_section(path, block, *_suite(result).markers)
     return path
 
 
@@ -251,15 +274,16 @@ def rich_tables(result: BenchResult) -> list:
     """The time table, the ratio-to-limit table (if any), the model table and the goals as ``rich`` tables."""
     from rich.table import Table
 
+    suite = _suite(result)
     ref = _label(result, result.reference)
     times = Table(
-        title=f"{result.suite.title}: median ms per call (ratio to {ref}), {result.threads} threads, "
+        title=f"{suite.title}: median ms per call (ratio to {ref}), {result.threads} threads, "
         f"median of {result.runs} after {result.warmup} warm-up"
     )
     tables = [times]
     limits = limit_rows(result)
     if limits:
-        tables.append(Table(title=f"ratio to {_label(result, result.suite.limit)}"))
+        tables.append(Table(title=f"ratio to {_label(result, _limit(result))}"))
     for table, rows in zip(tables, (time_rows(result), limits)):
         table.add_column("contender")
         for s in result.shapes:

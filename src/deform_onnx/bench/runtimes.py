@@ -10,6 +10,7 @@ import json
 import os
 import statistics
 import tempfile
+from collections.abc import Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,7 +151,7 @@ def openvino_compile(path: Path, threads: int, with_extension: bool):
 
 
 # -- model files ----------------------------------------------------------------
-def largest_constant(proto, weight_sizes: set[int]) -> int:
+def largest_constant(proto, weight_sizes: Set[int]) -> int:
     """Bytes of the largest initializer or ``Constant`` that is not the layer's own weights.
 
     A tensor whose element count is in ``weight_sizes`` (the weight, a kernel
@@ -171,7 +172,7 @@ def largest_constant(proto, weight_sizes: set[int]) -> int:
     return max(sizes, default=0)
 
 
-def file_stats(path: Path, export_s: float | None, weight_sizes: set[int] = frozenset()) -> ModelStats:
+def file_stats(path: Path, export_s: float | None, weight_sizes: Set[int] = frozenset()) -> ModelStats:
     """Node count, file size and :func:`largest_constant` of an ONNX file."""
     import onnx
 

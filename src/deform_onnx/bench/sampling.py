@@ -22,11 +22,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .harness import BenchResult, Contender, Goal, ModelStats, Prepared, Suite
 from .runtimes import file_stats, ort_prepared
+
+if TYPE_CHECKING:
+    import torch
 
 OPSET = 17
 
@@ -34,7 +38,7 @@ OPSET = 17
 class _ExportingCase:
     """Shared by both suites: a module, its named inputs, PyTorch's output, one export per (method, opset)."""
 
-    module: object
+    module: torch.nn.Module
     inputs: dict
 
     def _setup(self, workdir: Path, threads: int) -> None:
@@ -249,11 +253,12 @@ class MSDAShape:
         try:
             (q,) = dims
             queries = None if q == "all" else int(q)
-            levels = MSDA_LEVELS
+            levels: tuple[tuple[int, int], ...] = MSDA_LEVELS
             if "levels" in opts:
-                levels = tuple(tuple(int(v) for v in lv.split("x")) for lv in opts.pop("levels").split("/"))
-                if any(len(lv) != 2 for lv in levels):
+                parsed = [tuple(int(v) for v in lv.split("x")) for lv in opts.pop("levels").split("/")]
+                if any(len(lv) != 2 for lv in parsed):
                     raise ValueError
+                levels = tuple((lv[0], lv[1]) for lv in parsed)
             heads, points, channels = (int(opts.pop(k, d)) for k, d in (("heads", 8), ("points", 4), ("channels", 256)))
         except ValueError:
             raise ValueError(f"bad shape {text!r}: {usage}") from None

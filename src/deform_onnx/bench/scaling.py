@@ -59,14 +59,14 @@ def growth(
     channels = result.shapes[0].channels if result.shapes else CHANNELS
     if lo not in sizes or hi not in sizes:
         return None
-    values = [ms_per_megapixel(result, BenchShape(1, channels, h), key) for h in sizes if lo <= h <= hi]
-    values = [v for v in values if v is not None]
+    measured = [ms_per_megapixel(result, BenchShape(1, channels, h), key) for h in sizes if lo <= h <= hi]
+    values = [v for v in measured if v is not None]
     return max(values) / min(values) if len(values) >= 2 else None
 
 
 def _cell(result: BenchResult, shape: BenchShape, key: str) -> str:
-    v = ms_per_megapixel(result, shape, key)
-    return "n/a" if v is None else f"{v:.1f} ({result.cell(shape, key).median * 1e3:.2f} ms)"
+    v, median = ms_per_megapixel(result, shape, key), result.cell(shape, key).median
+    return "n/a" if v is None or median is None else f"{v:.1f} ({median * 1e3:.2f} ms)"
 
 
 def render_markdown(
