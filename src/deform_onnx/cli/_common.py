@@ -12,7 +12,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Iterator, NoReturn
+from typing import Any, Iterator, NoReturn
 
 import typer
 from rich.console import Console
@@ -53,9 +53,10 @@ def fail(message: str) -> NoReturn:
 @contextlib.contextmanager
 def user_errors(*types: type[BaseException]) -> Iterator[None]:
     """Turn :class:`UserError` (and any of ``types``) raised inside the block into :func:`fail`."""
+    caught: tuple[type[BaseException], ...] = (UserError, *types)
     try:
         yield
-    except (UserError, *types) as exc:
+    except caught as exc:
         fail(str(exc))
 
 
@@ -117,6 +118,8 @@ def load_factory(spec: str):
             if not path.is_file():
                 raise UserError(f"cannot import {module_name!r}: no such file")
             spec_obj = importlib.util.spec_from_file_location(path.stem, path)
+            if spec_obj is None or spec_obj.loader is None:
+                raise UserError(f"cannot import {module_name!r}: not a Python source file")
             module = importlib.util.module_from_spec(spec_obj)
             spec_obj.loader.exec_module(module)
         else:
@@ -125,7 +128,7 @@ def load_factory(spec: str):
         raise
     except Exception as exc:  # noqa: BLE001 - any error while importing user code is the user's
         raise UserError(f"cannot import {module_name!r}: {type(exc).__name__}: {one_line(exc)}") from None
-    factory = module
+    factory: Any = module
     for part in attr.split("."):
         factory = getattr(factory, part, None)
         if factory is None:

@@ -44,11 +44,12 @@ def _plan(
 
     if exporter is not None and exporter not in EXPORTERS:
         raise UserError(f"unknown exporter {exporter!r}; choose dynamo or torchscript")
-    if method is None and opset is None:
-        pairs = list(DEFAULT_PLAN)
-    elif method is None:
-        resolve_method("auto", opset)  # raises for an opset below 11
-        pairs = [(m, opset) for m in ("grid_sample", "gather", "native") if LOWERINGS[m].min_opset <= opset]
+    if method is None:
+        if opset is None:
+            pairs = list(DEFAULT_PLAN)
+        else:
+            resolve_method("auto", opset)  # raises for an opset below 11
+            pairs = [(m, opset) for m in ("grid_sample", "gather", "native") if LOWERINGS[m].min_opset <= opset]
     else:
         pairs = [(method, opset if opset is not None else dict(DEFAULT_PLAN).get(method, _limits.DEFAULT_OPSET))]
     ranges = {

@@ -81,10 +81,11 @@ class InputSpec:
         Raises:
             UserError: a bad shape or dtype (the message quotes the option).
         """
-        name, sep, rest = text.partition("=")
+        given, sep, rest = text.partition("=")
+        name: str | None = given
         if not sep:
             name, rest = None, text
-        elif not name.strip():
+        elif not given.strip():
             raise UserError(f"bad --input-shape {text!r}: give NAME=D1,D2,..., e.g. x=1,3,64,64")
         dims, colon, dtype = rest.partition(":")
         where = f"--input-shape {text!r}:"

@@ -108,6 +108,8 @@ def load_model(spec: str | None, kind: str):
                 "or give MODULE:FACTORY for a torch.save checkpoint"
             ) from None
         return net.eval()
+    if spec is None:
+        raise UserError(f"no model given for a {kind} model")  # model_kind() calls None the example
     if kind == "exported":
         net = load_program(spec).module()  # a GraphModule that both exporters take
         # Its train()/eval() raise (the mode is baked into the program); export() calls eval().
@@ -270,7 +272,8 @@ def check_input_ranks(net, inputs: ExampleInputs, shown: str) -> None:
     import torchvision
 
     kinds = (torch.nn.Conv2d, torchvision.ops.DeformConv2d)
-    handles, seen = [], []
+    handles: list = []
+    seen: list[str] = []
 
     def hook(name, module, args):
         if seen or not args or not isinstance(args[0], torch.Tensor):

@@ -21,8 +21,11 @@ def label_written_forms(results: list[Result], net, tensors) -> None:
     when the CLI named it and no other row has that name. A model with no deformable op keeps its label
     (every method writes the same graph then). Call before :func:`._export_rows._commit`.
     """
-    rows = [r for r in results if r.op_types is not None and r.job.method == "grid_sample"]
-    rows = [r for r in rows if "GridSample" not in r.op_types]
+    rows = [
+        r
+        for r in results
+        if r.op_types is not None and r.job.method == "grid_sample" and "GridSample" not in r.op_types
+    ]
     if not rows:
         return
     from ._ops_used import deformable_ops

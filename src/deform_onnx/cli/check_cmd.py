@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Optional
@@ -33,6 +34,7 @@ def parse_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
             or a ``:dtype`` (check reads dtypes from the model).
     """
     parsed = parse_specs(specs)
+    shapes: dict[str, tuple[int, ...]] = {}
     for spec, text in zip(parsed, specs):
         if spec.name is None:
             raise UserError(f"--input-shape {text!r}: give NAME=D1,D2,..., e.g. x=1,3,32,32")
@@ -40,7 +42,8 @@ def parse_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
             raise UserError(
                 f"--input-shape {text!r}: check takes each input's dtype from the model; drop ':{spec.dtype}'"
             )
-    return {s.name: s.shape for s in parsed}
+        shapes[spec.name] = spec.shape
+    return shapes
 
 
 def input_roles(model) -> dict[str, str]:
@@ -52,9 +55,10 @@ def input_roles(model) -> dict[str, str]:
     for node, src in find_nodes(model):
         for role in ("offset", "mask"):
             i = src.role_index(role)
-            if i is not None and i < len(node.inputs) and node.inputs[i] is not None:
-                name = node.inputs[i].name
-                if name in graph_inputs:
+            value = node.inputs[i] if i is not None and i < len(node.inputs) else None
+            if value is not None:
+                name = value.name
+                if name is not None and name in graph_inputs:
                     roles[name] = role
     for name in graph_inputs:
         low = name.lower()
@@ -235,18 +239,18 @@ def check_command(
     to_lower = bool(lowered_here(model, method, target, force))  # what run_paths and lower() decide
     with user_errors(ValueError):
         border, border_why = border_feeds(model, feeds, seed) if deformable else (None, "")
-    paths = dict(runtimes=runtimes, method=method, target=target, force=force, precision=precision, timeout=timeout)
+    paths = functools.partial(
+        run_paths, runtimes=runtimes, method=method, target=target, force=force, precision=precision, timeout=timeout
+    )
     with _progress() as show:
-        results = run_paths(model_path, feeds, repeat=repeat, progress=lambda what: show(f"{what}: running", 0, None),
-                            **paths)  # fmt: skip
+        results = paths(model_path, feeds, repeat=repeat, progress=lambda what: show(f"{what}: running", 0, None))
         want, ref_label = reference(model_path, feeds, results, timeout=timeout, progress=show)
         if border is not None:  # the border input: correctness only, no timing
-            border_results = run_paths(
+            border_results = paths(
                 model_path,
                 border,
                 repeat=0,
                 progress=lambda what: show(f"{what} (border input): running", 0, None),
-                **paths,
             )
             border_want, border_label = reference(model_path, border, border_results, timeout=timeout, progress=show)
 

@@ -151,7 +151,7 @@ def export_command(
             shape = specs[0].shape
             if len(specs) != 1 or len(shape) != 4 or shape[1] != 3:
                 raise UserError(f"the example takes one image input N,3,H,W, not {', '.join(map(str, specs))}")
-        elif not specs and npz is None and kind == "exported":
+        elif not specs and npz is None and kind == "exported" and model is not None:
             archived = archive_inputs(model)  # loads torch and the archive (once: load_model reuses it)
         elif not specs and npz is None:
             raise UserError(
@@ -174,14 +174,17 @@ def export_command(
             check_example_deps()
         if not no_verify:
             _check_onnxruntime()
-        name = "example" if kind == "example" else _stem(model, kind)
+        name = "example" if model is None else _stem(model, kind)  # model_kind: None is the example
         if target is not None:  # hook (issue 12): the target picks method/opset; a known fault is exit 2
             from ..targets.hooks import for_export
 
             choice = for_export(target, method, opset, True, force)
             method, opset = choice.method, choice.opset
-            if dynamic and "static shapes" in choice.target.options and not force:
-                raise UserError(f"target {choice.target.name!r} takes static shapes only; drop --dynamic "
+            picked = choice.target
+            if picked is None:  # for_export resolves the target it is given
+                raise RuntimeError(f"internal error: --target {target!r} resolved to no target")
+            if dynamic and "static shapes" in picked.options and not force:
+                raise UserError(f"target {picked.name!r} takes static shapes only; drop --dynamic "
                                 "(or pass --force to write the file anyway)")  # fmt: skip
         # torch.export cannot capture a ScriptModule: a TorchScript archive goes to the TorchScript exporter.
         jobs = _plan(
@@ -203,7 +206,11 @@ def export_command(
         if archived is not None:
             inputs = cast_inputs(archived, want_dtype)
         else:
-            inputs = from_npz(npz, want_dtype, inputs_npz) if npz is not None else from_specs(specs, dtype_name)
+            inputs = (
+                from_npz(npz, want_dtype, inputs_npz)
+                if npz is not None and inputs_npz is not None  # npz is loaded from inputs_npz
+                else from_specs(specs, dtype_name)
+            )
         if npz is not None:
             shown = f"the inputs of {inputs_npz}"
         elif archived is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Optional
 
@@ -26,7 +27,7 @@ def _floats(text: str | None, option: str) -> tuple[float, float, float] | None:
         raise UserError(f"{option} {text!r}: give three numbers, R,G,B (e.g. 0.485,0.456,0.406)") from None
     if len(values) != 3:
         raise UserError(f"{option} {text!r}: give three numbers, R,G,B")
-    return values  # type: ignore[return-value]
+    return values
 
 
 def _size(text: str | None) -> tuple[int, int] | None:
@@ -84,10 +85,7 @@ def quantize_command(
             raise UserError(f"--calibration {calibration}: no such file or folder")
         if calibration.is_file() and calibration.suffix != ".npz":
             raise UserError(f"--calibration {calibration}: give an .npz file or a folder of images")
-        preprocess_args = {"size": _size(size), "layout": layout, "scale": scale}
-        for key, value in (("mean", _floats(mean, "--mean")), ("std", _floats(std, "--std"))):
-            if value is not None:
-                preprocess_args[key] = value
+        size_hw, mean_rgb, std_rgb = _size(size), _floats(mean, "--mean"), _floats(std, "--std")
 
         from rich.progress import (
             BarColumn,
@@ -99,7 +97,13 @@ def quantize_command(
 
         from ..quantize import Preprocess, quantize
 
-        preprocess = Preprocess(**preprocess_args) if calibration.is_dir() else None
+        preprocess = None
+        if calibration.is_dir():
+            preprocess = Preprocess(size=size_hw, layout=layout, scale=scale)  # mean, std: Preprocess's defaults
+            if mean_rgb is not None:
+                preprocess = dataclasses.replace(preprocess, mean=mean_rgb)
+            if std_rgb is not None:
+                preprocess = dataclasses.replace(preprocess, std=std_rgb)
         evaluation = None
         if eval_npz is not None:
             import onnx
