@@ -100,6 +100,16 @@ def test_without_openvino_a_missing_kernel_error(c31, monkeypatch, tmp_path):
     assert report.opset == 22 and (tmp_path / "b.onnx").is_file()
 
 
+@pytest.mark.parametrize("target", ["openvino", "tflite"])
+def test_a_target_picks_opset_22(c31, target):
+    """With a target and no opset: 22, not the target's pick (openvino 17; tflite 13, TorchScript), verified."""
+    model, x = c31
+    report = deform_onnx.export(model, (x,), io.BytesIO(), target=target)
+    assert report.opset == 22 and report.exporter == "dynamo" and report.max_error <= 8e-2
+    with pytest.raises(ExportError, match="opset 22"):  # an explicit lower opset is still refused
+        deform_onnx.export(model, (x,), io.BytesIO(), target=target, opset_version=17)
+
+
 @pytest.mark.parametrize("method", ["gather", "native"])
 def test_other_methods(c31, method):
     """gather runs on OpenVINO in bfloat16 too; native DeformConv does not (no conversion rule): one line."""
