@@ -1,8 +1,8 @@
 """bfloat16 models (case c31): a conv whose output torch.chunk splits into DCNv2's offset and mask,
 the whole module ``.to(torch.bfloat16)``.
 
-ONNX types Conv in bfloat16 from opset 22: with no opset given export picks 22; a lower one is an
-``ExportError`` naming 22 (never onnx's raw ``InferenceError``). torchvision has no bfloat16 CPU
+ONNX types Conv in bfloat16 from opset 22: with no opset given export picks 22 (with a target too: its
+own pick is not the user's); a lower one is an ``ExportError`` naming 22 (never onnx's raw ``InferenceError``). torchvision has no bfloat16 CPU
 kernel, so the reference is the float32 model (a copy, upcast); ONNX Runtime CPU has no bfloat16
 Conv, OpenVINO CPU runs the file. Without OpenVINO: a one-line ``MissingKernelError`` naming
 ``verify=False``.
