@@ -19,9 +19,18 @@ import json, statistics, sys, time
 import numpy as np
 meta = json.load(open(sys.argv[1]))
 feeds = dict(np.load(meta["feeds"]))
+# inputs the file types bfloat16: stored as float32 (exact), given to each runtime in its bfloat16 form
+bf16 = set(meta.get("bfloat16", []))
+def bf16_bits(a):  # exact for values bfloat16 holds
+    return (np.ascontiguousarray(a, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+def from_bits(u):
+    return (np.asarray(u).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 def done(version, out=None, times=None, error=None):
     if out is not None:
-        np.save(meta["out"], np.asarray(out))
+        out = np.asarray(out)
+        if out.dtype.name == "bfloat16":  # ml_dtypes: np.save would write raw 2-byte records
+            out = out.astype(np.float32)
+        np.save(meta["out"], out)
     ms = statistics.median(times) * 1e3 if times else None
     print(json.dumps({"version": version, "error": error, "ms": ms}))
     sys.exit(0)
@@ -51,7 +60,15 @@ options = ort.SessionOptions()
 options.log_severity_level = 3
 try:
     s = ort.InferenceSession(meta["model"], options, providers=["CPUExecutionProvider"])
-    out, times = timed(lambda: s.run(None, {i.name: feeds[i.name] for i in s.get_inputs()})[0])
+    if bf16:  # numpy has no bfloat16: OrtValues of the bits, typed BFLOAT16 (16)
+        args = {i.name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bf16_bits(feeds[i.name]), 16)
+                if i.name in bf16 else ort.OrtValue.ortvalue_from_numpy(feeds[i.name]) for i in s.get_inputs()}
+        def run():
+            y = s.run_with_ort_values(None, args)[0]
+            return from_bits(y.numpy()) if "bfloat16" in y.data_type() else y.numpy()
+        out, times = timed(run)
+    else:
+        out, times = timed(lambda: s.run(None, {i.name: feeds[i.name] for i in s.get_inputs()})[0])
 except Exception as exc:
     done(ort.__version__, error=first_line(exc))
 done(ort.__version__, out, times)
@@ -78,7 +95,19 @@ try:
     request = compiled.create_infer_request()
     # positional feeds: a port's get_any_name() may be another name of the same tensor (2023.3)
     args = [feeds[next(n for n in p.get_names() if n in feeds)] for p in model.inputs]
-    out, times = timed(lambda: request.infer(args)[compiled.outputs[0]].copy())
+    if bf16:  # a bf16 tensor of the bits, as deform_onnx.runtimes._ov_input
+        from openvino import Tensor, Type
+        names = [next(n for n in p.get_names() if n in feeds) for p in model.inputs]
+        args = [a if n not in bf16 else Tensor(Type.bf16, list(a.shape)) for n, a in zip(names, args)]
+        for n, t in zip(names, args):
+            if n in bf16:
+                t.data.view(np.uint16)[...] = bf16_bits(feeds[n])
+    bf16_out = compiled.outputs[0].get_element_type().get_type_name() == "bf16"
+    def run():
+        request.infer(args)
+        y = np.array(request.get_tensor(compiled.outputs[0]).data)
+        return from_bits(y) if bf16_out else y.copy()
+    out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))
 done(version, out, times)
@@ -103,7 +132,10 @@ try:
     net = nn.load_module_from_file(target, meta["inputs"], [meta["output"]])
     def run():
         xs = [F.const(feeds[n], list(feeds[n].shape), F.NCHW) for n in meta["inputs"]]
-        return F.convert(net.forward(xs)[0], F.NCHW).read().copy()
+        ys = net.forward(xs)
+        if not ys:  # MNN prints why on the C stdout (e.g. "Compute Shape Error for val_36")
+            raise RuntimeError("MNN's forward gave no output (its shape computation failed)")
+        return F.convert(ys[0], F.NCHW).read().copy()
     out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))
@@ -125,7 +157,9 @@ try:
     ex = tvm.compile(mod, target="llvm") if hasattr(tvm, "compile") else relax.build(mod, target="llvm")
     vm = relax.VirtualMachine(ex, tvm.cpu())
     make = tvm.runtime.tensor if hasattr(tvm.runtime, "tensor") else tvm.nd.array
-    args = [make(feeds[n]) for n in meta["inputs"]]
+    if bf16:
+        import ml_dtypes
+    args = [make(feeds[n].astype(ml_dtypes.bfloat16) if n in bf16 else feeds[n]) for n in meta["inputs"]]
     def run():
         y = vm["main"](*args)
         return (y[0] if not hasattr(y, "numpy") else y).numpy()
@@ -146,13 +180,15 @@ work = meta["out"] + ".pnnx"
 os.makedirs(work, exist_ok=True)
 model = os.path.join(work, "m.onnx")
 shutil.copy(meta["model"], model)
-shapes = ",".join("[" + ",".join(map(str, feeds[n].shape)) + "]" for n in meta["inputs"])
+# pnnx checks each input's type against the file's: bfloat16 ones are named so (ncnn itself takes float32 Mats)
+shapes = ",".join("[" + ",".join(map(str, feeds[n].shape)) + "]" + ("bf16" if n in bf16 else "") for n in meta["inputs"])
 # fp16=0: pnnx writes float16 weights by default (the bundled example then ends 8.7e-3 off PyTorch, measured here)
 conv = subprocess.run([os.path.join(meta["tool"], "pnnx"), model, "inputshape=" + shapes, "fp16=0"], cwd=work,
                       capture_output=True, text=True, timeout=600)
 param, weights = os.path.join(work, "m.ncnn.param"), os.path.join(work, "m.ncnn.bin")
 if not (os.path.isfile(param) and os.path.isfile(weights)):
-    log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]
+    # onnxruntime's own warnings (pnnx runs it for shape inference) are not why
+    log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip() and "[W:onnxruntime" not in l]
     bad = [l for l in log if any(w in l.lower() for w in ("not support", "error", "fail", "unknown", "not load"))]
     done(ncnn.__version__, error="pnnx wrote no ncnn model: " + ((bad or log or ["no output"])[0][:250]))
 try:
@@ -218,7 +254,12 @@ found = glob.glob(os.path.join(work, "*_float32.tflite"))
 if not found:
     log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]
     bad = [l for l in log if any(w in l for w in ("ERROR", "Error", "error:"))]
-    done(version, error="onnx2tf wrote no .tflite: " + ((bad or log or ["no output"])[-1][:250]))
+    why = (bad or log or ["no output"])[-1]
+    # tf_keras names the layer on this line and says what went wrong on the next one
+    at = len(log) - 1 - log[::-1].index(why) if why in log else -1
+    if "Exception encountered when calling layer" in why and 0 <= at < len(log) - 1:
+        why = f"{why} {log[at + 1]}"
+    done(version, error="onnx2tf wrote no .tflite: " + why[:300])
 try:
     it = Interpreter(model_path=found[0])
     it.allocate_tensors()
@@ -230,7 +271,8 @@ try:
         a = feeds[n]
         # onnx2tf moves axis 1 last on 3-D to 5-D inputs (NCW, NCHW, NCDHW -> channels last)
         moved = np.moveaxis(a, 1, -1) if a.ndim >= 3 else a
-        return moved.copy() if list(d["shape"]) != list(a.shape) and list(d["shape"]) == list(moved.shape) else a
+        a = moved.copy() if list(d["shape"]) != list(a.shape) and list(d["shape"]) == list(moved.shape) else a
+        return a.astype(d["dtype"]) if n in bf16 and a.dtype != d["dtype"] else a
     def run():
         for d in details:
             it.set_tensor(d["index"], feed(d))
@@ -258,10 +300,12 @@ version = "onnx2torch " + dist_version("onnx2torch") + " + torch " + torch.__ver
 try:
     net = convert(onnx.load(meta["model"])).eval()
     args = [torch.from_numpy(feeds[n]) for n in meta["inputs"]]
+    args = [a.to(torch.bfloat16) if n in bf16 else a for n, a in zip(meta["inputs"], args)]
     def run():
         with torch.no_grad():
             y = net(*args)
-        return (y[0] if isinstance(y, (list, tuple)) else y).numpy()
+        y = y[0] if isinstance(y, (list, tuple)) else y
+        return (y.float() if y.dtype == torch.bfloat16 else y).numpy()
     out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))

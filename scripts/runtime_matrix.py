@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,13 +99,20 @@ def _first_line(exc: BaseException | str) -> str:
     return (lines[0] if lines else type(exc).__name__)[:300]
 
 
+def _bfloat16_inputs(model: Path) -> list[str]:
+    """The graph inputs the file types bfloat16 (the runners feed those in bfloat16; the npz holds float32)."""
+    graph = onnx.load(str(model), load_external_data=False).graph
+    return [i.name for i in graph.input if i.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
+
+
 def run_one(python: Path, build: Build, model: Path, name: str, inputs: list[str], work: Path, timeout: float) -> dict:
     """Run ``model`` in the build's venv; the runner's JSON plus ``max_error`` against PyTorch."""
     out = work / f"{model.stem}.{build.name}.{'ext' if build.extension else 'plain'}.out.npy"
     out.unlink(missing_ok=True)
     meta = {"model": str(model), "feeds": str(work / f"{name}.feeds.npz"), "out": str(out), "inputs": inputs,
             "output": "y", "output_shape": list(np.load(work / f"{name}.want.npy").shape), "repeats": REPEATS,
-            "src": str(ROOT / "src"), "tool": str(python.parent), "extension": build.extension}  # fmt: skip
+            "src": str(ROOT / "src"), "tool": str(python.parent), "extension": build.extension,
+            "bfloat16": _bfloat16_inputs(model)}  # fmt: skip
     meta_path = out.with_suffix(".json")
     meta_path.write_text(json.dumps(meta))
     try:

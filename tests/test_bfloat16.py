@@ -1,8 +1,8 @@
 """bfloat16 models (case c31): a conv whose output torch.chunk splits into DCNv2's offset and mask,
 the whole module ``.to(torch.bfloat16)``.
 
-ONNX types Conv in bfloat16 from opset 22: with no opset given export picks 22; a lower one is an
-``ExportError`` naming 22 (never onnx's raw ``InferenceError``). torchvision has no bfloat16 CPU
+ONNX types Conv in bfloat16 from opset 22: with no opset given export picks 22 (with a target too: its
+own pick is not the user's); a lower one is an ``ExportError`` naming 22 (never onnx's raw ``InferenceError``). torchvision has no bfloat16 CPU
 kernel, so the reference is the float32 model (a copy, upcast); ONNX Runtime CPU has no bfloat16
 Conv, OpenVINO CPU runs the file. Without OpenVINO: a one-line ``MissingKernelError`` naming
 ``verify=False``.
@@ -98,6 +98,16 @@ def test_without_openvino_a_missing_kernel_error(c31, monkeypatch, tmp_path):
     assert "\n" not in str(info.value) and not (tmp_path / "a.onnx").exists()
     report = deform_onnx.export(model, (x,), tmp_path / "b.onnx", verify=False)
     assert report.opset == 22 and (tmp_path / "b.onnx").is_file()
+
+
+@pytest.mark.parametrize("target", ["openvino", "tflite"])
+def test_a_target_picks_opset_22(c31, target):
+    """With a target and no opset: 22, not the target's pick (openvino 17; tflite 13, TorchScript), verified."""
+    model, x = c31
+    report = deform_onnx.export(model, (x,), io.BytesIO(), target=target)
+    assert report.opset == 22 and report.exporter == "dynamo" and report.max_error <= 8e-2
+    with pytest.raises(ExportError, match="opset 22"):  # an explicit lower opset is still refused
+        deform_onnx.export(model, (x,), io.BytesIO(), target=target, opset_version=17)
 
 
 @pytest.mark.parametrize("method", ["gather", "native"])

@@ -130,13 +130,33 @@ def test_bicubic_is_gridsample_cubic(inputs, name):
     assert "GridSample" not in op_types(control)
 
 
-def test_ncnn_5d_is_gridsample_20_at_opset_20():
+def test_ncnn_rule_needs_opset_20_for_5d():
+    """The rule: ncnn's 5-D grid_sample needs opset 20 (its gather form, what lower opsets get, does not load)."""
+    target = resolve_target("ncnn")
+    assert target.opset == 17 and [(f, n) for f, n, _ in target.needs] == [("5-D grid_sample", 20)]
+
+
+def test_ncnn_5d_default_picks_gridsample_20(inputs):
+    """Default arguments: a 5-D call gets opset 20 (GridSample-20, matching PyTorch); a 4-D one keeps 17."""
     g = torch.Generator().manual_seed(29)
     volume = (torch.randn(1, 3, 4, 5, 6, generator=g), torch.rand(1, 3, 4, 2, 3, generator=g) * 2.2 - 1.1)
-    proto = _export("zeros", volume, target="ncnn", opset_version=20)
-    assert _gridsamples(proto) == [("linear", 5)]
+    proto = _export("zeros", volume, target="ncnn")
+    assert next(o.version for o in proto.opset_import if o.domain == "") == 20 and _gridsamples(proto) == [
+        ("linear", 5)
+    ]
     _assert_matches(proto, volume, "zeros")
-    assert "GridSample" not in op_types(_export("zeros", volume, target="ncnn"))  # the target's 17: gather
+    flat = _export("zeros", inputs, target="ncnn")
+    assert next(o.version for o in flat.opset_import if o.domain == "") == 17
+
+
+@pytest.mark.parametrize("opset", [17, 19])
+def test_ncnn_5d_below_opset_20_is_refused_naming_20(tmp_path, opset):
+    """An explicit opset below 20: a one-line ExportError naming opset 20, before anything is written."""
+    volume = (torch.randn(1, 3, 4, 5, 6), torch.rand(1, 3, 4, 2, 3) * 2 - 1)
+    path = tmp_path / "no.onnx"
+    with pytest.raises(deform_onnx.ExportError, match="opset 20") as info:
+        deform_onnx.export(_Warp("zeros"), volume, path, target="ncnn", opset_version=opset)
+    assert "\n" not in str(info.value) and not path.exists()
 
 
 def test_mnn_5d_is_gridsample_20_at_opset_20_reflection_gather():

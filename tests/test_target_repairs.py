@@ -1,4 +1,5 @@
-"""Target repairs (``deform_onnx.targets.repairs``): onnx2torch's ``Reshape allowzero 0``.
+"""Target repairs (``deform_onnx.targets.repairs``): onnx2torch's ``Reshape allowzero 0``, tflite's
+``stack flatten as Concat``.
 
 torch's dynamo exporter writes ``view``/``reshape`` as ``Reshape(allowzero=1)``,
 which onnx2torch 1.5.15 refuses ("allowzero=1" is not implemented; measured with
@@ -20,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import deform_onnx
 from deform_onnx.targets import resolve_target
+from deform_onnx.targets.repair_stack import stack_flatten_as_concat
 from deform_onnx.targets.repairs import reshape_allowzero_0
 from deform_onnx.targets.rules import violations
 from util import run_ort
@@ -81,3 +83,57 @@ def test_onnx2torch_refuses_opset_18_and_up():
     with pytest.raises(ValueError, match="onnx2torch.*opset >= 18"):
         _export(target="onnx2torch", opset_version=18)
     assert _export(target="onnx2torch", opset_version=17).opset_import[0].version == 17
+
+
+# -- tflite: torch.stack(xs, dim=a).flatten(a, a + 1) as one Concat --------------------------------------------
+# onnx2tf 1.29.24 misconverts the Unsqueeze / 5-D Concat / Reshape of Deformable DETR's per-level MSDA core
+# (1.0 off in LiteRT, measured: scripts/repro/onnx2tf_stack_flatten.py); one Concat of the same values converts.
+class _StackFlatten(torch.nn.Module):
+    def __init__(self, start: int = -2):
+        super().__init__()
+        self.start = start
+
+    def forward(self, a, b):
+        return torch.stack([a * 2, b - 1], dim=-2).flatten(self.start, self.start + 1)
+
+
+def _stack_export(module: torch.nn.Module, args: tuple, **kw) -> onnx.ModelProto:
+    buf = io.BytesIO()
+    deform_onnx.export(module, args, buf, input_names=[f"i{k}" for k in range(len(args))], **kw)
+    return onnx.load_from_string(buf.getvalue())
+
+
+def test_tflite_writes_stack_flatten_as_one_concat():
+    """target tflite: no Unsqueeze left, the values PyTorch's; another target's file keeps the stack (the control)."""
+    assert "stack flatten as Concat" in resolve_target("tflite").repairs
+    args = (torch.randn(1, 4, 7, 3), torch.randn(1, 4, 7, 3))
+    control = _stack_export(_StackFlatten(), args, target="generic")
+    assert "Unsqueeze" in {n.op_type for n in control.graph.node}
+    proto = _stack_export(_StackFlatten(), args, target="tflite")
+    assert "Unsqueeze" not in {n.op_type for n in proto.graph.node}
+    got = run_ort(proto.SerializeToString(), {"i0": args[0], "i1": args[1]})
+    np.testing.assert_array_equal(got, _StackFlatten()(*args).numpy())
+
+
+def test_a_reshape_that_merges_other_axes_is_left():
+    """Planted: flatten(-3, -2) merges the axis before the stacked one: not a Concat, so the repair leaves it."""
+    args = (torch.randn(1, 4, 7, 3), torch.randn(1, 4, 7, 3))
+    proto = _stack_export(_StackFlatten(start=-3), args, target="generic")
+    before = [n.op_type for n in proto.graph.node]
+    assert stack_flatten_as_concat(proto) == [] and [n.op_type for n in proto.graph.node] == before
+
+
+def test_tflite_msda_per_level_core_is_repaired_and_matches():
+    """Deformable DETR's PyTorch core (one grid_sample per level) for target tflite: repaired, PyTorch's values."""
+    from deform_onnx.ops import MSDeformAttnReference
+
+    levels = [(4, 5), (2, 3)]
+    g = torch.Generator().manual_seed(23)
+    value = torch.randn(1, 26, 2, 4, generator=g)
+    locations = torch.rand(1, 6, 2, 2, 3, 2, generator=g) * 1.2 - 0.1
+    weights = torch.randn(1, 6, 2, 6, generator=g).softmax(-1).view(1, 6, 2, 2, 3)
+    module = MSDeformAttnReference(levels)
+    proto = _stack_export(module, (value, locations, weights), target="tflite")
+    assert "Unsqueeze" not in {n.op_type for n in proto.graph.node}
+    got = run_ort(proto.SerializeToString(), {"i0": value, "i1": locations, "i2": weights})
+    np.testing.assert_allclose(got, module(value, locations, weights).numpy(), rtol=0, atol=1e-5)

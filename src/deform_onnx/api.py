@@ -193,6 +193,9 @@ def export(
     from .targets import hooks as _target_hooks
 
     choice = _target_hooks.for_export(target, method, opset_version, dynamo, force)
+    from .targets import needs as _target_needs  # hook (issue 19): opsets a model's calls need on the target
+
+    _target_needs.for_model(choice, model, args, opset_version, dynamo)
     method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
     opset_version = _bfloat16_opset(model, args, opset_version, dynamo)  # bfloat16: opset 22 (bfloat16.py)
     if opset_version is None:

@@ -57,6 +57,9 @@ class Target:
             ``no GridSample cubic`` check the graph (:attr:`rules`). Empty (not measured): gather for both.
         repairs: value-preserving rewrites of the exported graph, applied before the rules
             (:data:`deform_onnx.targets.repairs.REPAIRS`).
+        needs: ``(model feature of`` :data:`deform_onnx.targets.needs.FEATURES` ``, the opset the
+            runtime runs it from, why)`` entries: ``export`` picks that opset for a model with the feature when none
+            was given, and refuses an explicit lower one (:func:`deform_onnx.targets.needs.for_model`).
     """
 
     name: str
@@ -71,6 +74,7 @@ class Target:
     forms: tuple[str, ...] = ()
     grid_sample: tuple[str, ...] = ()
     repairs: tuple[str, ...] = ()
+    needs: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def emit_forms(self) -> tuple[str, ...]:

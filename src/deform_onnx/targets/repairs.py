@@ -13,6 +13,9 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   with 0 a dimension is copied from the input, with allowzero=1 it is set to 0),
   so the attribute is dropped where the shape is a constant without a 0; a
   computed shape keeps it (rule ``no Reshape allowzero`` then names the node).
+- ``"stack flatten as Concat"`` (:mod:`.repair_stack`): ``torch.stack(xs, dim=a).flatten(a, a + 1)``
+  as one ``Concat`` (onnx2tf 1.29.24 misconverts the 5-D stack and its Reshape: Deformable DETR's
+  per-level MSDA core 1.0 off in LiteRT).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Callable
 
 import onnx
 from onnx import numpy_helper
+
+from .repair_stack import stack_flatten_as_concat
 
 __all__ = ["REPAIRS", "reshape_allowzero_0"]
 
@@ -56,4 +61,7 @@ def reshape_allowzero_0(model: onnx.ModelProto) -> list[str]:
 
 
 #: Repair name (``Target.repairs``) -> function editing the model in place, returning what it did.
-REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {"Reshape allowzero 0": reshape_allowzero_0}
+REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
+    "Reshape allowzero 0": reshape_allowzero_0,
+    "stack flatten as Concat": stack_flatten_as_concat,  # repair_stack.py
+}

@@ -139,7 +139,8 @@ TABLE: tuple[Target, ...] = (
         "and the grid_sample form does not convert",
         source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py; "
         "scripts/op_matrix.py: the 5-D and bicubic gather forms and the fused MSDA op run, Deformable DETR's "
-        "per-level MSDA core converts wrong)",
+        "per-level MSDA core converted 1.0 off at its stack(dim=-2).flatten(-2), right with repair "
+        "'stack flatten as Concat': scripts/repro/onnx2tf_stack_flatten.py)",
         options=("no IsNaN", "static shapes"),
         faults=(
             _no_kernel(
@@ -150,6 +151,7 @@ TABLE: tuple[Target, ...] = (
         ),
         status="measured here",
         forms=("offset groups apart",),
+        repairs=("stack flatten as Concat",),
     ),
     Target(
         name="ncnn",
@@ -168,6 +170,14 @@ TABLE: tuple[Target, ...] = (
         status="measured here",
         forms=("no NaN guard", "batch 1"),
         grid_sample=("5-D", "cubic"),
+        # measured here (scripts/op_matrix.py): GridSample-20 5-D within 4.2e-7; the gather form at 17 does not load
+        needs=(
+            (
+                "5-D grid_sample",
+                20,
+                "GridSample-20 loads on ncnn; the gather form of lower opsets does not: no ncnn layer for torch.unbind",
+            ),
+        ),
     ),
     Target(
         name="mnn",
