@@ -110,6 +110,19 @@ def test_a_target_picks_opset_22(c31, target):
         deform_onnx.export(model, (x,), io.BytesIO(), target=target, opset_version=17)
 
 
+@pytest.mark.parametrize("target", ["onnxruntime", "onnxruntime<1.25"])
+def test_onnxruntime_target_refuses_bfloat16(c31, tmp_path, target):
+    """ONNX Runtime has no bfloat16 Conv/GridSample: no file for it (one line, before export work); force writes one."""
+    model, x = c31
+    path = tmp_path / "b.onnx"
+    with pytest.raises(MissingKernelError, match="cannot run a bfloat16 model.*float32") as info:
+        deform_onnx.export(model, (x,), path, target=target)
+    assert "\n" not in str(info.value) and not path.exists()
+    # a float32 copy of the same model is exported for that target as usual
+    deform_onnx.export(ChunkDCN(16, 16, (3, 3), (1, 1)).eval(), (x.float(),), path, target=target)
+    assert path.is_file()
+
+
 @pytest.mark.parametrize("method", ["gather", "native"])
 def test_other_methods(c31, method):
     """gather runs on OpenVINO in bfloat16 too; native DeformConv does not (no conversion rule): one line."""

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from ..errors import ExportError
+from ..errors import ExportError, MissingKernelError
 from .base import Choice
 
 
@@ -96,13 +96,22 @@ def for_model(choice: Choice, model: torch.nn.Module, args, user_opset: int | No
     the user asked for, when the target's own pick had sent the export to TorchScript); the target's
     faults are checked at the new opset. Models without those features are not run.
 
+    A model with a feature of :attr:`Target.lacks` (a bfloat16 model for ``onnxruntime``) is refused.
+
     Raises:
+        MissingKernelError: the model has a feature the target's runtime has no kernels for (without ``force``).
         ExportError: an explicit ``opset_version`` below a feature's opset (one line naming it).
         ValueError: the target mishandles the new combination (without ``force``).
     """
     target = choice.target
     if target is None:
         return
+    for feature, why in target.lacks:
+        if not choice.force and FEATURES[feature](model, args):
+            raise MissingKernelError(
+                f"target {target.name!r} cannot run a {feature} model ({why}): export it as float32 or "
+                f"float16 (model.float() / model.half()), or use target='openvino'; force=True writes it anyway"
+            )
     opset = choice.opset if choice.opset is not None else target.opset
     every = EVERY_TARGET if user_opset is None else ()
     for feature, need, why in (*target.needs, *every):
