@@ -9,6 +9,8 @@ benchmarks/quantize.py (BENCHMARKS.md), never here.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -161,6 +163,10 @@ def test_cli_quantizes_from_a_folder_of_images(example, files):
     assert result.exit_code == 0, result.output
     assert f"wrote {out}" in result.output and "| tensor |" in result.output
     assert cosine(run(out, photo.numpy()), want) >= MIN_COSINE
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask, "a normal file's permissions, not mkstemp's 0600"
+    assert "--eval" in " ".join(result.output.split()), "the held-out note names the CLI's option"
 
 
 def test_tensorrt_target_follows_explicit_quantization_rules(example, files):

@@ -306,4 +306,5 @@ def export_command(
         err_console.print(f"[bold yellow]UNVERIFIED: {len(results)} file(s) written without running them in ONNX "
                           f"Runtime against PyTorch (--no-verify)[/]; files in {_where(jobs)}", highlight=False)  # fmt: skip
         return
-    console.print(f"all {len(results)} exports match PyTorch ({bound}); files in {_where(jobs)}", highlight=False)
+    what = "the export matches" if len(results) == 1 else f"all {len(results)} exports match"
+    console.print(f"{what} PyTorch ({bound}); files in {_where(jobs)}", highlight=False)

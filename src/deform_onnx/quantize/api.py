@@ -13,7 +13,7 @@ import onnx
 
 from .calibration import Preprocess, Reader, feeds
 from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
-from .report import LayerError, QuantizeReport, compare
+from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare
 from .tensorrt import tensorrt_violations as tensorrt_violations
 
 #: Targets and the quantizer each uses.
@@ -273,7 +273,7 @@ def _quantize_onnx(
             if found:
                 raise ValueError(f"target 'tensorrt': {found[0]}")
         if not eval_given:
-            notes.append("errors measured on the first calibration sample (pass eval_inputs= for a held-out one)")
+            notes.append(HELD_OUT_NOTE)
         if used is None and any(
             why.startswith(("Gemm with a computed C", "weight is MatMul's first"))
             for why in placement.keep_float.values()
@@ -340,15 +340,11 @@ def _name_nodes(model: onnx.ModelProto) -> None:
 
 
 def _atomic_copy(path: str, dst: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f, open(path, "rb") as g:
-            f.write(g.read())
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Copy ``path`` onto ``dst``: complete or absent, with a normal file's permissions (:mod:`deform_onnx._io`)."""
+    from .._io import atomic_path
+
+    with atomic_path(dst) as tmp, open(path, "rb") as g:
+        tmp.write_bytes(g.read())
 
 
 def _session(model, **kw):

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from .placement import place
-from .report import LayerError, QuantizeReport, compare
+from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare
 
 
 def quantize_openvino(
@@ -72,7 +72,7 @@ def quantize_openvino(
         src=src, dst=dst, target="openvino", quantizer=f"nncf {nncf.__version__}", method=None, samples=total
     )
     if not eval_given:
-        report.notes.append("errors measured on the first calibration sample (pass eval_inputs= for a held-out one)")
+        report.notes.append(HELD_OUT_NOTE)
     fq = [op for op in quantized.get_ops() if op.get_type_name() == "FakeQuantize"]
     report.quantized = [(op.get_friendly_name(), "FakeQuantize", "placed by nncf") for op in fq]
     ops = {n.name: n.op_type for n in model.graph.node}

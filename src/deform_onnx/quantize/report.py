@@ -7,6 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+#: The report's note when no held-out inputs were given (the CLI's option named beside the API's).
+HELD_OUT_NOTE = "errors measured on the first calibration sample (pass eval_inputs=, CLI: --eval, for a held-out one)"
+
 
 @dataclass
 class LayerError:

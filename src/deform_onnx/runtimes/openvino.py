@@ -35,7 +35,7 @@ def available() -> str | None:
         import openvino  # noqa: F401
         from openvino.frontend.onnx import ConversionExtension  # noqa: F401
     except Exception as e:  # noqa: BLE001 - ImportError or a broken install
-        return f"openvino is not usable: {e} (pip install openvino)"
+        return f"openvino is not usable: {e} (pip install 'deform-onnx[openvino]')"
     return None
 
 
