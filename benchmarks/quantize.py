@@ -95,6 +95,17 @@ class MSDALayer(nn.Module):
         return self.output_proj(self.core(v, loc, attn))
 
 
+def write_block(begin: str, end: str, block: str, heading: str) -> None:
+    """Replace the text from ``begin`` to ``end`` in BENCHMARKS.md by ``block`` (or append it under ``heading``)."""
+    path = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
+    text = path.read_text()
+    if begin in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + f"\n\n## {heading}\n\n" + block + "\n"
+    path.write_text(text)
+
+
 def photo(name: str, size: int) -> torch.Tensor:
     import skimage.data
     import skimage.transform
@@ -329,13 +340,7 @@ def main(argv: list[str]) -> None:
     block = markdown(results, meta)
     print(block)
     if not args.print:
-        path = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
-        text = path.read_text()
-        if BEGIN in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-        else:
-            text = text.rstrip("\n") + "\n\n## Quantization (INT8)\n\n" + block + "\n"
-        path.write_text(text)
+        write_block(BEGIN, END, block, "Quantization (INT8)")
 
 
 if __name__ == "__main__":
