@@ -70,6 +70,7 @@ LABELS: dict[str, str] = {
     "msda": "MSDA, the fused op (`MSDeformAttnCore`)",
     "msda-plain": "MSDA, Deformable DETR's PyTorch core (one grid_sample per level)",
     "dcnv3": "DCNv3 layer (`deform_onnx.DCNv3`, NHWC)",
+    "dcn-bands": "DCNv2 layer at 64x64 output pixels (lowered in 2 row bands)",
     **bf16.LABELS,
 }
 
@@ -137,6 +138,11 @@ def op_models() -> list[tuple[str, torch.nn.Module, dict[str, torch.Tensor]]]:
         dcn.mask.weight.mul_(3.0)
     x = torch.randn(1, c24["H"], c24["W"], c24["channels"], generator=torch.Generator().manual_seed(24))
     out.append(("dcnv3", dcn, {"x": x}))
+    # A map over common.BAND_PIXELS: the standard-op lowerings cut it into row bands (ncnn: batch 1)
+    from util import Config, DeformLayer, make_inputs
+
+    cfg = Config(C_in=8, C_out=8, H=64, W=64)
+    out.append(("dcn-bands", DeformLayer(cfg).eval(), make_inputs(cfg)))
     return out + bf16.models(GridSample)
 
 
