@@ -14,7 +14,7 @@ from torch.export import Dim
 import deform_onnx
 from deform_onnx.exporters import dynamo as dynamo_exporter
 from util import (
-    Config,
+    SMALL,
     DeformLayer,
     assert_close,
     assert_lowering,
@@ -24,21 +24,6 @@ from util import (
     run_ort,
 )
 
-#: groups 2, offset groups 3, mask and bias on, stride/padding/dilation differing per axis.
-SMALL = Config(
-    N=1,
-    C_in=6,
-    C_out=6,
-    H=9,
-    W=8,
-    stride=(2, 1),
-    padding=(1, 2),
-    dilation=(1, 2),
-    groups=2,
-    offset_groups=3,
-    mask=True,
-    bias=True,
-)
 #: Sizes other than the export size (N=1, 9x8) that a dynamic model must run at.
 NEW_SIZES = [(2, 13, 11), (3, 6, 15)]
 

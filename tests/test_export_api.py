@@ -24,7 +24,7 @@ import deform_onnx._io
 from deform_onnx import api
 from deform_onnx.ops.registry import LOWERINGS, OPS
 from util import (
-    Config,
+    SMALL,
     DeformLayer,
     assert_close,
     assert_lowering,
@@ -37,22 +37,6 @@ from util import (
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 
-#: A small layer with every parameter non-trivial: groups 2, offset groups 3,
-#: mask and bias on, stride, padding and dilation different per axis.
-SMALL = Config(
-    N=1,
-    C_in=6,
-    C_out=6,
-    H=9,
-    W=8,
-    stride=(2, 1),
-    padding=(1, 2),
-    dilation=(1, 2),
-    groups=2,
-    offset_groups=3,
-    mask=True,
-    bias=True,
-)
 NAMES = ["x", "offset", "mask"]
 
 DYNAMO_OPSETS = range(api.DYNAMO_MIN_OPSET, 21)  # 14..20: the dynamo path's floor, see api.py

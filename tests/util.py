@@ -127,6 +127,12 @@ class DeformLayer(torch.nn.Module):
         return self.conv(x, offset, mask if self.has_mask else None)
 
 
+#: A small layer with every parameter non-trivial (tests/test_dynamo.py, tests/test_export_api.py):
+#: groups 2, offset groups 3, mask and bias on, stride, padding and dilation different per axis.
+SMALL = Config(N=1, C_in=6, C_out=6, H=9, W=8, stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2,
+               offset_groups=3, mask=True, bias=True)  # fmt: skip
+
+
 def make_inputs(cfg: Config, seed: int = 1, N=None, H=None, W=None) -> dict[str, torch.Tensor]:
     """Seeded inputs: ``x = randn``, ``offset = randn * offset_scale``, ``mask = rand``.
 

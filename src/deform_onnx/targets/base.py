@@ -60,7 +60,7 @@ class Target:
         needs: ``(model feature of`` :data:`deform_onnx.targets.needs.FEATURES` ``, the opset the
             runtime runs it from, why)`` entries: ``export`` picks that opset for a model with the feature when none
             was given, and refuses an explicit lower one (:func:`deform_onnx.targets.needs.for_model`).
-        lacks: ``(model feature, why)`` entries the runtime has no kernels for at any opset: ``export``
+        lacks: ``(model feature, why, fix)`` entries the runtime has no kernels for at any opset: ``export``
             refuses such a model with :class:`~deform_onnx.errors.MissingKernelError` (without ``force``).
     """
 
@@ -77,7 +77,7 @@ class Target:
     grid_sample: tuple[str, ...] = ()
     repairs: tuple[str, ...] = ()
     needs: tuple[tuple[str, int, str], ...] = ()
-    lacks: tuple[tuple[str, str], ...] = ()
+    lacks: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def emit_forms(self) -> tuple[str, ...]:

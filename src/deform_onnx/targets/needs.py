@@ -106,11 +106,10 @@ def for_model(choice: Choice, model: torch.nn.Module, args, user_opset: int | No
     target = choice.target
     if target is None:
         return
-    for feature, why in target.lacks:
+    for feature, why, fix in target.lacks:
         if not choice.force and FEATURES[feature](model, args):
             raise MissingKernelError(
-                f"target {target.name!r} cannot run a {feature} model ({why}): export it as float32 or "
-                f"float16 (model.float() / model.half()), or use target='openvino'; force=True writes it anyway"
+                f"target {target.name!r} cannot run a {feature} model ({why}): {fix}; force=True writes it anyway"
             )
     opset = choice.opset if choice.opset is not None else target.opset
     every = EVERY_TARGET if user_opset is None else ()

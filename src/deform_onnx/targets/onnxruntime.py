@@ -44,7 +44,13 @@ def installed_version() -> Version | None:
 
 #: ONNX Runtime's CPU EP has no bfloat16 Conv, GridSample or Add (tests/test_bfloat16.py, 1.32): a bfloat16
 #: file written for it would not run there (scripts/op_matrix.py: the grid_sample file was refused at load).
-_LACKS = (("bfloat16", "ONNX Runtime has no bfloat16 Conv or GridSample kernel (CPU EP, measured on 1.32)"),)
+_LACKS = (
+    (
+        "bfloat16",
+        "ONNX Runtime has no bfloat16 Conv or GridSample kernel (CPU EP, measured on 1.32)",
+        "export it as float32 or float16 (model.float() / model.half()), or use target='openvino'",
+    ),
+)
 
 
 def onnxruntime_target(spec: str = "") -> Target:

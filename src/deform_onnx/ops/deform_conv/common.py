@@ -185,3 +185,16 @@ def row_bands(Ho: Dim, Wo: Dim) -> list[tuple[int, int] | None]:
     count = min(Ho, MAX_BANDS, -(-Ho * Wo // BAND_PIXELS))
     edges = [round(i * Ho / count) for i in range(count + 1)]
     return list(itertools.pairwise(edges))
+
+
+def band_inputs(b: Builder, band: tuple[int, int] | None, Ho: Dim, Wo: Dim, offset: Value, mask: Value | None):
+    """``(first, Hb, Pb, offset_b, mask_b)`` of one band of :func:`row_bands` (``None``: the whole map).
+
+    ``first``: the band's first output row; ``Hb``, ``Pb``: its output rows and pixels (``Hb*Wo``);
+    ``offset_b``, ``mask_b``: its rows of offset ``[N, 2*G*K, Ho, Wo]`` and mask (``None`` stays ``None``).
+    """
+    if band is None:
+        return 0, Ho, b.mul_dim(Ho, Wo), offset, mask
+    first, end = band
+    rows = [None if t is None else b.slice(t, first, end, axis=2) for t in (offset, mask)]
+    return first, end - first, (end - first) * Wo, rows[0], rows[1]

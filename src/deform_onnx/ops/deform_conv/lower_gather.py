@@ -40,6 +40,7 @@ from ...opsets import DEFORM_CONV_GATHER_MIN_OPSET
 from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
 from .common import (
     add_product,
+    band_inputs,
     base_coords,
     checked_spatial,
     coordinate_dtype,
@@ -85,12 +86,8 @@ def lower_gather(
     images = per_image(N, P)
     outs: list[list[Value]] = [[] for _ in images]
     for band in row_bands(Ho, Wo):
-        if band is None:
-            first, Hb, offset_b, mask_b, Pb = 0, Ho, offset, mask, P
-        else:  # output rows first .. end-1, sampled from the whole input
-            first, Hb = band[0], band[1] - band[0]
-            offset_b, mask_b = (None if t is None else b.slice(t, band[0], band[1], axis=2) for t in (offset, mask))
-            Pb = Hb * Wo
+        # output rows first .. first+Hb-1, sampled from the whole input
+        first, Hb, Pb, offset_b, mask_b = band_inputs(b, band, Ho, Wo, offset, mask)
         samplers = _samplers(b, spec, x, table, offset_b, mask_b, coord, Hb, Wo, first)
         for at, n in enumerate(images):
             outs[at].append(_contract(b, spec, samplers, taps, w_taps, n, Pb, bias))

@@ -54,7 +54,16 @@ from ...builder.forms import wants
 from ...opsets import DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
 from ...sampler.gather import nan_guard
 from ..grid_sample.lower import GridSampleSpec, lower_native
-from .common import add_product, base_coords, checked_spatial, coordinate_dtype, output_dims, per_image, row_bands
+from .common import (
+    add_product,
+    band_inputs,
+    base_coords,
+    checked_spatial,
+    coordinate_dtype,
+    output_dims,
+    per_image,
+    row_bands,
+)
 from .integer_contraction import integer_contraction
 from .lower_gather import lower_gather
 from .spec import DeformConvSpec
@@ -104,14 +113,8 @@ def lower_grid_sample(
             x_n, offset_n, mask_n = (None if t is None else b.slice(t, n, n + 1, axis=0) for t in (x, offset, mask))
         parts = []
         for band in bands:
-            if band is None:
-                first, Hb, offset_b, mask_b = 0, Ho, offset_n, mask_n
-            else:  # output rows first .. end-1, sampled from the whole input
-                first, Hb = band[0], band[1] - band[0]
-                offset_b, mask_b = (
-                    None if t is None else b.slice(t, band[0], band[1], axis=2) for t in (offset_n, mask_n)
-                )
-            Pb = P if band is None else Hb * Wo
+            # output rows first .. first+Hb-1, sampled from the whole input
+            first, Hb, Pb, offset_b, mask_b = band_inputs(b, band, Ho, Wo, offset_n, mask_n)
             out = None
             rows = _rows(b, spec, x_n, coord, offset_b, mask_b, H, W, Hb, Wo, first, step)
             if wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
