@@ -97,10 +97,28 @@ def test_offset_path_and_samplers_stay_float(files):
 def test_contraction_is_fused_into_integer_kernels(files):
     """Every contraction MatMul becomes MatMulIntegerToFloat in ONNX Runtime (the integer-contraction form)."""
     report = files["report"]
-    contractions = [n for n, op, why in report.quantized if op == "MatMul" and why == "contraction of sampled columns"]
+    contractions = [n for n, op, why in report.quantized if op == "MatMul" and why.startswith("contraction of")]
+    weight_first = [n for n, op, why in report.quantized if op == "MatMul" and "weight first" in why]
     assert len(contractions) == 18  # 2 layers x 3 rows + 2 layers x 3 rows x 2 groups
+    assert len(weight_first) == 6  # groups == 1: the weight-first form (groups == 2 keep the weight second)
     assert report.fused.get("MatMulIntegerToFloat") == len(contractions)
     assert report.fused.get("QLinearConv", 0) >= 1  # the model's own convolutions (stem, shortcuts)
+    # The weight-first ones run U8S8: ONNX Runtime kept their columns int8 (its QDQS8ToU8Transformer turns
+    # an int8 Q -> DQ pair into uint8; the columns' Q sits before their Reshape, so none is left to turn).
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(files["tmp"] / "int8_optimized.onnx")
+    ort.InferenceSession(str(files["int8"]), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(options.optimized_model_filepath)
+    inits = {t.name: t.data_type for t in optimized.graph.initializer}
+    signed = [
+        n
+        for n in optimized.graph.node
+        if n.op_type == "MatMulIntegerToFloat"
+        and inits.get(n.input[0]) == onnx.TensorProto.UINT8
+        and len(n.input) > 5
+        and inits.get(n.input[5]) == onnx.TensorProto.INT8
+    ]
+    assert len(signed) == len(weight_first)
 
 
 def test_report_says_what_and_why_with_a_per_layer_table(files):

@@ -77,6 +77,10 @@ class Builder:
         """Emit a constant tensor (a numpy array, kept at its dtype)."""
         return self._constant(np.asarray(array))
 
+    def constant_array(self, value: Value) -> np.ndarray | None:
+        """``value``'s data when it is a constant the builder can read (a file's initializer), else ``None``."""
+        return None
+
     def i64(self, values) -> Value:
         """An int64 constant."""
         return self.const(np.asarray(values, dtype=np.int64))
@@ -172,6 +176,10 @@ class Builder:
 
 class IRValueBuilder(Builder):
     """Shape and dtype queries over ``onnx_ir.Value`` (shared by the dynamo and rewrite adapters)."""
+
+    def constant_array(self, value):
+        tensor = getattr(value, "const_value", None)
+        return None if tensor is None else np.asarray(tensor.numpy())
 
     def static_shape(self, value):
         shape = getattr(value, "shape", None)

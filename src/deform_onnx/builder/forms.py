@@ -47,6 +47,12 @@ reach the lowerings through this context instead, set around the export by
   weight, accumulated with ``Sum`` (:mod:`deform_onnx.ops.deform_conv.integer_contraction`), so that ONNX
   Runtime fuses the quantized contraction into ``MatMulIntegerToFloat``
   (used by :func:`deform_onnx.quantize`).
+- ``"weight first"`` (with ``"integer contraction"``, a constant weight and
+  one image per contraction): the weight is the ``MatMul``'s *first* input,
+  its rows normalised to a largest magnitude of 1 and the row scales applied
+  after (``Mul``), so the result needs no transposes; :func:`deform_onnx.quantize`
+  asks for it for ONNX Runtime
+  (:func:`~deform_onnx.ops.deform_conv.integer_contraction.weight_first_contraction`).
 
 Nested blocks add their forms to the enclosing block's.
 """
@@ -69,6 +75,7 @@ EMIT_FORMS = (
     "no GridSample reflection",
     "gather where GridSample cannot",
     "integer contraction",
+    "weight first",
 )
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 

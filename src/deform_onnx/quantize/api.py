@@ -15,6 +15,7 @@ from .calibration import Preprocess, Reader, feeds
 from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
 from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare
 from .tensorrt import tensorrt_violations as tensorrt_violations
+from .weight_first import overrides, quantize_before_layout
 
 #: Targets and the quantizer each uses.
 TARGETS = {"onnxruntime": "onnxruntime.quantization", "tensorrt": "onnxruntime.quantization", "openvino": "nncf"}
@@ -189,7 +190,8 @@ def _lower(model: onnx.ModelProto, method: str | None, target: str) -> tuple[onn
 
     if method is None:
         method = resolve_target("tensorrt").method if target == "tensorrt" else "grid_sample"
-    forms = ["integer contraction"]
+    # ONNX Runtime: the weight-first contraction (U8S8 MatMulIntegerToFloat, no transposes); TensorRT: weight second.
+    forms = ["integer contraction"] + (["weight first"] if target == "onnxruntime" else [])
     with graph_forms(forms):
         return lower(model, method=method, target="tensorrt" if target == "tensorrt" else None), method
 
@@ -235,6 +237,8 @@ def _quantize_onnx(
             # Per output channel: the last axis of a MatMul weight ([C, Co], or [groups, C/g, Co/g] batched).
             "QDQOpTypePerChannelSupportToAxis": {"MatMul": -1},
         }
+        if placement.weight_first and not trt:
+            extra["TensorQuantOverrides"] = overrides(placement)
         total = len(samples)
         done = [0]
 
@@ -265,7 +269,8 @@ def _quantize_onnx(
         quantized = onnx.load(tmp_q)
         if not quantize_offset_path:
             float_reads(quantized, set(placement.keep_float) | placement.offset_path)
-            onnx.save(quantized, tmp_q)
+        quantize_before_layout(quantized, placement)
+        onnx.save(quantized, tmp_q)
         onnx.checker.check_model(quantized)
         notes: list[str] = []
         if trt:

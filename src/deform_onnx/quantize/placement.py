@@ -27,6 +27,12 @@ So, found by graph analysis (names of nodes are not trusted):
   (the default lowering's accumulation) stays float: ONNX Runtime's QDQ Gemm
   rule takes only a constant bias (re-lower with the ``"integer contraction"``
   form, which :func:`deform_onnx.quantize` does for native files).
+- **weight first** (the ``"weight first"`` form of the contraction,
+  :func:`~deform_onnx.ops.deform_conv.integer_contraction.weight_first_contraction`):
+  a ``MatMul`` whose first input is a constant and whose second input is
+  sampled columns (through layout ops only) is quantized and listed in
+  :attr:`Placement.weight_first`; its layout ops are not (the columns are
+  quantized before them: :mod:`.weight_first`).
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ class Placement:
     offset_path: set[str] = field(default_factory=set)  # offset path + weight side (float unless asked)
     samplers: list[str] = field(default_factory=list)
     grids: list[tuple[str, str]] = field(default_factory=list)  # (sampler node, coordinate tensor)
+    #: weight-first contractions (the ``"weight first"`` form): MatMul node -> (weight tensor, columns tensor)
+    weight_first: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _graph_maps(graph: onnx.GraphProto):
@@ -185,12 +193,24 @@ def place(
         if i in float_side and not quantize_offset_path:
             out.keep_float[node.name] = "offset path: its rounding moves the samples"
             continue
-        if (
+        weight_first = (
             node.op_type == "MatMul"
-            and not allow_computed_bias
             and _constant(graph, producer, node.input[0], inits)
             and not _constant(graph, producer, node.input[1], inits)
+        )
+        if (
+            weight_first
+            and not allow_computed_bias
+            and _columns(graph, producer, node.input[1], products | sampler_ids)
         ):
+            out.weight_first[node.name] = (node.input[0], node.input[1])
+            out.why_quantized[node.name] = (
+                "contraction of sampled columns, weight first (uint8 per-tensor weight of normalised rows, "
+                "int8 columns: MatMulIntegerToFloat, no transposes)"
+            )
+            linear.append(i)
+            continue
+        if weight_first and not allow_computed_bias:
             out.keep_float[node.name] = (
                 "weight is MatMul's first input: ONNX Runtime fuses no int8 first input on x86 "
                 "(QDQIsInt8Allowed), so Q/DQ would only add work"
@@ -214,7 +234,7 @@ def place(
     # Layout ops carrying the columns from a product (or sampler) into a quantized contraction.
     layout: set[int] = set()
     for i in linear:
-        if i not in sampled:
+        if i not in sampled or names[i] in out.weight_first:
             continue
         chain: list[int] = []
         j = producer.get(graph.node[i].input[0])
@@ -228,6 +248,14 @@ def place(
                 out.why_quantized[names[k]] = "layout op of the columns: moves uint8"
     out.quantize = [names[i] for i in sorted(set(linear) | layout)]
     return out
+
+
+def _columns(graph, producer, tensor: str, sources: set[int]) -> bool:
+    """Whether ``tensor`` is a sampler's (or its product's) output, through layout ops only."""
+    i = producer.get(tensor)
+    while i is not None and i not in sources and graph.node[i].op_type in LAYOUT_OPS:
+        i = producer.get(graph.node[i].input[0])
+    return i is not None and i in sources
 
 
 def _integer_data(graph, producer, tensor: str) -> bool:

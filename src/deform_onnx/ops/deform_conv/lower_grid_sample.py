@@ -64,7 +64,7 @@ from .common import (
     per_image,
     row_bands,
 )
-from .integer_contraction import integer_contraction
+from .integer_contraction import integer_contraction, weight_first_contraction
 from .lower_gather import lower_gather
 from .spec import DeformConvSpec
 
@@ -104,6 +104,9 @@ def lower_grid_sample(
     step = kh * kw if bands != [None] else kw
     w_rows = [b.slice(w, k, k + step, axis=3) for k in range(0, kh * kw, step)]  # shared by every image
     flat = groups == 1 and (b.dim(x, 0) == 1 or images != [None])  # a batch of one per MatMul
+    w_const = b.constant_array(weight) if flat and wants("weight first") else None
+    if w_const is not None:
+        w_const = w_const.reshape(Co, C, kh * kw)
 
     outs = []
     for n in images:
@@ -117,7 +120,9 @@ def lower_grid_sample(
             first, Hb, Pb, offset_b, mask_b = band_inputs(b, band, Ho, Wo, offset_n, mask_n)
             out = None
             rows = _rows(b, spec, x_n, coord, offset_b, mask_b, H, W, Hb, Wo, first, step)
-            if wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
+            if wants("integer contraction") and w_const is not None:  # ONNX Runtime's INT8 form
+                rows, out = [], weight_first_contraction(b, rows, w_const, step=step, P=Pb)
+            elif wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
                 rows, out = [], integer_contraction(b, rows, w_rows, groups=groups, Co=Co, Cpg=Cpg, kw=step, P=Pb)
             for w_i, cols in zip(w_rows, rows):
                 # cols: [N*G, C/G, kw*Hb*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
