@@ -77,17 +77,22 @@ def test_offset_path_and_samplers_stay_float(files):
     """Checked on the written file, by its own graph (not by the placement's bookkeeping)."""
     graph = onnx.load(files["int8"]).graph
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output}
-    samplers = [n for n in graph.node if n.op_type == "GridSample"]
-    assert len(samplers) == 12  # 4 DCNv2 layers x 3 kernel rows: the lowering ran
+    samplers = [n for n in graph.node if n.op_type in ("GridSample", "DeformConv")]
+    # groups == 2 layers: GridSample per kernel row (2 layers x 3); groups == 1 layers: ONNX Runtime's own
+    # DeformConv samples the columns of the integer contraction (2 layers x 1, the "DeformConv sampler" form)
+    assert sorted(n.op_type for n in samplers) == ["DeformConv"] * 2 + ["GridSample"] * 6
     for node in samplers:
-        # The offset path of this sampler: upstream of its grid, not upstream of its data.
-        path = _upstream(graph, [node.input[1]], producer) - _upstream(graph, [node.input[0]], producer)
+        # The offset path of this sampler: upstream of its grid (offset, mask), not upstream of its data.
+        coords = [node.input[1]] if node.op_type == "GridSample" else [node.input[2], node.input[4]]
+        path = _upstream(graph, coords, producer) - _upstream(graph, [node.input[0]], producer)
         kinds = {graph.node[i].op_type for i in path}
         assert "Conv" in kinds  # the offset predictor is on it
         assert not kinds & {"QuantizeLinear", "DequantizeLinear", "QLinearConv"}, node.name
         # Neither the map it samples nor its grid is read through a DequantizeLinear.
         for t in node.input:
-            assert graph.node[producer[t]].op_type != "DequantizeLinear", (node.name, t)
+            assert t not in producer or graph.node[producer[t]].op_type != "DequantizeLinear", (node.name, t)
+        if node.op_type == "DeformConv":
+            continue  # it applies the mask itself
         # The mask product reads the float samples and a float mask.
         for consumer in (n for n in graph.node if node.output[0] in n.input):
             assert consumer.op_type == "Mul"
@@ -99,8 +104,8 @@ def test_contraction_is_fused_into_integer_kernels(files):
     report = files["report"]
     contractions = [n for n, op, why in report.quantized if op == "MatMul" and why.startswith("contraction of")]
     weight_first = [n for n, op, why in report.quantized if op == "MatMul" and "weight first" in why]
-    assert len(contractions) == 18  # 2 layers x 3 rows + 2 layers x 3 rows x 2 groups
-    assert len(weight_first) == 6  # groups == 1: the weight-first form (groups == 2 keep the weight second)
+    assert len(contractions) == 14  # 2 layers x 1 (groups == 1: one of all taps) + 2 layers x 3 rows x 2 groups
+    assert len(weight_first) == 2  # groups == 1: the weight-first form (groups == 2 keep the weight second)
     assert report.fused.get("MatMulIntegerToFloat") == len(contractions)
     assert report.fused.get("QLinearConv", 0) >= 1  # the model's own convolutions (stem, shortcuts)
     # The weight-first ones run U8S8: ONNX Runtime kept their columns int8 (its QDQS8ToU8Transformer turns
@@ -311,7 +316,7 @@ def test_64_channel_dcnv2_stack_keeps_cosine_on_an_unseen_photo(tmp_path):
     deform_onnx.export(model, (photo,), native, method="native", opset_version=19)
     out = tmp_path / "stack_int8.onnx"
     report = deform_onnx.quantize(native, out, [bench.photo(n, 96) for n in CALIBRATION], eval_inputs=photo)
-    assert report.fused.get("MatMulIntegerToFloat") == 9  # 3 layers x 3 kernel rows
+    assert report.fused.get("MatMulIntegerToFloat") == 3  # 3 layers x 1 (all taps sampled by one DeformConv)
     assert {n for n, op, why in report.kept_float if op == "Conv"} and all(
         why.startswith("offset path") for _, op, why in report.kept_float if op == "Conv"
     )

@@ -53,6 +53,11 @@ reach the lowerings through this context instead, set around the export by
   after (``Mul``), so the result needs no transposes; :func:`deform_onnx.quantize`
   asks for it for ONNX Runtime
   (:func:`~deform_onnx.ops.deform_conv.integer_contraction.weight_first_contraction`).
+- ``"DeformConv sampler"`` (with ``"weight first"``, opset >= 19): the columns
+  are sampled by a depthwise ``DeformConv`` with a one-hot weight (the
+  runtime's kernel samples and masks) and contracted by the weight-first
+  ``MatMul`` (:mod:`deform_onnx.ops.deform_conv.sampler_columns`); for ONNX
+  Runtime >= 1.25, which has the kernel.
 
 Nested blocks add their forms to the enclosing block's.
 """
@@ -76,6 +81,7 @@ EMIT_FORMS = (
     "gather where GridSample cannot",
     "integer contraction",
     "weight first",
+    "DeformConv sampler",
 )
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 

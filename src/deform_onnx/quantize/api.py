@@ -190,10 +190,21 @@ def _lower(model: onnx.ModelProto, method: str | None, target: str) -> tuple[onn
 
     if method is None:
         method = resolve_target("tensorrt").method if target == "tensorrt" else "grid_sample"
-    # ONNX Runtime: the weight-first contraction (U8S8 MatMulIntegerToFloat, no transposes); TensorRT: weight second.
-    forms = ["integer contraction"] + (["weight first"] if target == "onnxruntime" else [])
+    # ONNX Runtime: the weight-first contraction (U8S8 MatMulIntegerToFloat, no transposes), its columns
+    # sampled by its own DeformConv kernel where it has one; TensorRT: weight second, GridSample.
+    forms = ["integer contraction"]
+    if target == "onnxruntime":
+        forms += ["weight first"] + (["DeformConv sampler"] if _ort_has_deform_conv() else [])
     with graph_forms(forms):
         return lower(model, method=method, target="tensorrt" if target == "tensorrt" else None), method
+
+
+def _ort_has_deform_conv() -> bool:
+    """Whether the installed ONNX Runtime has a ``DeformConv`` kernel (1.25 on: microsoft/onnxruntime#27393)."""
+    import onnxruntime
+    from packaging.version import Version
+
+    return Version(onnxruntime.__version__.split("+")[0]) >= Version("1.25")
 
 
 def _quantize_onnx(

@@ -66,6 +66,7 @@ from .common import (
 )
 from .integer_contraction import integer_contraction, weight_first_contraction
 from .lower_gather import lower_gather
+from .sampler_columns import sampler_columns
 from .spec import DeformConvSpec
 
 MIN_OPSET = DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
@@ -92,7 +93,9 @@ def lower_grid_sample(
     offset, mask = checked_spatial(b, offset, Ho, Wo), checked_spatial(b, mask, Ho, Wo)
     P = b.mul_dim(Ho, Wo)
 
-    if use_exact_sampler(b, x) or not spec.bilinear_interpolation_pad:
+    # ONNX Runtime's INT8 form: its DeformConv samples (exact at any size), an integer MatMul contracts.
+    sampler = wants("DeformConv sampler") and b.opset >= 19 and spec.bilinear_interpolation_pad
+    if not sampler and (use_exact_sampler(b, x) or not spec.bilinear_interpolation_pad):
         # (OpenVINO's border rule is written once, in the gather sampler.)
         return lower_gather(b, spec, x, weight, offset, mask, bias)
     coord, offset = coordinate_dtype(b, x, offset)
@@ -107,6 +110,10 @@ def lower_grid_sample(
     w_const = b.constant_array(weight) if flat and wants("weight first") else None
     if w_const is not None:
         w_const = w_const.reshape(Co, C, kh * kw)
+    if sampler and (w_const is None or (bands != [None] and not isinstance(H, int))):
+        sampler = False
+        if use_exact_sampler(b, x):
+            return lower_gather(b, spec, x, weight, offset, mask, bias)
 
     outs = []
     for n in images:
@@ -119,11 +126,15 @@ def lower_grid_sample(
             # output rows first .. first+Hb-1, sampled from the whole input
             first, Hb, Pb, offset_b, mask_b = band_inputs(b, band, Ho, Wo, offset_n, mask_n)
             out = None
-            rows = _rows(b, spec, x_n, coord, offset_b, mask_b, H, W, Hb, Wo, first, step)
-            if wants("integer contraction") and w_const is not None:  # ONNX Runtime's INT8 form
-                rows, out = [], weight_first_contraction(b, rows, w_const, step=step, P=Pb)
-            elif wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
-                rows, out = [], integer_contraction(b, rows, w_rows, groups=groups, Co=Co, Cpg=Cpg, kw=step, P=Pb)
+            if sampler:  # [N, C*K, Hb, Wo]: rows (channel, tap), as weight_first_contraction takes them
+                cols = sampler_columns(b, spec, x_n, offset_b, mask_b, H, band)  # type: ignore[arg-type]
+                rows, out = [], weight_first_contraction(b, [cols], w_const, step=kh * kw, P=Pb)  # type: ignore[arg-type]
+            else:
+                rows = _rows(b, spec, x_n, coord, offset_b, mask_b, H, W, Hb, Wo, first, step)
+                if wants("integer contraction") and w_const is not None:  # weight first (ONNX Runtime's INT8)
+                    rows, out = [], weight_first_contraction(b, rows, w_const, step=step, P=Pb)
+                elif wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
+                    rows, out = [], integer_contraction(b, rows, w_rows, groups=groups, Co=Co, Cpg=Cpg, kw=step, P=Pb)
             for w_i, cols in zip(w_rows, rows):
                 # cols: [N*G, C/G, kw*Hb*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
                 if flat:  # 2-D: one Gemm per kernel row
