@@ -321,3 +321,26 @@ def test_64_channel_dcnv2_stack_keeps_cosine_on_an_unseen_photo(tmp_path):
         why.startswith("offset path") for _, op, why in report.kept_float if op == "Conv"
     )
     assert cosine(run(out, photo.numpy()), want) >= MIN_COSINE
+
+
+def test_a_wrong_lowering_is_refused_and_nothing_written(example, files, monkeypatch):
+    """quantize measures the INT8 file against the lowered float model, so it checks that model first."""
+    from deform_onnx.quantize import api
+
+    real = api.lower_for_quantization
+
+    def planted(model, method, target):  # one contraction weight 10% off
+        lowered, used = real(model, method, target)
+        for node in lowered.graph.node:
+            if node.op_type == "Constant" and node.attribute[0].t.data_type == onnx.TensorProto.FLOAT:
+                value = onnx.numpy_helper.to_array(node.attribute[0].t)
+                if value.ndim == 2 and value.size > 64:
+                    node.attribute[0].t.CopyFrom(onnx.numpy_helper.from_array(value * 1.1, node.attribute[0].t.name))
+                    return lowered, used
+        raise AssertionError("no contraction weight to plant a fault in")
+
+    monkeypatch.setattr(api, "lower_for_quantization", planted)
+    dst = files["tmp"] / "wrong_int8.onnx"
+    with pytest.raises(ValueError, match="lowered float model misses the original"):
+        deform_onnx.quantize(files["native"], dst, files["calibration"], eval_inputs=example[1])
+    assert not dst.exists()

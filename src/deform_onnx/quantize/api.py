@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 
 from .calibration import Preprocess, Reader, feeds
+from .lowering import check_lowering, lower_for_quantization
 from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
 from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare
 from .tensorrt import tensorrt_violations as tensorrt_violations
@@ -19,8 +20,6 @@ from .weight_first import overrides, quantize_before_layout
 
 #: Targets and the quantizer each uses.
 TARGETS = {"onnxruntime": "onnxruntime.quantization", "tensorrt": "onnxruntime.quantization", "openvino": "nncf"}
-#: Deformable-convolution node kinds that :func:`quantize` lowers first (the rewriter's known nodes).
-_DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "DeformableConv2D", "TRTDCNv3")
 #: ONNX Runtime's integer kernels, counted in the optimized graph (the fusion the placement aims at).
 INTEGER_KERNELS = (
     "QLinearConv",
@@ -66,8 +65,15 @@ def quantize(
     TensorRT) with the ``"integer contraction"`` form
     (:mod:`deform_onnx.ops.deform_conv.integer_contraction`), so that the
     contraction becomes ``MatMul`` on 2-D constant weights, which ONNX Runtime
-    fuses into ``MatMulIntegerToFloat``. ``method="native"`` keeps
-    ``DeformConv`` (float) and quantizes the rest.
+    fuses into ``MatMulIntegerToFloat``. For ONNX Runtime the weight comes
+    first (``"weight first"``: U8S8, no transposes) and, with ONNX Runtime >=
+    1.25 and an opset >= 19 file, the columns are sampled by its own
+    ``DeformConv`` kernel (``"DeformConv sampler"``,
+    :mod:`deform_onnx.ops.deform_conv.sampler_columns`; the file then needs
+    ONNX Runtime >= 1.25). The lowered float model is checked against
+    ``src`` on the evaluation sample before quantizing (where ONNX Runtime
+    runs ``src``). ``method="native"`` keeps ``DeformConv`` (float) and
+    quantizes the rest.
 
     Placement (:mod:`.placement`): the contraction and the model's
     ``Conv``/``MatMul``/``Gemm`` are quantized; the offset path (offset and
@@ -109,7 +115,7 @@ def quantize(
 
     Raises:
         ValueError: unknown target or method, ``dst`` equal to ``src`` or of the wrong suffix, a
-            ``src`` that is no ONNX model or has inputs other than float32,
+            ``src`` that is no ONNX model or has inputs other than float32, a lowering that misses ``src``,
             bad calibration data (see :func:`~deform_onnx.quantize.calibration.feeds`), a model
             with nothing to quantize, or a TensorRT placement rule broken.
         FileNotFoundError: ``src`` or ``dst``'s folder is missing.
@@ -180,33 +186,6 @@ def _inputs(model: onnx.ModelProto) -> list[tuple[str, list]]:
     return out
 
 
-def _lower(model: onnx.ModelProto, method: str | None, target: str) -> tuple[onnx.ModelProto, str | None]:
-    """``model`` with its deformable nodes lowered in the integer-contraction form (or as it is)."""
-    if method == "native" or not any(n.op_type in _DEFORM_OPS for n in model.graph.node):
-        return model, None
-    from ..builder.forms import graph_forms
-    from ..rewrite import lower
-    from ..targets import resolve_target
-
-    if method is None:
-        method = resolve_target("tensorrt").method if target == "tensorrt" else "grid_sample"
-    # ONNX Runtime: the weight-first contraction (U8S8 MatMulIntegerToFloat, no transposes), its columns
-    # sampled by its own DeformConv kernel where it has one; TensorRT: weight second, GridSample.
-    forms = ["integer contraction"]
-    if target == "onnxruntime":
-        forms += ["weight first"] + (["DeformConv sampler"] if _ort_has_deform_conv() else [])
-    with graph_forms(forms):
-        return lower(model, method=method, target="tensorrt" if target == "tensorrt" else None), method
-
-
-def _ort_has_deform_conv() -> bool:
-    """Whether the installed ONNX Runtime has a ``DeformConv`` kernel (1.25 on: microsoft/onnxruntime#27393)."""
-    import onnxruntime
-    from packaging.version import Version
-
-    return Version(onnxruntime.__version__.split("+")[0]) >= Version("1.25")
-
-
 def _quantize_onnx(
     src, dst, model, samples, evaluation, *, target, method, per_channel, quantize_offset_path, step, eval_given
 ) -> QuantizeReport:
@@ -225,7 +204,9 @@ def _quantize_onnx(
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     step("lower", 0, 1)
-    lowered, used = _lower(model, method, target)
+    lowered, used = lower_for_quantization(model, method, target)
+    if used is not None:
+        check_lowering(src, model, lowered, evaluation)
     with tempfile.TemporaryDirectory(prefix="deform_onnx_quantize_") as tmp:
         tmp_in, tmp_pre, tmp_q = (os.path.join(tmp, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
         onnx.save(lowered, tmp_in)
@@ -290,6 +271,11 @@ def _quantize_onnx(
                 raise ValueError(f"target 'tensorrt': {found[0]}")
         if not eval_given:
             notes.append(HELD_OUT_NOTE)
+        if used is not None and any(n.op_type == "DeformConv" for n in lowered.graph.node):
+            notes.append(
+                "the columns are sampled by ONNX Runtime's DeformConv kernel (float; a depthwise one-hot "
+                "DeformConv per row band) and contracted on integers: the file needs ONNX Runtime >= 1.25"
+            )
         if used is None and any(
             why.startswith(("Gemm with a computed C", "weight is MatMul's first"))
             for why in placement.keep_float.values()

@@ -127,7 +127,7 @@ def lower_grid_sample(
             first, Hb, Pb, offset_b, mask_b = band_inputs(b, band, Ho, Wo, offset_n, mask_n)
             out = None
             if sampler:  # [N, C*K, Hb, Wo]: rows (channel, tap), as weight_first_contraction takes them
-                cols = sampler_columns(b, spec, x_n, offset_b, mask_b, H, band)  # type: ignore[arg-type]
+                cols = sampler_columns(b, spec, x_n, offset_b, mask_b, H, band)
                 rows, out = [], weight_first_contraction(b, [cols], w_const, step=kh * kw, P=Pb)  # type: ignore[arg-type]
             else:
                 rows = _rows(b, spec, x_n, coord, offset_b, mask_b, H, W, Hb, Wo, first, step)

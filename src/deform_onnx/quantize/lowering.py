@@ -1,0 +1,64 @@
+"""The float model :func:`~deform_onnx.quantize.quantize` quantizes: its deformable nodes lowered for the target, checked."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+#: Deformable-convolution node kinds that :func:`lower_for_quantization` lowers (the rewriter's known nodes).
+DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "DeformableConv2D", "TRTDCNv3")
+
+
+def lower_for_quantization(
+    model: onnx.ModelProto, method: str | None, target: str
+) -> tuple[onnx.ModelProto, str | None]:
+    """``model`` with its deformable nodes lowered in the integer-contraction form (or as it is)."""
+    if method == "native" or not any(n.op_type in DEFORM_OPS for n in model.graph.node):
+        return model, None
+    from ..builder.forms import graph_forms
+    from ..rewrite import lower
+    from ..targets import resolve_target
+
+    if method is None:
+        method = resolve_target("tensorrt").method if target == "tensorrt" else "grid_sample"
+    # ONNX Runtime: the weight-first contraction (U8S8 MatMulIntegerToFloat, no transposes), its columns
+    # sampled by its own DeformConv kernel where it has one; TensorRT: weight second, GridSample.
+    forms = ["integer contraction"]
+    if target == "onnxruntime":
+        forms += ["weight first"] + (["DeformConv sampler"] if ort_has_deform_conv() else [])
+    with graph_forms(forms):
+        return lower(model, method=method, target="tensorrt" if target == "tensorrt" else None), method
+
+
+def check_lowering(src, model: onnx.ModelProto, lowered: onnx.ModelProto, evaluation: dict) -> None:
+    """Refuse a lowered float model whose outputs miss ``src``'s on the evaluation sample (float32 tolerance).
+
+    The quantized file is measured against the lowered float model, so a wrong lowering would go unseen
+    there. Skipped when ONNX Runtime cannot run ``src`` (mmcv or TensorRT plugin nodes).
+    """
+    import onnxruntime as ort
+
+    from ..verification import tolerance_for
+
+    try:
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, evaluation)
+    except Exception:  # noqa: BLE001 - nodes ONNX Runtime has no kernel for: nothing to compare with
+        return
+    got = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, evaluation)
+    tol = tolerance_for("float32")
+    for name, g, w in zip((o.name for o in model.graph.output), got, want):
+        g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        if g64.shape != w64.shape or not np.all(np.abs(g64 - w64) <= tol.atol + tol.rtol * np.abs(w64)):
+            err = float(np.max(np.abs(g64 - w64))) if g64.shape == w64.shape else float("inf")
+            raise ValueError(
+                f"{src}: the lowered float model misses the original on output {name!r} (max abs error {err:.3g}, "
+                f"float32 tolerance {tol.atol:g} + {tol.rtol:g}*|x|); nothing written: please report this model"
+            )
+
+
+def ort_has_deform_conv() -> bool:
+    """Whether the installed ONNX Runtime has a ``DeformConv`` kernel (1.25 on: microsoft/onnxruntime#27393)."""
+    import onnxruntime
+    from packaging.version import Version
+
+    return Version(onnxruntime.__version__.split("+")[0]) >= Version("1.25")
