@@ -38,7 +38,7 @@ def _lowered(cfg: Config, monkeypatch, bands: bool = True) -> tuple[onnx.ModelPr
     deform_onnx.export(model, tuple(inputs.values()), buf, method="native", opset_version=19,
                        input_names=list(inputs), output_names=["y"])  # fmt: skip
     if bands:
-        monkeypatch.setattr(common, "BAND_PIXELS", 20)
+        monkeypatch.setattr(common, "SAMPLER_BAND_PIXELS", 20)
     with graph_forms(FORMS):
         lowered = deform_onnx.lower(onnx.load_from_string(buf.getvalue()), method="grid_sample")
     return lowered, inputs
@@ -48,7 +48,7 @@ def _lowered(cfg: Config, monkeypatch, bands: bool = True) -> tuple[onnx.ModelPr
 def test_sampler_form_in_bands_matches_torchvision(cfg, monkeypatch):
     lowered, inputs = _lowered(cfg, monkeypatch)
     samplers = [n for n in lowered.graph.node if n.op_type == "DeformConv"]
-    bands = common.row_bands(*cfg.out_hw())
+    bands = common.row_bands(*cfg.out_hw(), sampler=True)
     assert len(bands) > 1 and len(samplers) == len(bands)  # one depthwise DeformConv per band
     assert all(next(a.i for a in n.attribute if a.name == "group") == cfg.C_in for n in samplers)
     assert "GridSample" not in {n.op_type for n in lowered.graph.node}

@@ -166,9 +166,15 @@ def add_product(b: Builder, acc: Value | None, a: Value, m: Value, two_d: bool =
 BAND_PIXELS = 48 * 48
 #: Most bands :func:`row_bands` cuts a map into (each band is its own copy of the sampling nodes).
 MAX_BANDS = 24
+#: Output pixels per row band of the DeformConv-sampler form (64x64; ``sampler_columns``). Measured on the 64-channel stack (ONNX Runtime 1.32,
+#: 2 threads, default spinning / ``allow_spinning=0`` / 1 thread, ratio to native DeformConv): bands of
+#: 2304 px 0.91x / 1.01x / 0.75x; 3456 px 0.85x / 0.96x / 0.76x; 4608 px 0.85x / 0.95x / 0.77x; 6912 px
+#: 0.88x / 1.02x / 0.81x; one piece 1.15x. (Each band's DeformConv runs ``C`` small GEMMs, one per group:
+#: fewer bands, fewer thread-pool hand-offs.)
+SAMPLER_BAND_PIXELS = 4096
 
 
-def row_bands(Ho: Dim, Wo: Dim) -> list[tuple[int, int] | None]:
+def row_bands(Ho: Dim, Wo: Dim, sampler: bool = False) -> list[tuple[int, int] | None]:
     """Bands of output rows ``(first, end)`` that a lowering samples and contracts one at a time, or ``[None]``.
 
     A static output map of ``Ho*Wo > BAND_PIXELS`` pixels is cut into
@@ -178,11 +184,13 @@ def row_bands(Ho: Dim, Wo: Dim) -> list[tuple[int, int] | None]:
     the band count bounds the graph's size. Dynamic sizes stay in one piece
     (a band count from the size would need a ``Loop``). Measured on ONNX
     Runtime CPU (BENCHMARKS.md, "Row bands"): bands of 9216 pixels gained
-    nothing over one piece; 4608, 2304 and 1152 were within noise.
+    nothing over one piece; 4608, 2304 and 1152 were within noise. ``sampler``:
+    the DeformConv-sampler form's band size, ``SAMPLER_BAND_PIXELS``.
     """
-    if not (isinstance(Ho, int) and isinstance(Wo, int)) or Ho * Wo <= BAND_PIXELS or Ho < 2:
+    pixels = SAMPLER_BAND_PIXELS if sampler else BAND_PIXELS
+    if not (isinstance(Ho, int) and isinstance(Wo, int)) or Ho * Wo <= pixels or Ho < 2:
         return [None]
-    count = min(Ho, MAX_BANDS, -(-Ho * Wo // BAND_PIXELS))
+    count = min(Ho, MAX_BANDS, -(-Ho * Wo // pixels))
     edges = [round(i * Ho / count) for i in range(count + 1)]
     return list(itertools.pairwise(edges))
 

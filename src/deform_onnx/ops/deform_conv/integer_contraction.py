@@ -83,7 +83,13 @@ def tap_product(b: Builder, cols: Value, w_k: Value, *, groups: int, Cpg: int, C
     return b.op("Concat", *parts, axis=1)
 
 
-def weight_first_contraction(b: Builder, rows, weight: np.ndarray, *, step: int, P) -> Value:
+def row_scales(weight: np.ndarray) -> np.ndarray:
+    """``r``: each output channel's largest weight magnitude, ``[Co, 1]`` (1 for an all-zero row)."""
+    r = np.abs(weight.reshape(weight.shape[0], -1)).max(axis=1, keepdims=True)
+    return np.where(r > 0, r, 1).astype(weight.dtype)
+
+
+def weight_first_contraction(b: Builder, rows, weight: np.ndarray, *, step: int, P, scale: bool = True) -> Value:
     """``sum_i W_i @ cols_i`` with the constant weight first, rows normalised: ``[Co, P]``, no transposes.
 
     The form for ONNX Runtime (``"weight first"``; one image, ``groups == 1``).
@@ -110,17 +116,18 @@ def weight_first_contraction(b: Builder, rows, weight: np.ndarray, *, step: int,
         weight: the constant weight ``[Co, C, K]`` (``K = kh*kw``, taps in row-major order).
         step: taps per entry of ``rows``.
         P: output pixels of the contraction.
+        scale: apply ``r`` here; ``False`` leaves it to the caller (one ``Mul`` by :func:`row_scales`
+            after the row bands are joined, instead of one per band).
 
     Returns:
         ``[Co, P]``.
     """
     Co, C = weight.shape[0], weight.shape[1]
-    r = np.abs(weight.reshape(Co, -1)).max(axis=1, keepdims=True)
-    r = np.where(r > 0, r, 1).astype(weight.dtype)
+    r = row_scales(weight)
     normalised = weight / r[:, :, None]
     sums = []
     for i, cols in enumerate(rows):
         w_i = np.ascontiguousarray(normalised[:, :, i * step : (i + 1) * step].reshape(Co, C * step))
         sums.append(b.op("MatMul", b.const(w_i), b.reshape(cols, [C * step, P])))
     total = sums[0] if len(sums) == 1 else b.op("Sum", *sums)
-    return b.op("Mul", total, b.const(r))
+    return b.op("Mul", total, b.const(r)) if scale else total

@@ -64,9 +64,9 @@ from .common import (
     per_image,
     row_bands,
 )
-from .integer_contraction import integer_contraction, weight_first_contraction
+from .integer_contraction import integer_contraction, row_scales, weight_first_contraction
 from .lower_gather import lower_gather
-from .sampler_columns import sampler_columns
+from .sampler_columns import sampler_columns, shift_offsets
 from .spec import DeformConvSpec
 
 MIN_OPSET = DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
@@ -93,28 +93,32 @@ def lower_grid_sample(
     offset, mask = checked_spatial(b, offset, Ho, Wo), checked_spatial(b, mask, Ho, Wo)
     P = b.mul_dim(Ho, Wo)
 
+    images = per_image(b.dim(x, 0), P)
+    flat = groups == 1 and (b.dim(x, 0) == 1 or images != [None])  # a batch of one per MatMul
+    w_const = b.constant_array(weight) if flat and wants("weight first") else None
+    if w_const is not None:
+        w_const = w_const.reshape(Co, C, kh * kw)
     # ONNX Runtime's INT8 form: its DeformConv samples (exact at any size), an integer MatMul contracts.
-    sampler = wants("DeformConv sampler") and b.opset >= 19 and spec.bilinear_interpolation_pad
+    sampler = (
+        wants("DeformConv sampler")
+        and b.opset >= 19
+        and spec.bilinear_interpolation_pad
+        and w_const is not None
+        and (isinstance(H, int) or row_bands(Ho, Wo, sampler=True) == [None])
+    )
     if not sampler and (use_exact_sampler(b, x) or not spec.bilinear_interpolation_pad):
         # (OpenVINO's border rule is written once, in the gather sampler.)
         return lower_gather(b, spec, x, weight, offset, mask, bias)
     coord, offset = coordinate_dtype(b, x, offset)
     w = b.reshape(weight, [groups, Co // groups, Cpg, kh * kw])
-    images = per_image(b.dim(x, 0), P)
-    bands = row_bands(Ho, Wo)
+    bands = row_bands(Ho, Wo, sampler=sampler)
     # Taps sampled by one GridSample: a kernel row, or every tap of a band (a band's columns are small:
     # one GridSample and one product per band, no sum of kernel rows; measured faster, BENCHMARKS.md)
     step = kh * kw if bands != [None] else kw
     w_rows = [b.slice(w, k, k + step, axis=3) for k in range(0, kh * kw, step)]  # shared by every image
-    flat = groups == 1 and (b.dim(x, 0) == 1 or images != [None])  # a batch of one per MatMul
-    w_const = b.constant_array(weight) if flat and wants("weight first") else None
-    if w_const is not None:
-        w_const = w_const.reshape(Co, C, kh * kw)
-    if sampler and (w_const is None or (bands != [None] and not isinstance(H, int))):
-        sampler = False
-        if use_exact_sampler(b, x):
-            return lower_gather(b, spec, x, weight, offset, mask, bias)
 
+    if sampler:  # every band's row shift at once (one Add per layer, not one per band)
+        offset = shift_offsets(b, spec, offset, H, bands)
     outs = []
     for n in images:
         if n is None:
@@ -128,11 +132,12 @@ def lower_grid_sample(
             out = None
             if sampler:  # [N, C*K, Hb, Wo]: rows (channel, tap), as weight_first_contraction takes them
                 cols = sampler_columns(b, spec, x_n, offset_b, mask_b, H, band)
-                rows, out = [], weight_first_contraction(b, [cols], w_const, step=kh * kw, P=Pb)  # type: ignore[arg-type]
+                rows = []
+                out = weight_first_contraction(b, [cols], w_const, step=kh * kw, P=Pb, scale=False)  # type: ignore[arg-type]
             else:
                 rows = _rows(b, spec, x_n, coord, offset_b, mask_b, H, W, Hb, Wo, first, step)
                 if wants("integer contraction") and w_const is not None:  # weight first (ONNX Runtime's INT8)
-                    rows, out = [], weight_first_contraction(b, rows, w_const, step=step, P=Pb)
+                    rows, out = [], weight_first_contraction(b, rows, w_const, step=step, P=Pb, scale=False)
                 elif wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
                     rows, out = [], integer_contraction(b, rows, w_rows, groups=groups, Co=Co, Cpg=Cpg, kw=step, P=Pb)
             for w_i, cols in zip(w_rows, rows):
@@ -144,6 +149,8 @@ def lower_grid_sample(
                     out = add_product(b, out, b.reshape(w_i, [groups, Co // groups, Cpg * step]), cols, two_d=False)
             parts.append(b.reshape(out, [-1, Co, Pb]))
         out = parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=2)
+        if w_const is not None and wants("integer contraction"):  # the weight-first rows' scales, once
+            out = b.op("Mul", out, b.const(row_scales(w_const)))
         if bias is not None:
             out = b.op("Add", out, b.reshape(bias, [Co, 1]))
         outs.append(b.reshape(out, [-1, Co, Ho, Wo]))

@@ -19,7 +19,7 @@ row ``first`` is a ``DeformConv`` over the whole input with a row stride
 ``sh`` and bottom pad chosen so that it has ``Hb`` output rows; its base rows
 ``j*sh - top`` are moved to the band's ``(first + j)*stride - top`` by adding
 ``(first + j)*stride - j*sh`` to the band's vertical offsets (one ``Add`` of
-``[1, 2*G*K, Hb, 1]``). The sample positions are those of the layer, to one
+``[1, 2*G*K, Ho, 1]`` for all bands, :func:`shift_offsets`). The sample positions are those of the layer, to one
 float rounding of the offset.
 """
 
@@ -55,6 +55,26 @@ def band_stride(spec: DeformConvSpec, H: int, rows: int) -> tuple[int, int]:
     raise ValueError(f"no DeformConv row stride gives {rows} output rows over {H} input rows")  # unreachable
 
 
+def shift_offsets(b: Builder, spec: DeformConvSpec, offset: Value, H: int, bands) -> Value:
+    """``offset`` ``[N, 2*G*K, Ho, Wo]`` with each band's row shift added to its vertical offsets (one ``Add``).
+
+    Row ``i`` of band ``(first, end)`` is output row ``j = i - first`` of that band's ``DeformConv``
+    (row stride ``sh``, :func:`band_stride`), whose base row is ``j*sh - top``; adding
+    ``i*stride - j*sh`` moves it to ``i*stride - top``. ``bands == [None]``: ``offset`` unchanged.
+    """
+    if bands == [None]:
+        return offset
+    G, K = spec.offset_groups, spec.taps
+    dtype = b.value_dtype(offset) or np.float32
+    rows = bands[-1][1]
+    shift = np.zeros((1, G, K, 2, rows, 1), dtype=dtype)
+    for first, end in bands:
+        sh, _ = band_stride(spec, H, end - first)
+        i = np.arange(first, end)
+        shift[..., 0, first:end, 0] = i * spec.stride[0] - (i - first) * sh
+    return b.op("Add", offset, b.const(shift.reshape(1, 2 * G * K, rows, 1)))
+
+
 def sampler_columns(
     b: Builder, spec: DeformConvSpec, x: Value, offset: Value, mask: Value | None, H: int, band
 ) -> Value:
@@ -62,28 +82,22 @@ def sampler_columns(
 
     Args:
         x: the input ``[N, C, H, W]`` (static ``H``).
-        offset: the band's rows of the offset ``[N, 2*G*K, Hb, Wo]`` (the whole map for ``band=None``).
+        offset: the band's rows of the offset ``[N, 2*G*K, Hb, Wo]``, shifted by :func:`shift_offsets`
+            (the whole map for ``band=None``).
         mask: the band's rows of the mask ``[N, G*K, Hb, Wo]``, or ``None``.
     """
-    C, K, G = spec.in_channels, spec.taps, spec.offset_groups
+    C, G = spec.in_channels, spec.offset_groups
     dtype = b.value_dtype(x) or np.float32
     top, left, bottom, right = spec.pads
     stride = list(spec.stride)
     if band is not None:
-        first, end = band
-        rows = end - first
-        sh, bottom = band_stride(spec, H, rows)
-        shift = np.zeros((1, G, K, 2, rows, 1), dtype=dtype)
-        shift[..., 0, :, 0] = (first + np.arange(rows)) * spec.stride[0] - np.arange(rows) * sh
-        offset = b.op("Add", offset, b.const(shift.reshape(1, 2 * G * K, rows, 1)))
-        stride[0] = sh
-    bias = None if mask is None else b.const(np.zeros(C * K, dtype=dtype))  # DeformConv's B precedes its mask
+        stride[0], bottom = band_stride(spec, H, band[1] - band[0])
     return b.op(
         "DeformConv",
         x,
         b.const(onehot_weight(spec, dtype)),
         offset,
-        bias,
+        None,  # no B: ONNX Runtime's kernel adds a given bias in one more pass over the columns
         mask,
         dilations=list(spec.dilation),
         group=C,
