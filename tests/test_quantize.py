@@ -108,22 +108,44 @@ def test_contraction_is_fused_into_integer_kernels(files):
     assert len(weight_first) == 2  # groups == 1: the weight-first form (groups == 2 keep the weight second)
     assert report.fused.get("MatMulIntegerToFloat") == len(contractions)
     assert report.fused.get("QLinearConv", 0) >= 1  # the model's own convolutions (stem, shortcuts)
-    # The weight-first ones run U8S8: ONNX Runtime kept their columns int8 (its QDQS8ToU8Transformer turns
-    # an int8 Q -> DQ pair into uint8; the columns' Q sits before their Reshape, so none is left to turn).
+    assert _u8s8_contractions(files["int8"], files["tmp"]) == len(weight_first)
+
+
+def _u8s8_contractions(path, tmp) -> int:
+    """MatMulIntegerToFloat nodes of ONNX Runtime's optimized graph with a uint8 constant A and int8 B.
+
+    The weight-first contractions run U8S8 only if ONNX Runtime kept their columns int8 (its
+    QDQS8ToU8Transformer turns an int8 Q -> DQ pair into uint8; the columns' Q sits before their
+    Reshape, so none is left to turn).
+    """
     options = ort.SessionOptions()
-    options.optimized_model_filepath = str(files["tmp"] / "int8_optimized.onnx")
-    ort.InferenceSession(str(files["int8"]), options, providers=["CPUExecutionProvider"])
+    options.optimized_model_filepath = str(tmp / f"{os.path.basename(path)}.optimized.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     optimized = onnx.load(options.optimized_model_filepath)
     inits = {t.name: t.data_type for t in optimized.graph.initializer}
-    signed = [
-        n
+    return sum(
+        1
         for n in optimized.graph.node
         if n.op_type == "MatMulIntegerToFloat"
         and inits.get(n.input[0]) == onnx.TensorProto.UINT8
         and len(n.input) > 5
         and inits.get(n.input[5]) == onnx.TensorProto.INT8
-    ]
-    assert len(signed) == len(weight_first)
+    )
+
+
+def test_without_a_deform_conv_kernel_the_columns_come_from_grid_sample(example, files, monkeypatch):
+    """ONNX Runtime before 1.25 has no DeformConv: GridSample samples, the weight-first contraction stays U8S8."""
+    from deform_onnx.quantize import lowering
+
+    monkeypatch.setattr(lowering, "ort_has_deform_conv", lambda: False)
+    out = files["tmp"] / "example_int8_grid_sample.onnx"
+    report = deform_onnx.quantize(files["native"], out, files["calibration"], eval_inputs=example[1])
+    ops = [n.op_type for n in onnx.load(out).graph.node]
+    assert "DeformConv" not in ops and ops.count("GridSample") == 12  # 4 layers x 3 kernel rows
+    weight_first = [n for n, op, why in report.quantized if op == "MatMul" and "weight first" in why]
+    assert len(weight_first) == 6  # groups == 1 layers: weight first, per kernel row
+    assert _u8s8_contractions(out, files["tmp"]) == 6
+    assert cosine(run(out, example[1].numpy()), example[2]) >= MIN_COSINE
 
 
 def test_report_says_what_and_why_with_a_per_layer_table(files):

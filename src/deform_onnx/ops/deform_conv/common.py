@@ -166,11 +166,11 @@ def add_product(b: Builder, acc: Value | None, a: Value, m: Value, two_d: bool =
 BAND_PIXELS = 48 * 48
 #: Most bands :func:`row_bands` cuts a map into (each band is its own copy of the sampling nodes).
 MAX_BANDS = 24
-#: Output pixels per row band of the DeformConv-sampler form (64x64; ``sampler_columns``). Measured on the 64-channel stack (ONNX Runtime 1.32,
-#: 2 threads, default spinning / ``allow_spinning=0`` / 1 thread, ratio to native DeformConv): bands of
-#: 2304 px 0.91x / 1.01x / 0.75x; 3456 px 0.85x / 0.96x / 0.76x; 4608 px 0.85x / 0.95x / 0.77x; 6912 px
-#: 0.88x / 1.02x / 0.81x; one piece 1.15x. (Each band's DeformConv runs ``C`` small GEMMs, one per group:
-#: fewer bands, fewer thread-pool hand-offs.)
+#: Output pixels per row band of the DeformConv-sampler form (64x64; ``sampler_columns``). Measured on
+#: the 64-channel stack (ONNX Runtime 1.32; 2 threads / 2 threads with ``allow_spinning=0`` / 1 thread;
+#: ratio to native DeformConv): 2304 px 0.91x / 1.01x / 0.75x; 3456 px 0.85x / 0.96x / 0.76x; 4608 px
+#: 0.85x / 0.95x / 0.77x; 6912 px 0.88x / 1.02x / 0.81x; one piece 1.15x. Each band's DeformConv runs
+#: ``C`` small GEMMs (one per group): fewer bands, fewer thread-pool hand-offs.
 SAMPLER_BAND_PIXELS = 4096
 
 
