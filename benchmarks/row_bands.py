@@ -8,7 +8,9 @@ layers at 192x192 output pixels). Contenders, in one process, interleaved
 round-robin: float32 native ``DeformConv`` (opset 19), the grid_sample and
 gather lowerings (opset 17) in bands (the default) and in one piece (the
 lowering before bands: ``common.BAND_PIXELS`` raised for that export only),
-and ``deform_onnx.quantize`` of each grid_sample form. ONNX Runtime CPU at 2
+and ``deform_onnx.quantize`` of the native file with each sampler (ONNX
+Runtime's DeformConv, the default from 1.25; GridSample, as for older ONNX
+Runtime), in bands and in one piece. ONNX Runtime CPU at 2
 intra-op threads and at 1. Accuracy: cosine to float32 PyTorch on the test
 photo (INT8: calibrated on three other photos).
 """
@@ -45,19 +47,25 @@ def files(tmp: Path) -> tuple[dict[str, Path], torch.Tensor, object]:
         ref = model(test).numpy()
     out = {"float32 native DeformConv (opset 19)": tmp / "native.onnx"}
     deform_onnx.export(model, (test,), out["float32 native DeformConv (opset 19)"], method="native", opset_version=19)
-    default = common.BAND_PIXELS
-    for label, pixels in (("bands", default), ("one piece", ONE_PIECE)):
-        common.BAND_PIXELS = pixels
+    from deform_onnx.quantize import lowering
+
+    default, sampler_default, has_kernel = common.BAND_PIXELS, common.SAMPLER_BAND_PIXELS, lowering.ort_has_deform_conv
+    for label, pixels in (("bands", None), ("one piece", ONE_PIECE)):
+        common.BAND_PIXELS = pixels or default
+        common.SAMPLER_BAND_PIXELS = pixels or sampler_default
         try:
             for method in ("grid_sample", "gather"):
-                path = tmp / f"{method}_{pixels}.onnx"
+                path = tmp / f"{method}_{label}.onnx"
                 deform_onnx.export(model, (test,), path, method=method, opset_version=17)
                 out[f"float32 {method}, {label}"] = path
-            path = tmp / f"int8_{pixels}.onnx"
-            quantize(out["float32 native DeformConv (opset 19)"], path, cal, eval_inputs=test)
-            out[f"int8 grid_sample, {label}"] = path
+            for sampler in ("DeformConv", "GridSample"):  # ONNX Runtime >= 1.25 / older (no DeformConv kernel)
+                lowering.ort_has_deform_conv = (lambda: True) if sampler == "DeformConv" else (lambda: False)
+                path = tmp / f"int8_{sampler}_{label}.onnx"
+                quantize(out["float32 native DeformConv (opset 19)"], path, cal, eval_inputs=test)
+                out[f"int8, {sampler} samples, {label}"] = path
         finally:
-            common.BAND_PIXELS = default
+            common.BAND_PIXELS, common.SAMPLER_BAND_PIXELS = default, sampler_default
+            lowering.ort_has_deform_conv = has_kernel
     return out, test, ref
 
 
@@ -89,7 +97,13 @@ def main(argv: list[str]) -> None:
         "",
         f"- Command: `python benchmarks/row_bands.py`; onnxruntime {onnxruntime.__version__}, torch {torch.__version__}",
         f"- Bands: `BAND_PIXELS` = {common.BAND_PIXELS} output pixels per band, at most {common.MAX_BANDS} bands "
-        f"(192x192: {len(common.row_bands(192, 192))} bands of {192 // len(common.row_bands(192, 192))} rows)",
+        f"(192x192: {len(common.row_bands(192, 192))} bands of {192 // len(common.row_bands(192, 192))} rows); "
+        f"the INT8 DeformConv-sampler form: `SAMPLER_BAND_PIXELS` = {common.SAMPLER_BAND_PIXELS} "
+        f"({len(common.row_bands(192, 192, sampler=True))} bands)",
+        "- INT8: `deform_onnx.quantize` of the native file; its columns sampled by ONNX Runtime's DeformConv "
+        "(the default from ONNX Runtime 1.25) or by GridSample (older ONNX Runtime)",
+        "- Sessions: `allow_spinning=0` (contenders interleaved in one process); ONNX Runtime's default "
+        "spinning makes the INT8 file faster still (BENCHMARKS.md, Quantization)",
         f"- Load average {load[0]:.2f} before, {os.getloadavg()[0]:.2f} after; "
         f"{(time.time() - start) / 60:.1f} min; median of {args.rounds} interleaved rounds",
         "",

@@ -29,6 +29,7 @@ GRID = [
     Config(C_in=4, C_out=6, H=14, W=9, stride=2, padding=2, offset_groups=2),
     Config(C_in=4, C_out=4, H=12, W=10, dilation=2, padding=0, offset_groups=2, mask=False, bias=False),
     Config(C_in=4, C_out=4, H=9, W=16, kernel=(3, 1), padding=(1, 0)),
+    Config(C_in=3, C_out=4, H=12, W=9, stride=(2, 1)),  # odd channels, a row stride
 ]
 
 
@@ -50,7 +51,7 @@ def test_sampler_form_in_bands_matches_torchvision(cfg, monkeypatch):
     samplers = [n for n in lowered.graph.node if n.op_type == "DeformConv"]
     bands = common.row_bands(*cfg.out_hw(), sampler=True)
     assert len(bands) > 1 and len(samplers) == len(bands)  # one depthwise DeformConv per band
-    assert all(next(a.i for a in n.attribute if a.name == "group") == cfg.C_in for n in samplers)
+    assert all(next(a.i for a in n.attribute if a.name == "group") == cfg.C_in for n in samplers)  # depthwise
     assert "GridSample" not in {n.op_type for n in lowered.graph.node}
     model = DeformLayer(cfg)
     assert_close(run_ort(lowered.SerializeToString(), inputs), reference(model, inputs), what="DeformConv sampler")
