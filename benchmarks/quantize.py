@@ -13,9 +13,12 @@ fourth (astronaut), never seen by the calibration. Accuracy: cosine of the
 file's output to float32 PyTorch on the test photo (random inputs for
 MSDA/DCNv3). Speed: ONNX Runtime CPU (2 intra-op threads, no spinning) and
 OpenVINO CPU (2 threads, latency hint), contenders interleaved round-robin
-in one process, median of the rounds; ratios are to the float32 native
-``DeformConv`` file (ONNX Runtime) and to the float32 file read with the
-extension (OpenVINO).
+in one process with ``allow_spinning=0`` (a spinning pool of one session would
+take the cores from the next), median of the rounds; ratios are to the float32
+native ``DeformConv`` file (ONNX Runtime) and to the float32 file read with the
+extension (OpenVINO). "ORT defaults": the same ONNX Runtime files with the
+default session options (thread spinning on), one session alive at a time
+(:func:`one_at_a_time`).
 """
 
 from __future__ import annotations
@@ -163,6 +166,32 @@ def timed(runners: dict, rounds: int, warmup: int = 2) -> dict:
     return {n: float(np.median(v)) for n, v in times.items()}
 
 
+def one_at_a_time(paths: dict, feed: dict, threads: int, rounds: int) -> dict:
+    """Median seconds per call with ONNX Runtime's default session options (thread spinning on).
+
+    One session alive at a time (a spinning pool of an idle session would take the cores from the
+    next): each round builds each contender's session, warms it twice and times 5 calls.
+    """
+    import onnxruntime as ort
+
+    times: dict = {k: [] for k in paths}
+    for r in range(rounds):
+        for k in list(paths)[r % len(paths) :] + list(paths)[: r % len(paths)]:
+            o = ort.SessionOptions()
+            o.intra_op_num_threads, o.log_severity_level = threads, 3
+            s = ort.InferenceSession(str(paths[k]), o, providers=["CPUExecutionProvider"])
+            for _ in range(2):
+                s.run(None, feed)
+            calls = []
+            for _ in range(5):
+                t = time.perf_counter()
+                s.run(None, feed)
+                calls.append(time.perf_counter() - t)
+            times[k].append(float(np.median(calls)))
+            del s
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
 def conv_case(name, model, size, tmp, threads, rounds, openvino: bool):
     """Rows for one DeformConv2d model: ORT and OpenVINO contenders, accuracy and speed."""
     import deform_onnx
@@ -212,7 +241,8 @@ def conv_case(name, model, size, tmp, threads, rounds, openvino: bool):
         except ImportError as exc:
             print(f"OpenVINO int8 skipped: {exc}", file=sys.stderr)
     speed = timed(runners, rounds)
-    return accuracy, speed, reports
+    defaults = one_at_a_time(contenders, {feed_name: x}, threads, rounds)
+    return accuracy, speed, reports, defaults
 
 
 def projection_case(name, model, inputs, tmp, threads, rounds):
@@ -246,22 +276,26 @@ def px(value) -> str:
 def markdown(results, meta) -> str:
     lines = [BEGIN, "", "### Setup", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items()]
-    for model, (accuracy, speed, reports) in results.items():
+    for model, (accuracy, speed, reports, *more) in results.items():
+        defaults = more[0] if more else {}
         base = next((k for k in speed if "native" in k and "float32" in k), next(iter(speed)))
         ov_base = "OpenVINO float32 + extension"
-        lines += [
-            "",
-            f"### {model}",
-            "",
-            "| contender | cosine to float32 PyTorch | median ms | ratio |",
-            "|---|---|---|---|",
-        ]
+        head = "| contender | cosine to float32 PyTorch | median ms | ratio |"
+        rule = "|---|---|---|---|"
+        if defaults:
+            head += " ORT defaults: median ms | ratio |"
+            rule += "---|---|"
+        lines += ["", f"### {model}", "", head, rule]
         for k in accuracy:
             if k in speed:
                 ref = speed[ov_base] if k.startswith("OpenVINO") and ov_base in speed else speed[base]
-                lines.append(f"| {k} | {accuracy[k]:.5f} | {speed[k] * 1e3:.2f} | {speed[k] / ref:.2f}x |")
+                row = f"| {k} | {accuracy[k]:.5f} | {speed[k] * 1e3:.2f} | {speed[k] / ref:.2f}x |"
             else:
-                lines.append(f"| {k} | {accuracy[k]:.5f} | — | — |")
+                row = f"| {k} | {accuracy[k]:.5f} | — | — |"
+            if defaults:
+                d = defaults.get(k)
+                row += " — | — |" if d is None else f" {d * 1e3:.2f} | {d / defaults[base]:.2f}x |"
+            lines.append(row)
         r = reports.get("int8")
         if r is not None:
             fused = ", ".join(f"{k} x{v}" for k, v in sorted(r.fused.items())) or "none"
@@ -333,7 +367,9 @@ def main(argv: list[str]) -> None:
         "Versions": f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, openvino {openvino.__version__}, "
         f"nncf {nncf.__version__}",
         "Threads": f"{args.threads} (ORT intra-op, no spinning; OpenVINO INFERENCE_NUM_THREADS, 1 stream, LATENCY, f32)",
-        "Timing": f"contenders interleaved round-robin, 2 warm-up rounds, median of {args.rounds}",
+        "Timing": f"contenders interleaved round-robin, 2 warm-up rounds, median of {args.rounds}; "
+        f"ORT defaults: default session options (spinning on), one session at a time, median of {args.rounds} "
+        "rounds of 5 calls",
         "Calibration / test": f"{', '.join(CALIBRATION)} / {TEST} (scikit-image photos); MSDA/DCNv3: random inputs",
         "Total run time": f"{(time.time() - start) / 60:.1f} min",
     }
