@@ -48,7 +48,13 @@ def check_lowering(src, model: onnx.ModelProto, lowered: onnx.ModelProto, evalua
     tol = tolerance_for("float32")
     for name, g, w in zip((o.name for o in model.graph.output), got, want):
         g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
-        if g64.shape != w64.shape or not np.all(np.abs(g64 - w64) <= tol.atol + tol.rtol * np.abs(w64)):
+        # Elementwise float32 tolerance, or within 1e-4 of the output's own scale (two float32 samplers round
+        # differently where a layer is ill-conditioned; a wrong sample is off by the feature's scale).
+        close = g64.shape == w64.shape and (
+            bool(np.all(np.abs(g64 - w64) <= tol.atol + tol.rtol * np.abs(w64)))
+            or float(np.max(np.abs(g64 - w64), initial=0.0)) <= tol.rtol * float(np.max(np.abs(w64), initial=1.0))
+        )
+        if not close:
             err = float(np.max(np.abs(g64 - w64))) if g64.shape == w64.shape else float("inf")
             raise ValueError(
                 f"{src}: the lowered float model misses the original on output {name!r} (max abs error {err:.3g}, "

@@ -23,6 +23,10 @@ runs on uint8 (``DropQDQNodesRules`` lists ``Transpose``). ``Sum`` rather
 than ``Add`` because ONNX Runtime's basic optimizations fuse ``MatMul + Add``
 into a float ``Gemm`` before quantization (``MatMulAddFusion``). The numbers
 are those of the default form (the same products, summed in another order).
+
+For ONNX Runtime, :func:`weight_first_contraction` (the ``"weight first"``
+form) puts a row-normalised weight first instead: no transposes, and with int8
+columns (:mod:`deform_onnx.quantize.weight_first`) the U8S8 kernel.
 """
 
 from __future__ import annotations
