@@ -273,8 +273,8 @@ def _quantize_onnx(
             notes.append(HELD_OUT_NOTE)
         if used is not None and any(n.op_type == "DeformConv" for n in lowered.graph.node):
             notes.append(
-                "the columns are sampled by ONNX Runtime's DeformConv kernel (float; a depthwise one-hot "
-                "DeformConv per row band) and contracted on integers: the file needs ONNX Runtime >= 1.25"
+                "the columns are sampled by ONNX Runtime's DeformConv kernel (float; depthwise, one-hot weight, "
+                "one per row band of a large map) and contracted on integers: the file needs ONNX Runtime >= 1.25"
             )
         if used is None and any(
             why.startswith(("Gemm with a computed C", "weight is MatMul's first"))
