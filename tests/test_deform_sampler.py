@@ -82,3 +82,14 @@ def test_band_stride_gives_the_band_its_rows(H):
             stride, pad = band_stride(spec, H, rows)
             assert pad >= bottom and stride >= 1
             assert (H + top + pad - reach) // stride + 1 == rows
+
+
+def test_sampler_form_per_image_batch(monkeypatch):
+    """A static batch of 2 images of 64x64 output pixels: sampled and contracted image by image, in bands."""
+    monkeypatch.setattr(common, "PER_IMAGE_MIN_PIXELS", 16)
+    cfg = Config(N=2, C_in=2, C_out=3, H=6, W=5)
+    assert common.per_image(cfg.N, 6 * 5) == [0, 1]
+    lowered, inputs = _lowered(cfg, monkeypatch)
+    bands = common.row_bands(*cfg.out_hw(), sampler=True)
+    assert [n.op_type for n in lowered.graph.node].count("DeformConv") == len(bands) * cfg.N
+    assert_close(run_ort(lowered.SerializeToString(), inputs), reference(DeformLayer(cfg), inputs), what="per image")
