@@ -160,6 +160,17 @@ def test_report_says_what_and_why_with_a_per_layer_table(files):
     table = report.table()
     assert table.startswith("| tensor | op | role | cosine") and table.count("\n") == len(report.layers) + 1
     assert "MatMulIntegerToFloat" in str(report)
+    # both files timed on this machine (indicative: the ratio itself is measured in benchmarks/, not here)
+    assert report.float_ms and report.float_ms > 0 and report.int8_ms and report.int8_ms > 0
+    assert "time here (ONNX Runtime CPU" in str(report)
+
+
+def test_slower_note_names_the_ratio_and_the_advice():
+    from deform_onnx.quantize.timing import slower_note
+
+    assert slower_note(1.0, 1.0) is None and slower_note(2.0, 1.5) is None
+    note = slower_note(0.5, 1.0)
+    assert note is not None and "2.00x" in note and "keep the float file" in note
 
 
 def test_quantizing_the_offset_path_moves_samples_further(files):

@@ -16,6 +16,7 @@ from .lowering import check_lowering, lower_for_quantization
 from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
 from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare
 from .tensorrt import tensorrt_violations as tensorrt_violations
+from .timing import median_ms, slower_note
 from .weight_first import overrides, quantize_before_layout
 
 #: Targets and the quantizer each uses.
@@ -294,6 +295,10 @@ def _quantize_onnx(
         _measure(report, pre, quantized, placement, evaluation)
         if target == "onnxruntime":
             report.fused = fused_kernels(tmp_q, tmp)
+            report.float_ms = median_ms(model, evaluation) or median_ms(pre, evaluation)
+            report.int8_ms = median_ms(tmp_q, evaluation)
+            if report.float_ms and report.int8_ms and (note := slower_note(report.float_ms, report.int8_ms)):
+                report.notes.append(note)
         _atomic_copy(tmp_q, dst)
     step("done", 1, 1)
     return report

@@ -49,6 +49,10 @@ class QuantizeReport:
         mean_sample_shift_px: the mean change of a sampling coordinate, in pixels.
         fused: integer kernels ONNX Runtime's optimizer made of the file
             (``QLinearConv``, ``MatMulIntegerToFloat`` ... -> count), for the onnxruntime target.
+        float_ms, int8_ms: median milliseconds per call of the float file (``src``, or the lowered
+            float model where ONNX Runtime cannot run ``src``) and of the written file on this
+            machine (ONNX Runtime CPU, default session options; onnxruntime target only;
+            indicative: one-off timings are load-sensitive). ``None``: not timed.
         notes: anything the caller should know (one line each).
     """
 
@@ -65,6 +69,8 @@ class QuantizeReport:
     sample_shift_px: float | None = None
     mean_sample_shift_px: float | None = None
     fused: dict[str, int] = field(default_factory=dict)
+    float_ms: float | None = None
+    int8_ms: float | None = None
     notes: list[str] = field(default_factory=list)
 
     def reasons(self) -> dict[str, int]:
@@ -105,6 +111,11 @@ class QuantizeReport:
         if self.fused:
             head.append(
                 "ONNX Runtime integer kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.fused.items()))
+            )
+        if self.float_ms is not None and self.int8_ms is not None:
+            head.append(
+                f"time here (ONNX Runtime CPU, one-off): float {self.float_ms:.3g} ms, int8 {self.int8_ms:.3g} ms "
+                f"({self.int8_ms / self.float_ms:.2f}x)"
             )
         head += [f"note: {n}" for n in self.notes]
         return "\n".join(head + ["", self.table()])

@@ -1,0 +1,44 @@
+"""How fast the written INT8 file runs against its float file on this machine (ONNX Runtime CPU): indicative."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx
+
+#: A quantized file slower than the float one by more than this factor gets a note in the report.
+SLOWER = 1.05
+#: Seconds of timed calls per file at most (after one warm-up call), and the most calls.
+BUDGET_S, MAX_CALLS = 2.0, 7
+
+
+def median_ms(model: onnx.ModelProto | str, feed: dict) -> float | None:
+    """Median milliseconds per call of ``model`` on ``feed`` (default session options); ``None``: ORT cannot run it."""
+    import onnxruntime as ort
+
+    try:
+        source = model if isinstance(model, str) else model.SerializeToString()
+        session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
+        session.run(None, feed)
+    except Exception:  # noqa: BLE001 - no kernel for a node (mmcv, plugins): nothing to time
+        return None
+    calls: list[float] = []
+    start = time.perf_counter()
+    while len(calls) < MAX_CALLS and (len(calls) < 3 or time.perf_counter() - start < BUDGET_S):
+        t = time.perf_counter()
+        session.run(None, feed)
+        calls.append(time.perf_counter() - t)
+    return float(np.median(calls)) * 1e3
+
+
+def slower_note(float_ms: float, int8_ms: float) -> str | None:
+    """The report's note when the INT8 file ran slower than the float file here, else ``None``."""
+    ratio = int8_ms / float_ms
+    if ratio <= SLOWER:
+        return None
+    return (
+        f"on this machine the INT8 file ran {ratio:.2f}x the float file's time (ONNX Runtime CPU, "
+        f"{float_ms:.3g} ms -> {int8_ms:.3g} ms; one-off timing): small layers gain less from integer "
+        "kernels than the extra nodes cost, so keep the float file where speed matters"
+    )
