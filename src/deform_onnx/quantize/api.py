@@ -16,7 +16,7 @@ from .lowering import check_lowering, lower_for_quantization
 from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
 from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare
 from .tensorrt import tensorrt_violations as tensorrt_violations
-from .timing import median_ms, slower_note
+from .timing import median_ms, ort_session, slower_note
 from .weight_first import overrides, quantize_before_layout
 
 #: Targets and the quantizer each uses.
@@ -354,23 +354,12 @@ def _atomic_copy(path: str, dst: Path) -> None:
         tmp.write_bytes(g.read())
 
 
-def _session(model, **kw):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    for k, v in kw.items():
-        setattr(options, k, v)
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-
-
 def fused_kernels(path: str, tmp: str) -> dict[str, int]:
     """Integer kernels in ONNX Runtime's optimized graph of ``path`` (extended level: the QDQ fusions, no NCHWc)."""
     import onnxruntime as ort
 
     out = os.path.join(tmp, "ort_optimized.onnx")
-    _session(
+    ort_session(
         path, graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized_model_filepath=out
     )
     counts: dict[str, int] = {}
@@ -412,12 +401,12 @@ def _measure(
     shapes = _shapes(pre)
     unknown = [d for d in dict.fromkeys(data_tensors) if not _static_4d(shapes.get(d))]  # sizes read at run time
     float_watch = list(dict.fromkeys(watch + unknown))
-    float_run = dict(zip(float_watch, _session(_with_outputs(pre, float_watch)).run(float_watch, evaluation)))
+    float_run = dict(zip(float_watch, ort_session(_with_outputs(pre, float_watch)).run(float_watch, evaluation)))
     for d in unknown:
         shapes[d] = list(np.shape(float_run[d]))
     q_names = {t for n in quantized.graph.node for t in n.output}
     q_watch = [t for t in watch if t in q_names or t in outputs]
-    q_run = dict(zip(q_watch, _session(_with_outputs(quantized, q_watch)).run(q_watch, evaluation)))
+    q_run = dict(zip(q_watch, ort_session(_with_outputs(quantized, q_watch)).run(q_watch, evaluation)))
     for tensor, node, op, role in rows:
         if tensor in q_run:
             report.layers.append(LayerError(tensor, node, op, role, *compare(float_run[tensor], q_run[tensor])))

@@ -36,22 +36,21 @@ def check_lowering(src, model: onnx.ModelProto, lowered: onnx.ModelProto, evalua
     The quantized file is measured against the lowered float model, so a wrong lowering would go unseen
     there. Skipped when ONNX Runtime cannot run ``src`` (mmcv or TensorRT plugin nodes).
     """
-    import onnxruntime as ort
-
-    from ..verification import tolerance_for
+    from ..verification import _within, tolerance_for
+    from .timing import ort_session
 
     try:
-        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, evaluation)
+        want = ort_session(model).run(None, evaluation)
     except Exception:  # noqa: BLE001 - nodes ONNX Runtime has no kernel for: nothing to compare with
         return
-    got = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, evaluation)
+    got = ort_session(lowered).run(None, evaluation)
     tol = tolerance_for("float32")
     for name, g, w in zip((o.name for o in model.graph.output), got, want):
         g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
-        # Elementwise float32 tolerance, or within 1e-4 of the output's own scale (two float32 samplers round
-        # differently where a layer is ill-conditioned; a wrong sample is off by the feature's scale).
+        # The float32 tolerance (verification's rule), or within 1e-4 of the output's own scale (two float32
+        # samplers round differently where a layer is ill-conditioned; a wrong sample is off by the feature's scale).
         close = g64.shape == w64.shape and (
-            bool(np.all(np.abs(g64 - w64) <= tol.atol + tol.rtol * np.abs(w64)))
+            _within(g64, w64, tol)
             or float(np.max(np.abs(g64 - w64), initial=0.0)) <= tol.rtol * float(np.max(np.abs(w64), initial=1.0))
         )
         if not close:

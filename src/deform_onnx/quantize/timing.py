@@ -1,4 +1,4 @@
-"""How fast the written INT8 file runs against its float file on this machine (ONNX Runtime CPU): indicative."""
+"""quantize's ONNX Runtime sessions, and how fast the written INT8 file runs against its float file here."""
 
 from __future__ import annotations
 
@@ -13,13 +13,22 @@ SLOWER = 1.05
 BUDGET_S, MAX_CALLS = 2.0, 7
 
 
-def median_ms(model: onnx.ModelProto | str, feed: dict) -> float | None:
-    """Median milliseconds per call of ``model`` on ``feed`` (default session options); ``None``: ORT cannot run it."""
+def ort_session(model: onnx.ModelProto | str, **options):
+    """A quiet ONNX Runtime CPU session of ``model`` (a ModelProto or a path); ``options``: ``SessionOptions`` fields."""
     import onnxruntime as ort
 
+    o = ort.SessionOptions()
+    o.log_severity_level = 3
+    for k, v in options.items():
+        setattr(o, k, v)
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    return ort.InferenceSession(data, o, providers=["CPUExecutionProvider"])
+
+
+def median_ms(model: onnx.ModelProto | str, feed: dict) -> float | None:
+    """Median milliseconds per call of ``model`` on ``feed`` (default session options); ``None``: ORT cannot run it."""
     try:
-        source = model if isinstance(model, str) else model.SerializeToString()
-        session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
+        session = ort_session(model)
         session.run(None, feed)
     except Exception:  # noqa: BLE001 - no kernel for a node (mmcv, plugins): nothing to time
         return None

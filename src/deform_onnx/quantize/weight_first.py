@@ -57,6 +57,7 @@ def quantize_before_layout(model: onnx.ModelProto, placement: Placement) -> int:
     outputs = {o.name for o in graph.output}
     moved = 0
     before: dict[str, str] = {}  # moved Q -> the layout op it now precedes (names are unique)
+    now_int8: set[str] = set()  # the layout ops' outputs, whose float value_info is stale
     for node in graph.node:
         if node.name not in placement.weight_first:
             continue
@@ -84,12 +85,13 @@ def quantize_before_layout(model: onnx.ModelProto, placement: Placement) -> int:
         q.output[0] = source + "_int8"
         first.input[0] = q.output[0]
         dq.input[0] = last.output[0]
-        for t in [n.output[0] for n in chain]:  # now int8: drop their stale float value_info
-            kept = [v for v in graph.value_info if v.name != t]
-            del graph.value_info[:]
-            graph.value_info.extend(kept)
+        now_int8.update(n.output[0] for n in chain)
         before[q.name] = first.name
         moved += 1
+    if now_int8:
+        kept = [v for v in graph.value_info if v.name not in now_int8]
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
     if before:  # keep the node list in topological order: each moved Q now runs before its chain
         order = list(range(len(graph.node)))
         index = {n.name: k for k, n in enumerate(graph.node)}

@@ -95,7 +95,10 @@ def lower_grid_sample(
 
     images = per_image(b.dim(x, 0), P)
     flat = groups == 1 and (b.dim(x, 0) == 1 or images != [None])  # a batch of one per MatMul
-    w_const = b.constant_array(weight) if flat and wants("weight first") else None
+    # ONNX Runtime's INT8 contraction: the constant weight [Co, C, K] first (None: another form)
+    w_const = None
+    if flat and wants("weight first") and wants("integer contraction"):
+        w_const = b.constant_array(weight)
     if w_const is not None:
         w_const = w_const.reshape(Co, C, kh * kw)
     # ONNX Runtime's INT8 form: its DeformConv samples (exact at any size), an integer MatMul contracts.
@@ -110,12 +113,15 @@ def lower_grid_sample(
         # (OpenVINO's border rule is written once, in the gather sampler.)
         return lower_gather(b, spec, x, weight, offset, mask, bias)
     coord, offset = coordinate_dtype(b, x, offset)
-    w = b.reshape(weight, [groups, Co // groups, Cpg, kh * kw])
     bands = row_bands(Ho, Wo, sampler=sampler)
     # Taps sampled by one GridSample: a kernel row, or every tap of a band (a band's columns are small:
     # one GridSample and one product per band, no sum of kernel rows; measured faster, BENCHMARKS.md)
     step = kh * kw if bands != [None] else kw
-    w_rows = [b.slice(w, k, k + step, axis=3) for k in range(0, kh * kw, step)]  # shared by every image
+    # shared by every image (the weight-first form reads the constant weight instead)
+    w_rows = []
+    if w_const is None:
+        w = b.reshape(weight, [groups, Co // groups, Cpg, kh * kw])
+        w_rows = [b.slice(w, k, k + step, axis=3) for k in range(0, kh * kw, step)]
 
     if sampler:  # every band's row shift at once (one Add per layer, not one per band)
         offset = shift_offsets(b, spec, offset, H, bands)
@@ -136,7 +142,7 @@ def lower_grid_sample(
                 out = weight_first_contraction(b, [cols], w_const, step=kh * kw, P=Pb, scale=False)  # type: ignore[arg-type]
             else:
                 rows = _rows(b, spec, x_n, coord, offset_b, mask_b, H, W, Hb, Wo, first, step)
-                if wants("integer contraction") and w_const is not None:  # weight first (ONNX Runtime's INT8)
+                if w_const is not None:
                     rows, out = [], weight_first_contraction(b, rows, w_const, step=step, P=Pb, scale=False)
                 elif wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
                     rows, out = [], integer_contraction(b, rows, w_rows, groups=groups, Co=Co, Cpg=Cpg, kw=step, P=Pb)
@@ -149,7 +155,7 @@ def lower_grid_sample(
                     out = add_product(b, out, b.reshape(w_i, [groups, Co // groups, Cpg * step]), cols, two_d=False)
             parts.append(b.reshape(out, [-1, Co, Pb]))
         out = parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=2)
-        if w_const is not None and wants("integer contraction"):  # the weight-first rows' scales, once
+        if w_const is not None:  # the weight-first rows' scales, once
             out = b.op("Mul", out, b.const(row_scales(w_const)))
         if bias is not None:
             out = b.op("Add", out, b.reshape(bias, [Co, 1]))
