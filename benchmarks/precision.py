@@ -46,7 +46,7 @@ def gridsample_form_everywhere():
 
 
 def export_dynamic(case, path: Path) -> Path:
-    from deform_onnx.api import export
+    from deform_onnx.exporting.api import export
 
     axes = {name: {0: "N", 2: "H", 3: "W"} for name in case.inputs}
     export(case.module, case.args, str(path), opset_version=17, method="grid_sample", dynamo=False,

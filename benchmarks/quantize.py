@@ -3,7 +3,7 @@
     python benchmarks/quantize.py            # writes its block of BENCHMARKS.md
     python benchmarks/quantize.py --print    # prints only
 
-Models: the bundled example (``deform_onnx.example``, 128x128 photo) and a
+Models: the bundled example (``deform_onnx.cli.example``, 128x128 photo) and a
 64-channel DCNv2 stack (stride-2 3x3 stem, then three 64-channel DCNv2 layers
 at 192x192, each fed by its own 3x3 offset/mask predictor); once each, an MSDA
 layer (Deformable-DETR-style: value/offset/attention/output projections around
@@ -329,14 +329,14 @@ def main(argv: list[str]) -> None:
     import onnxruntime
     import openvino
 
-    from deform_onnx.example import example_model
+    from deform_onnx.cli.example import example_model
 
     start, load = time.time(), os.getloadavg()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.only in (None, "example"):
-            results["Bundled example (deform_onnx.example, 1x3x128x128)"] = conv_case(
+            results["Bundled example (deform_onnx.cli.example, 1x3x128x128)"] = conv_case(
                 "example", example_model(), 128, tmp, args.threads, args.rounds, openvino=True
             )
         if args.only in (None, "stack"):

@@ -39,10 +39,12 @@ def main() -> None:
     parser.add_argument("--dynamo", type=int, default=1)
     parser.add_argument("--opset", type=int, default=None)
     parser.add_argument("--layers", type=int, default=15, help="Conv2d(2048, 2048, 3) layers (15: 2.1 GiB)")
-    parser.add_argument("--limit", type=int, default=None, help="lower deform_onnx.large.PROTOBUF_LIMIT (bytes)")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="lower deform_onnx.exporting.large.PROTOBUF_LIMIT (bytes)"
+    )
     a = parser.parse_args()
     if a.limit is not None:  # a smaller model through the same external-data path
-        from deform_onnx import large
+        from deform_onnx.exporting import large
 
         large.PROTOBUF_LIMIT, large.MARGIN = a.limit, 0
     torch.manual_seed(0)

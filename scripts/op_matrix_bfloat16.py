@@ -8,7 +8,7 @@ float32 (exact: float32 holds every bfloat16), and each runner of :mod:`matrix_r
 inputs the file types as bfloat16 to its runtime in bfloat16 (``meta["bfloat16"]``), and saves the
 output as float32. The reference is a float32 copy of the model on the upcast inputs (torchvision's
 ``deform_conv2d`` has no bfloat16 CPU kernel), compared at the project's bfloat16 rule
-(``|got - want| <= atol + rtol * |want|``, :data:`deform_onnx.verification.DEFAULT_TOLERANCES`).
+(``|got - want| <= atol + rtol * |want|``, :data:`deform_onnx.exporting.verification.DEFAULT_TOLERANCES`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torchvision
 
-from deform_onnx.verification import DEFAULT_TOLERANCES
+from deform_onnx.exporting.verification import DEFAULT_TOLERANCES
 
 #: Op key -> the table's op column.
 LABELS: dict[str, str] = {

@@ -1,6 +1,6 @@
 """The runtime support table, measured on real runtime builds (issue 12 section 2); not part of the test run.
 
-Exports the bundled example (``deform_onnx.example``) and a few case models
+Exports the bundled example (``deform_onnx.cli.example``) and a few case models
 (``/work/shared/cases`` through tests/util.py) once per target with
 ``deform_onnx.export(..., target=...)``, runs every file on each runtime build
 of :data:`matrix_runners.BUILDS` in that build's own cached venv
@@ -43,7 +43,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "scripts")]
 from matrix_runners import BUILDS, NOT_RUN, REWRITERS, Build  # noqa: E402
 
 import deform_onnx  # noqa: E402
-from deform_onnx.example import example_model, load_photo  # noqa: E402
+from deform_onnx.cli.example import example_model, load_photo  # noqa: E402
 from deform_onnx.runtimes.venvs import cached_venv  # noqa: E402
 
 BEGIN, END = "<!-- runtime-matrix:begin -->", "<!-- runtime-matrix:end -->"

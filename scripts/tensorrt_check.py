@@ -11,7 +11,7 @@ buffers. Usage, from the repository root::
     python scripts/tensorrt_check.py --fp16 --method gather --opset 13
     python scripts/tensorrt_check.py --export-only      # the ONNX side only (no GPU needed)
 
-For each lowering: export ``deform_onnx.example.example_model()`` with the
+For each lowering: export ``deform_onnx.cli.example.example_model()`` with the
 TorchScript exporter (ONNX Runtime CPU verifies it against PyTorch first),
 parse it with TensorRT's ONNX parser, build an engine (TF32 off, so float32 is
 float32), run it on the bundled photo (and, with ``--dynamic``, on a second
@@ -237,7 +237,7 @@ def main(
     """Build the lowered bundled example with TensorRT and compare it with PyTorch."""
     import torch
 
-    from deform_onnx.example import example_model, load_photo
+    from deform_onnx.cli.example import example_model, load_photo
 
     defaults = dict(DEFAULT_JOBS)
     methods = method or [m for m, _ in DEFAULT_JOBS]

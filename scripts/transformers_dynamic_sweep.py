@@ -250,8 +250,8 @@ def run_one(name):
     import torch
 
     import deform_onnx
-    from deform_onnx.example import load_photo
-    from test_msda_models_real import unit_scale
+    from deform_onnx.cli.example import load_photo
+    from models import unit_scale
 
     export_size, other_size = SIZES.get(name, (EXPORT_SIZE, OTHER_SIZE))
     row = {"class": name, "sizes": f"{export_size} -> {other_size}"}
@@ -357,7 +357,7 @@ def _unit_scale_with(inner, photo, extra, keys):
     """:func:`unit_scale` for models that need more inputs than the photo (text ids, task tokens)."""
     import torch
 
-    from test_msda_models_real import unit_scale
+    from models import unit_scale
 
     class WithExtra(torch.nn.Module):
         def __init__(self):

@@ -29,7 +29,7 @@ def example():
     Shared by every test file; tests must not modify the model."""
     import torch
 
-    from deform_onnx.example import example_model, load_photo
+    from deform_onnx.cli.example import example_model, load_photo
 
     model = example_model()
     photo = load_photo()
@@ -41,7 +41,7 @@ def example():
 @pytest.fixture(scope="session")
 def c04_native(tmp_path_factory):
     """Case c04 exported natively by plain torch (DeformConv, opset 19): ``(path, layer, inputs)``. Read-only."""
-    from test_rewrite import dynamo_native
+    from models import dynamo_native
     from util import case_config
 
     path = tmp_path_factory.mktemp("c04") / "c04.onnx"
@@ -53,7 +53,7 @@ def c04_native(tmp_path_factory):
 def c12_native(tmp_path_factory):
     """Case c12's layer (offsets randn*4: many samples past the border) exported by plain torch at
     opset 20, the exporter's default: ``(path, layer, inputs)``. Read-only."""
-    from test_rewrite import dynamo_native
+    from models import dynamo_native
     from util import case_config
 
     path = tmp_path_factory.mktemp("c12") / "c12.onnx"

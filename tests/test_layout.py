@@ -167,3 +167,13 @@ def test_every_op_names_its_file_nodes():
         found = lowerable.nodes_lowered(mock.Mock(opset_imports={"": 17}), "auto")
     assert found == asked == [m.__name__ for m in modules]
     assert importlib.import_module("deform_onnx.rewrite").find_nodes is registry.sources()[0].find_nodes
+
+
+#: The package's top level: layers (folders) and these modules only.
+TOP_LEVEL_MODULES = {"__init__.py", "openvino.py"}
+
+
+def test_top_level_holds_layers_not_loose_modules():
+    """Issue 29 item 2: logic lives in named layers; the top holds the public names and one public path."""
+    loose = {p.name for p in PACKAGE.glob("*.py")} - TOP_LEVEL_MODULES
+    assert not loose, f"modules at the package top: {sorted(loose)}; move them into a layer (core/, exporting/, ...)"

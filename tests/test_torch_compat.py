@@ -9,7 +9,7 @@ def test_dynamic_dynamo_refused_on_torch_measured_wrong():
     """torch 2.9.1's dynamo exporter wrote wrong reshape sizes with dynamic shapes (measured here)."""
     from packaging.version import Version
 
-    from deform_onnx._compat import check_dynamo_dynamic
+    from deform_onnx.core.torch_compat import check_dynamo_dynamic
 
     with pytest.raises(ValueError, match=r"need torch >= 2.14.*dynamo=False"):
         check_dynamo_dynamic(True, True, Version("2.9.1"))

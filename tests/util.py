@@ -12,6 +12,8 @@ import json
 import math
 import os
 import random
+import subprocess
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Union
@@ -409,3 +411,75 @@ def non_weight_constants(proto: onnx.ModelProto, model: torch.nn.Module) -> list
             continue
         out.append(a)
     return out
+
+
+def run_ov(model, inputs: dict[str, torch.Tensor]) -> np.ndarray:
+    import deform_onnx.openvino as dov
+
+    compiled = dov.compile(model, device="CPU", precision="f32")
+    assert dov.inference_precision(compiled) == "f32"
+    (out,) = compiled([v.numpy() for v in inputs.values()]).values()
+    return np.asarray(out)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+
+
+#: Packages that take seconds to import; none may load before a command does real work.
+HEAVY = ("torch", "torchvision", "onnx", "onnxruntime", "onnx_ir", "onnxscript", "openvino", "skimage", "scipy")
+
+
+#: Runs the console script's entry point in-process, then reports what got imported.
+PROBE = """
+import json, sys
+args, watched = json.loads(sys.argv[1]), set(json.loads(sys.argv[2]))
+from deform_onnx.cli import main
+sys.argv = ["deform-onnx", *args]
+try:
+    main()
+except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+else:
+    code = 0
+sys.stdout.flush()
+heavy = sorted({m.split(".")[0] for m in sys.modules} & watched)
+print("\\nPROBE " + json.dumps({"code": code, "modules": len(sys.modules), "heavy": heavy}))
+"""
+
+
+def probe(args: list[str], cwd: Path) -> tuple[dict, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+    line = [s for s in proc.stdout.splitlines() if s.startswith("PROBE ")]
+    assert line, proc.stdout + proc.stderr
+    return json.loads(line[-1][6:]), proc.stdout + proc.stderr
+
+
+def assert_topk_unambiguous(scores: np.ndarray, k: int, TOL: float = 1e-4) -> float:
+    """PyTorch's top-(k+1) scores are more than ``2 * (TOL + TOL*|s|)`` apart, so a file whose scores are
+    each within ``TOL + TOL*|s|`` of them selects the same k queries in the same order. Returns the gap."""
+    s = np.sort(scores.reshape(-1))[::-1][: k + 1]
+    gap = float((s[:-1] - s[1:]).min())
+    bound = 2 * (TOL + TOL * float(np.abs(s).max()))
+    assert gap > bound, f"top-{k} encoder scores {gap:.2e} apart, not above {bound:.2e}: the ranking is ambiguous"
+    return gap
+
+
+#: Ops of onnx-tensorrt's docs/operators.md marked supported ("Y") that a lowering
+#: may use (TensorRT 8.5 list, opset <= 17; GridSample and IsNaN are listed there),
+#: plus DeformConv (TensorRT >= 10.1, through its ModulatedDeformConv2d plugin).
+TENSORRT_OPS = frozenset(
+    """Abs Add And Cast Ceil Clip Concat Constant ConstantOfShape Conv Div Einsum Equal Expand Flatten
+    Floor Gather GatherElements GatherND Gemm Greater GreaterOrEqual GridSample Identity IsNaN Less
+    LessOrEqual MatMul Max Min Mod Mul Neg Not Or Pad Range Reciprocal ReduceMax ReduceMin ReduceSum
+    Relu Reshape Resize Round ScatterND Shape Sigmoid Sign Size Slice Split Squeeze Sub Sum Tile
+    Transpose Unsqueeze Where Xor DeformConv""".split()
+)

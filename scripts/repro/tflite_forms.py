@@ -66,7 +66,7 @@ class Layer(torch.nn.Module):
 def cases() -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor], dict, list[str]]]:
     """name -> (module, inputs, export keywords, onnx2tf arguments)."""
     torch.manual_seed(0)
-    from deform_onnx.example import example_model
+    from deform_onnx.cli.example import example_model
     from deform_onnx.ops import MSDeformAttnCore
     from deform_onnx.ops.dcnv3 import DCNv3
 

@@ -19,10 +19,10 @@ __version__ = "0.1.0"
 
 #: Public name -> submodule that defines it.
 _EXPORTS = {
-    "export": ".api",
-    "ExportReport": ".api",
-    "ExportError": ".api",
-    "VerificationError": ".api",
+    "export": ".exporting.api",
+    "ExportReport": ".exporting.api",
+    "ExportError": ".exporting.api",
+    "VerificationError": ".exporting.api",
     "translation_table": ".exporters.dynamo",
     "lower": ".rewrite",
     "register": ".exporters.torchscript",
@@ -35,7 +35,7 @@ _EXPORTS = {
     "TARGETS": ".targets",
     "TARGET_NAMES": ".targets",
     "resolve_target": ".targets",
-    "lowest_ir_version": ".irversion",
+    "lowest_ir_version": ".core.irversion",
     "DCNv3": ".ops.dcnv3",
     "dcnv3_core": ".ops.dcnv3",
     "dcnv4_core": ".ops.dcnv3",
@@ -46,10 +46,10 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads these
-    from .api import ExportError, ExportReport, VerificationError, export
+    from .core.irversion import lowest_ir_version
     from .exporters.dynamo import translation_table
     from .exporters.torchscript import register, unregister
-    from .irversion import lowest_ir_version
+    from .exporting.api import ExportError, ExportReport, VerificationError, export
     from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
     from .ops.deform_conv.spec import DeformConvSpec
     from .ops.registry import LOWERINGS, METHODS, resolve_method

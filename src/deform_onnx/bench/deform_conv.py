@@ -169,7 +169,7 @@ class DeformConvCase:
     def export(self, method: str, opset: int) -> tuple[Path, ModelStats]:
         """Export with :func:`deform_onnx.export` (TorchScript exporter, no verification), once per
         (method, opset): later calls (the same lowering at another ORT optimisation level) reuse the file."""
-        from ..api import export
+        from ..exporting.api import export
 
         if (method, opset) not in self._exports:
             path = self.path(f"{method}_opset{opset}")
@@ -223,7 +223,7 @@ def _prepare_dense(case: DeformConvCase, opt_level: str | None = None) -> Prepar
     """The limit: ``torch.nn.Conv2d`` with the layer's weight, bias and stride (no offsets), in ORT."""
     import torch
 
-    from ..api import export
+    from ..exporting.api import export
 
     key = ("dense", 17)
     s = case.shape

@@ -390,7 +390,7 @@ def _version(dist: str) -> str:
     if (
         dist == "onnxruntime"
     ):  # any distribution of the module (onnxruntime-gpu, -openvino, ...), named when not the CPU one
-        from ..ort_distribution import find
+        from ..runtimes.ort_distribution import find
 
         found = find()
         if found is None:

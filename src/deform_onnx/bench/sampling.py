@@ -56,7 +56,7 @@ class _ExportingCase:
 
     def export(self, name: str, module, method: str, opset: int) -> tuple[Path, ModelStats]:
         """Export ``module`` with :func:`deform_onnx.export` (TorchScript, no verification; checked by the harness)."""
-        from ..api import export
+        from ..exporting.api import export
 
         key = (name, method, opset)
         if key not in self._exports:

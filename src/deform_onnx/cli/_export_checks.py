@@ -121,7 +121,7 @@ def _one_form(jobs: list[Job], net, tensors, method: str | None, name: str, outp
 
 def _check_onnxruntime() -> None:
     """ONNX Runtime checks every file: a one-line error naming the extra when no distribution provides it."""
-    from ..ort_distribution import MISSING, find
+    from ..runtimes.ort_distribution import MISSING, find
 
     if find() is None:
         raise UserError(MISSING + "; or pass --no-verify to write the files unchecked")
@@ -129,7 +129,7 @@ def _check_onnxruntime() -> None:
 
 def check_example_deps() -> None:
     """The bundled example's photo needs scikit-image (the ``[example]`` extra)."""
-    from .._extras import EXAMPLE_MISSING, has_skimage
+    from ..core.extras import EXAMPLE_MISSING, has_skimage
 
     if not has_skimage():
         raise UserError(EXAMPLE_MISSING)

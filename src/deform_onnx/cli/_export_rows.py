@@ -96,8 +96,8 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
 
 def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repeat, progress, task, notes, tol):
     """Export (retrying with TorchScript when the dynamo path fails), time in ONNX Runtime, check the second size."""
-    from .. import api
-    from ..errors import MissingKernelError
+    from ..core.errors import MissingKernelError
+    from ..exporting import api
 
     label = f"{job.method}@{job.opset}"
     exporters = [job.exporter]
@@ -121,7 +121,7 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
                     dynamo=exporter == "dynamo",
                     input_names=list(inputs.names),
                     # The dtype's default goes as None: export() then applies its reference rules
-                    # (float16 against a float32 copy, deform_onnx.verification); a stricter bound is explicit.
+                    # (float16 against a float32 copy, deform_onnx.exporting.verification); a stricter bound is explicit.
                     **_explicit_tolerance(atol, rtol, inputs.tensors),
                     fallback=not job.exporter_chosen,  # --exporter forces that exporter
                     # export() checks the file at the second size (and writes nothing when it fails there).
@@ -171,11 +171,13 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
         return
     progress.update(task, description=f"{label}: timing ONNX Runtime")
     session = _session(partial)
-    from ..sessions import feeds_by_name  # by name, as export verified it: the graph may drop an input
+    from ..runtimes.sessions import feeds_by_name  # by name, as export verified it: the graph may drop an input
 
     feed = feeds_by_name([i.name for i in session.get_inputs()], [t.numpy() for t in inputs.tensors], inputs.names)
     result.ort_ms = _median_ms(lambda: session.run(None, feed), repeat)
-    if resized is not None:  # checked by export() (deform_onnx.dynamic_check): it raised if the file failed there
+    if (
+        resized is not None
+    ):  # checked by export() (deform_onnx.exporting.dynamic_check): it raised if the file failed there
         result.resized_error = max((v.max_error for v in report.size_checks), default=None)
         result.resized_ok = bool(report.size_checks)
 
@@ -231,7 +233,7 @@ def _commit(results: list[Result]) -> None:
 
 def _explicit_tolerance(atol: float, rtol: float, tensors) -> dict:
     """``{}`` when ``(atol, rtol)`` is the verification default of the inputs' dtype, else ``{"atol", "rtol"}``."""
-    from ..verification import DEFAULT_TOLERANCES
+    from ..exporting.verification import DEFAULT_TOLERANCES
 
     dtype = next((str(t.dtype).removeprefix("torch.") for t in tensors if t.is_floating_point()), "float32")
     default = DEFAULT_TOLERANCES.get(dtype)
@@ -245,9 +247,9 @@ def _torchscript_allows(opset: int) -> bool:
 
 
 def _resized_input(net, x, name: str):
-    """A second input for dynamic models: the size :mod:`deform_onnx.sizes` picks for dynamic N, H, W (the
+    """A second input for dynamic models: the size :mod:`deform_onnx.exporting.sizes` picks for dynamic N, H, W (the
     one place that picks second sizes, shared with ``deform_onnx.export``), from the photo where it fits."""
-    from .. import sizes
+    from ..exporting import sizes
 
     axes = sizes.dynamic_axes_of((x,), dynamic_axes={name: {0: "N", x.dim() - 2: "H", x.dim() - 1: "W"}},
                                  input_names=[name])  # fmt: skip
@@ -269,7 +271,7 @@ def _dynamic_kwargs(rank: int, name: str) -> dict[str, dict]:
 
 
 def _session(path: Path):
-    from ..ort_distribution import require
+    from ..runtimes.ort_distribution import require
 
     ort = require()
 

@@ -93,7 +93,7 @@ def load_model(spec: str | None, kind: str):
     import torchvision  # noqa: F401  (registers torchvision::deform_conv2d, which archives call)
 
     if kind == "example":
-        from ..example import example_model
+        from .example import example_model
 
         return example_model()
     if kind == "torchscript":
@@ -223,8 +223,8 @@ def from_specs(specs: list[InputSpec], dtype: str) -> ExampleInputs:
     """Tensors for ``--input-shape`` specs: the photo for ``N,3,H,W`` (with scikit-image), seeded normal noise otherwise."""
     import torch
 
-    from .._extras import has_skimage
-    from ..example import load_photo
+    from ..core.extras import has_skimage
+    from .example import load_photo
 
     names, tensors, parts = [], [], []
     gen = torch.Generator().manual_seed(0)

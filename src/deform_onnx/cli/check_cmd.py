@@ -173,7 +173,7 @@ def check_command(
         None,
         "--tolerance",
         help="Max abs error allowed against the reference. Default: the outputs' dtype's "
-        "tolerance (float32 1e-4, float16 1e-2 + 1e-2*max|reference|, float64 1e-8; deform_onnx.verification).",
+        "tolerance (float32 1e-4, float16 1e-2 + 1e-2*max|reference|, float64 1e-8; deform_onnx.exporting.verification).",
         show_default=False,
     ),
     repeat: int = typer.Option(5, "--repeat", min=0, help="Timed runs per path after the first (median reported)."),
@@ -262,7 +262,7 @@ def check_command(
     bad = _add_rows(table, results, want, tolerance)
     console.print(table)
     if any(r.runtime == "onnxruntime" and r.ran for r in results):
-        from ..ort_distribution import describe
+        from ..runtimes.ort_distribution import describe
 
         console.print(f"onnxruntime rows: {describe()}, CPU execution provider", highlight=False)
     if border is not None:  # its own rows: a border-rule mismatch shows even when the random input hides it
@@ -330,10 +330,10 @@ def _add_rows(table: Table, results, want, tolerance: float, border: bool = Fals
 
 def dtype_tolerance(want) -> float:
     """The max abs error allowed by the reference outputs' dtypes: per output ``atol + rtol * max|reference|``
-    with :func:`deform_onnx.verification.tolerance_for` (float16 files must not fail at float32's 1e-4)."""
+    with :func:`deform_onnx.exporting.verification.tolerance_for` (float16 files must not fail at float32's 1e-4)."""
     import numpy as np
 
-    from ..verification import tolerance_for
+    from ..exporting.verification import tolerance_for
 
     if not want:
         return tolerance_for("float32").atol

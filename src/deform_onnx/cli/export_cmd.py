@@ -42,7 +42,7 @@ from ._models import (
     model_kind,
 )
 
-#: Size of the bundled example's photo (deform_onnx.example.EXAMPLE_SIZE; not imported: it loads torch).
+#: Size of the bundled example's photo (deform_onnx.cli.example.EXAMPLE_SIZE; not imported: it loads torch).
 EXAMPLE_SIZE = 128
 #: (atol, rtol) between ONNX Runtime and PyTorch per dtype: ``|ort - torch| <= atol + rtol*|torch|``.
 #: float32: 1e-4 absolute (README). float16: 1e-2 + 1e-2 relative, a few units in the last
@@ -190,7 +190,7 @@ def export_command(
         jobs = _plan(
             name, method, opset, exporter or ("torchscript" if kind == "torchscript" else None), output, dynamic
         )
-        from ..irversion import check_requested
+        from ..core.irversion import check_requested
 
         for job in jobs:
             check_requested(ir_version, job.opset)
@@ -219,7 +219,7 @@ def export_command(
             shown = f"an input of shape {','.join(map(str, specs[0].shape))}"
         else:
             shown = f"the inputs {' '.join(map(str, specs))}"
-        from ..api import check_deform_modules
+        from ..exporting.api import check_deform_modules
 
         # Before running it: torchvision's kernel divides by zero on a DeformConv2d with stride 0.
         check_deform_modules(net).close()
@@ -274,14 +274,14 @@ def export_command(
     title = f"deform-onnx export: {name} on {inputs.description}"
     console.print(_table(results, torch_ms, title, dynamic=resized is not None))
     if kind == "example":
-        from ..example import offset_stats
+        from .example import offset_stats
 
         stats = ", ".join(f"{s:.2f}" for s in offset_stats(net, inputs.tensors[0]))
         console.print(f"mean |offset| of each deformable convolution on this input (px): {stats}")
     if resized is not None and not no_verify:
         console.print(f"dynamic N, H, W: also checked at {','.join(map(str, resized.shape))}")
     if not no_verify:
-        from ..ort_distribution import describe
+        from ..runtimes.ort_distribution import describe
 
         console.print(f"checked in ONNX Runtime: {describe()}, CPU execution provider", highlight=False)
     for note in notes:

@@ -13,7 +13,7 @@ Registered through :data:`deform_onnx.exporters.aten_gaps.SYMBOLICS` (TorchScrip
 - ``aten::_upsample_bicubic2d_aa`` / ``aten::_upsample_bilinear2d_aa`` at every
   TorchScript opset (``F.interpolate(..., antialias=True)``; RF-DETR's
   backbone): two ``MatMul`` by weight matrices computed as ATen's kernels do, so static H/W only;
-  a dynamic size is a one-line :class:`~deform_onnx.errors.ExportError` (:mod:`.resize_aa_refusal`).
+  a dynamic size is a one-line :class:`~deform_onnx.core.errors.ExportError` (:mod:`.resize_aa_refusal`).
 - ``aten._is_all_true`` in the dynamo table (RT-DETRv2, D-FINE, OneFormer:
   transformers' ``torch_compilable_check``, i.e. ``torch._check_tensor_all``, which torch.export records).
 """
@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ..builder import Builder, Value
-from ..errors import ExportError
+from ..core.errors import ExportError
 from .resize_aa_refusal import resize_aa_refusal
 
 

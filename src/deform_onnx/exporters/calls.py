@@ -98,7 +98,7 @@ def export_dynamo(
         FixedDynamicSize: the model's code fixes a size asked to be dynamic (:func:`.guards.check_guards`).
         torch's exporter errors: capture failures (see :func:`capture_errors`) and others.
 
-    ``sink`` (:class:`deform_onnx.large.ExternalSink`): a model over 2 GiB; its weights go to
+    ``sink`` (:class:`deform_onnx.exporting.large.ExternalSink`): a model over 2 GiB; its weights go to
     the sink's data file and the proto returned references them.
     """
     from torch.onnx._internal.exporter import _errors
@@ -217,7 +217,7 @@ def export_torchscript(
 ) -> onnx.ModelProto:
     """Export with the TorchScript exporter and the symbolic of ``method`` registered for the call.
 
-    ``sink``: a model over 2 GiB (:class:`deform_onnx.large.ExternalSink`): torch writes it to a
+    ``sink``: a model over 2 GiB (:class:`deform_onnx.exporting.large.ExternalSink`): torch writes it to a
     path (the exporter itself then uses external data), and the proto returned references the
     sink's data file.
     """

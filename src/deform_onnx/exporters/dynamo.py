@@ -12,10 +12,10 @@ from __future__ import annotations
 import torchvision  # noqa: F401  (registers torch.ops.torchvision.deform_conv2d)
 
 from ..builder.onnxscript import OnnxScriptBuilder
+from ..core.opsets import DYNAMO_BUILD_MIN_OPSET, DYNAMO_DYNAMIC_MIN_OPSET, DYNAMO_MIN_OPSET
 from ..ops.registry import bindings, check_method, resolve_method
-from ..opsets import DYNAMO_BUILD_MIN_OPSET, DYNAMO_DYNAMIC_MIN_OPSET, DYNAMO_MIN_OPSET
 
-#: The bounds of this path (:mod:`deform_onnx.opsets` explains each).
+#: The bounds of this path (:mod:`deform_onnx.core.opsets` explains each).
 BUILD_MIN_OPSET = DYNAMO_BUILD_MIN_OPSET
 MIN_OPSET = DYNAMO_MIN_OPSET
 DYNAMIC_MIN_OPSET = DYNAMO_DYNAMIC_MIN_OPSET

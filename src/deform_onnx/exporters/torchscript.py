@@ -13,9 +13,9 @@ import contextlib
 import torch
 
 from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line, traced_output_dtype  # noqa: F401  (re-exported)
+from ..core.opsets import TORCHSCRIPT_MIN_OPSET
 from ..ops.deform_conv.binding import TORCHSCRIPT_OP as OP_NAME  # noqa: F401  (re-exported)
 from ..ops.registry import bindings, check_method
-from ..opsets import TORCHSCRIPT_MIN_OPSET
 from . import aten_gaps
 
 #: Highest opset of the TorchScript exporter in this torch.

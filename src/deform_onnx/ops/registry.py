@@ -18,7 +18,7 @@ check every entry point calls (exporters, rewriter, targets, CLI):
   TensorRT's MSDA nodes): one lowering, the fused gather form (11+), for
   every method (ONNX has no MSDA op; :mod:`.msda`).
 
-The bounds themselves are named in :mod:`deform_onnx.opsets`; tests read them
+The bounds themselves are named in :mod:`deform_onnx.core.opsets`; tests read them
 from here (``OPS[op].lowerings[name].min_opset``, ``OPS[op].min_opset``).
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Mapping, Protocol
 
-from ..opsets import GRID_SAMPLE_ND_MIN_OPSET
+from ..core.opsets import GRID_SAMPLE_ND_MIN_OPSET
 from .dcnv3.lower import lower_dcnv3
 from .deform_conv import lower_gather, lower_grid_sample, lower_native
 from .grid_sample import lower as grid_sampler

@@ -347,8 +347,8 @@ def _name_nodes(model: onnx.ModelProto) -> None:
 
 
 def _atomic_copy(path: str, dst: Path) -> None:
-    """Copy ``path`` onto ``dst``: complete or absent, with a normal file's permissions (:mod:`deform_onnx._io`)."""
-    from .._io import atomic_path
+    """Copy ``path`` onto ``dst``: complete or absent, with a normal file's permissions (:mod:`deform_onnx.core.atomic_io`)."""
+    from ..core.atomic_io import atomic_path
 
     with atomic_path(dst) as tmp, open(path, "rb") as g:
         tmp.write_bytes(g.read())

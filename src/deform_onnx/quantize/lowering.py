@@ -36,7 +36,7 @@ def check_lowering(src, model: onnx.ModelProto, lowered: onnx.ModelProto, evalua
     The quantized file is measured against the lowered float model, so a wrong lowering would go unseen
     there. Skipped when ONNX Runtime cannot run ``src`` (mmcv or TensorRT plugin nodes).
     """
-    from ..verification import _within, tolerance_for
+    from ..exporting.verification import _within, tolerance_for
     from .timing import ort_session
 
     try:

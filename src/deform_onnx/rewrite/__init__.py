@@ -19,7 +19,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from .._io import atomic_path
+from ..core.atomic_io import atomic_path
 from ..ops.dcnv3 import sources as dcnv3_nodes
 from ..ops.deform_conv.sources import SOURCE_OPS
 from ..ops.grid_sample import sources as grid_sample_nodes
@@ -98,7 +98,7 @@ def lower_model(
     a new model) with a :class:`LowerReport`. See :func:`lower`.
     """
     # Hooks (issue 12): a runtime target picks method/opset and checks the result; IR version.
-    from ..irversion import apply_ir_version_ir
+    from ..core.irversion import apply_ir_version_ir
     from ..targets import hooks as _target_hooks
 
     choice = _target_hooks.for_lower(target, method, opset, default_opset(model), force)

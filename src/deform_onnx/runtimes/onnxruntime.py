@@ -10,7 +10,7 @@ __all__ = ["available", "session", "has_deform_conv_kernel"]
 
 def available() -> str | None:
     """``None`` if onnxruntime can be imported, else the reason (one line)."""
-    from ..ort_distribution import MISSING
+    from .ort_distribution import MISSING
 
     try:
         import onnxruntime  # noqa: F401

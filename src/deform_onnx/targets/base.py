@@ -61,7 +61,7 @@ class Target:
             runtime runs it from, why)`` entries: ``export`` picks that opset for a model with the feature when none
             was given, and refuses an explicit lower one (:func:`deform_onnx.targets.needs.for_model`).
         lacks: ``(model feature, why, fix)`` entries the runtime has no kernels for at any opset: ``export``
-            refuses such a model with :class:`~deform_onnx.errors.MissingKernelError` (without ``force``).
+            refuses such a model with :class:`~deform_onnx.core.errors.MissingKernelError` (without ``force``).
     """
 
     name: str

@@ -7,7 +7,7 @@ PyTorch within 4.2e-7, scripts/op_matrix.py), while the call's gather form, whic
 target's :attr:`Target.needs` names such calls (:data:`FEATURES`) with the opset they need (and
 :data:`EVERY_TARGET` what ONNX itself needs: bfloat16 Conv from opset 22); when
 the user gave no opset, :func:`for_model` raises the target's pick to it, and an explicit lower
-opset is an :class:`~deform_onnx.errors.ExportError` naming that opset, before any export work.
+opset is an :class:`~deform_onnx.core.errors.ExportError` naming that opset, before any export work.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from ..errors import ExportError, MissingKernelError
+from ..core.errors import ExportError, MissingKernelError
 from .base import Choice
 
 
@@ -70,7 +70,7 @@ def grid_sample_ranks(model: torch.nn.Module, args: tuple) -> set[int]:
 
 
 def _bfloat16(model: torch.nn.Module, args) -> bool:
-    from ..bfloat16 import has_bfloat16
+    from ..exporting.bfloat16 import has_bfloat16
 
     return has_bfloat16(model, args)
 
@@ -81,7 +81,7 @@ FEATURES: dict[str, Callable[[torch.nn.Module, tuple], bool]] = {
     "bfloat16": _bfloat16,
 }
 #: Needs of every target (the ONNX spec's, not a runtime's): applied when no opset was given (an
-#: explicit lower one is :func:`deform_onnx.bfloat16.choose_opset`'s error, as without a target).
+#: explicit lower one is :func:`deform_onnx.exporting.bfloat16.choose_opset`'s error, as without a target).
 EVERY_TARGET: tuple[tuple[str, int, str], ...] = (
     ("bfloat16", 22, "ONNX types Conv and GridSample in bfloat16 from opset 22"),
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...opsets import DYNAMO_BUILD_MIN_OPSET
+from ...core.opsets import DYNAMO_BUILD_MIN_OPSET
 from ..registry import Lowering, resolve_method
 from .spec import DeformConvSpec
 

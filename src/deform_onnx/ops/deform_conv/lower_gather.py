@@ -36,7 +36,7 @@ import numpy as np
 
 from ...builder import Builder, Dim, Value
 from ...builder.forms import wants
-from ...opsets import DEFORM_CONV_GATHER_MIN_OPSET
+from ...core.opsets import DEFORM_CONV_GATHER_MIN_OPSET
 from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
 from .common import (
     add_product,

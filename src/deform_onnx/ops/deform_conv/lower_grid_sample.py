@@ -51,7 +51,7 @@ import numpy as np
 
 from ...builder import Builder, Value
 from ...builder.forms import wants
-from ...opsets import DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
+from ...core.opsets import DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
 from ...sampler.gather import nan_guard
 from ..grid_sample.lower import GridSampleSpec, lower_native
 from .common import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...builder import Builder, Value
-from ...opsets import DEFORM_CONV_NATIVE_MIN_OPSET
+from ...core.opsets import DEFORM_CONV_NATIVE_MIN_OPSET
 from .spec import DeformConvSpec
 
 MIN_OPSET = DEFORM_CONV_NATIVE_MIN_OPSET

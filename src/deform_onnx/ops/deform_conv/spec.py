@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...opsets import DEFORM_CONV_MIN_OPSET
+from ...core.opsets import DEFORM_CONV_MIN_OPSET
 
 #: Lowest opset any lowering supports (the gather lowering).
 MIN_OPSET = DEFORM_CONV_MIN_OPSET

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...builder import Builder, Dim, Value
-from ...opsets import GRID_SAMPLE_GATHER_MIN_OPSET, GRID_SAMPLE_NATIVE_MIN_OPSET, GRID_SAMPLE_ND_MIN_OPSET
+from ...core.opsets import GRID_SAMPLE_GATHER_MIN_OPSET, GRID_SAMPLE_NATIVE_MIN_OPSET, GRID_SAMPLE_ND_MIN_OPSET
 from ...sampler.coords import coordinate_dtype, in_input_dtype
 from ...sampler.gather import BilinearCorners, nan_guard, padded_channel_rows, padded_corner, padded_nearest
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import onnx
 
 from ...builder import Builder, Value
-from ...opsets import MSDA_GATHER_MIN_OPSET
+from ...core.opsets import MSDA_GATHER_MIN_OPSET
 from ...sampler.coords import coordinate_dtype, in_input_dtype
 from ...sampler.gather import nan_guard
 

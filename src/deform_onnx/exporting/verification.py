@@ -1,0 +1,401 @@
+"""Export-time verification: run the file in ONNX Runtime and compare with PyTorch, per output dtype.
+
+Default tolerances (``|ort - torch| <= atol + rtol * |torch|``, per output, by its dtype):
+
+=========  ======  ======  =====================================================================
+dtype      atol    rtol    why
+=========  ======  ======  =====================================================================
+float64    1e-8    1e-8    tighter than float32's resolution (eps 1.2e-7), so a float32 cast
+                           hidden in the graph fails; float64 runs differ by ~1e-13
+float32    1e-4    1e-4    the project's float32 rule (unit-scale outputs)
+float16    1e-2    1e-2    see below: the runtime's own float16 Conv bound plus the rounding
+                           of every sample
+bfloat16   8e-2    8e-2    float16's bound with bfloat16's unit roundoff (2^-8, 8x float16's)
+=========  ======  ======  =====================================================================
+
+float16: PyTorch (CPU) and ONNX Runtime (CPU, which casts to float32 around ops
+without a float16 kernel) both accumulate a convolution in float32 and round
+the output once, so the runtime's own float16 ``Conv`` differs from PyTorch's
+by up to one output ulp (2u|y|, u = 2^-11; measured: 4.9e-4 to 9.8e-4 on
+unit-scale 3x3 convolutions with 16 and 64 channels). A deformable convolution
+also rounds each sampled value and its product with the mask to float16 (2
+roundings per term in torchvision's float16 column buffer, at least 2 in each
+lowering), so the two results differ by at most ``4u * sum_k |w_k s_k| + 2u|y|``.
+For the unit-scale layers the project tests (3x3 kernels, 16 input channels,
+weights ~ N(0, 1/fan_in): ``sum |w s|`` about 8) that bound is about 1.7e-2;
+rounding errors have random signs, so the expected worst case over a map is a
+fraction of that, and 1e-2 (10 ulps at 1.0) is the default. An explicit
+``rtol``/``atol`` always wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..core.errors import ExportError, VerificationError
+from ..runtimes.sessions import _flatten, _numpy, make_session, run_file
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The tolerance one output was checked with: ``|ort - torch| <= atol + rtol * |torch|``.
+
+    Attributes:
+        dtype: the output's dtype name (``float32``, ...).
+        rtol, atol: relative and absolute tolerance.
+        explicit: ``True`` when given to ``export()``, ``False`` for the dtype's default.
+    """
+
+    dtype: str
+    rtol: float
+    atol: float
+    explicit: bool = False
+
+
+#: dtype -> (rtol, atol); the reasoning is in this module's docstring.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-8, 1e-8),
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (8e-2, 8e-2),
+}
+
+
+def tolerance_for(dtype, rtol: float | None = None, atol: float | None = None) -> Tolerance:
+    """The tolerance for an output of ``dtype`` (numpy or torch dtype, or its name).
+
+    Integer and boolean outputs must match exactly. ``rtol``/``atol`` given here win
+    over the dtype's default (each on its own).
+    """
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).replace("torch.", "")
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:  # a name numpy does not know (bfloat16)
+            name = str(dtype)
+    if name == "bool" or "int" in name:
+        default = (0.0, 0.0)
+    else:
+        default = DEFAULT_TOLERANCES.get(name, DEFAULT_TOLERANCES["float32"])
+    return Tolerance(
+        name,
+        default[0] if rtol is None else float(rtol),
+        default[1] if atol is None else float(atol),
+        explicit=rtol is not None or atol is not None,
+    )
+
+
+#: A float32 file that misses the float32 tolerance passes when its error against a float64 run of
+#: the model is at most this many times PyTorch float32's own error against it (README, Verification
+#: tolerance: two float32 implementations of the same function round differently, in different
+#: summation orders, but a correct one is about as far from the exact result as PyTorch is; measured on
+#: an ill-conditioned TPS layer: file 1.6e-4, PyTorch 2.3e-4. A wrong sample or mask is off by the
+#: feature's own scale, orders of magnitude above either).
+FLOAT64_FACTOR = 2.0
+#: Output dtypes checked against an upcast float32 copy of the model (PyTorch's own low-precision
+#: result is not a trustworthy reference: on CPU it may differ between runs, hold NaNs, or be a
+#: pixel off on wide maps).
+LOW_PRECISION = ("float16", "bfloat16")
+
+
+@dataclass
+class OutputCheck:
+    """How one output passed (or would have): against which reference, with which errors, by which rule.
+
+    Attributes:
+        reference: ``"pytorch"`` (the model in its own dtype), ``"float32 copy"`` (an upcast copy of a
+            float16/bfloat16 model on upcast inputs) or ``"float64 copy"`` (a float32 model in float64).
+        error: max abs difference between the file and that reference (finite elements of the reference).
+        pytorch_error: the model's own output against that reference (``None`` when the reference is the
+            model itself).
+        rule: the rule that passed the output, in words.
+        note: what was wrong with PyTorch's own output, if anything (NaN/Inf where the reference has none).
+    """
+
+    reference: str
+    error: float
+    pytorch_error: float | None
+    rule: str
+    note: str | None = None
+
+
+@dataclass
+class Verified:
+    """What :func:`verify` found: the worst error (against the reference used), its output, each output's
+    tolerance and check, the input shapes it ran at, and the runtime it ran on (``"ONNX Runtime"``, or
+    ``"OpenVINO"`` for a bfloat16 file ONNX Runtime's CPU provider cannot run)."""
+
+    max_error: float
+    worst_output: str | None
+    tolerances: dict[str, Tolerance]
+    checks: dict[str, OutputCheck] = field(default_factory=dict)
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+    runtime: str = "ONNX Runtime"
+
+
+def upcast_run(model, args: tuple, dtype: torch.dtype) -> tuple[list[torch.Tensor] | None, str | None]:
+    """``model`` run as a deep copy cast to ``dtype`` on ``args`` with floating tensors cast to it.
+
+    Returns ``(outputs, None)`` or ``(None, reason)`` when the copy cannot run in ``dtype``.
+    """
+    import copy
+
+    try:
+        twin = copy.deepcopy(model).to(dtype)
+        cast = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+        with torch.no_grad():
+            return _flatten(twin(*cast)), None
+    except Exception as exc:  # noqa: BLE001 - a kernel without this dtype, a model that hard-codes dtypes
+        text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+        return None, f"{type(exc).__name__}: {text}"
+
+
+def _max_abs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None = None) -> float:
+    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    diff[a == b] = 0.0  # equal infinities (masked logits, -inf in both) match; inf - inf is NaN
+    if where is not None:
+        diff = diff[where]
+    return float(np.nanmax(diff)) if diff.size else 0.0
+
+
+def verify(
+    model,
+    args: tuple,
+    data: bytes,
+    rtol: float | None = None,
+    atol: float | None = None,
+    session=None,
+    where: str = "",
+    input_names: list[str] | None = None,
+) -> Verified:
+    """Run ``data`` in ONNX Runtime (CPU), or ``session``, on ``args`` and compare with the model in PyTorch.
+
+    ``session``: a session of :func:`make_session`, or another runtime's with the same API (bfloat16 files
+    run on :class:`deform_onnx.exporting.bfloat16.OpenVINOSession`: ONNX Runtime CPU has no bfloat16 Conv); the rules,
+    the feeding by name and the :class:`Verified` checks are the same for every runtime and dtype.
+
+    The reference, per output dtype (README, Verification tolerance):
+
+    - float16/bfloat16: an upcast float32 copy of the model on upcast inputs. The output passes when
+      it is within the dtype's tolerance of that result, or at least as close to it as PyTorch's own
+      low-precision output is. NaN/Inf in PyTorch's low-precision output where float32 has none is
+      a fault of that reference (``OutputCheck.note``), not a mismatch. When the copy does not run in
+      float32, the model's own output is the reference; when PyTorch has no kernel for the model in its
+      own dtype (torchvision's ``deform_conv2d`` in bfloat16), the copy's tolerance is the only rule.
+    - float32: the model's own output; when the file misses the tolerance, a float64 copy of the model:
+      the output passes when its error against float64 is within :data:`FLOAT64_FACTOR` times PyTorch
+      float32's own error against float64.
+    - other dtypes: the model's own output (integers exactly).
+
+    An explicit ``rtol``/``atol`` is a hard bound against the reference: the rules that compare with
+    PyTorch's own error (as close as PyTorch float16; within 2x of PyTorch float32 against float64) apply
+    with the dtype's default tolerance only.
+
+    ``where`` (e.g. ``" at 2x3x160x96"``) is added to the messages. ``input_names``: the file's names
+    for the tensors of ``args`` (see :func:`run_file`).
+
+    Raises:
+        ExportError: ONNX Runtime has no kernel for some node at its dtype
+            (named, with ``verify=False`` as the way out), or the inputs do not fit.
+        VerificationError: an output's shape or values differ beyond what the rules allow.
+    """
+    session = session if session is not None else make_session(data)
+    names, got = run_file(session, args, input_names)
+    upcast: dict[torch.dtype, tuple] = {}
+
+    def reference(dtype: torch.dtype):
+        if dtype not in upcast:
+            upcast[dtype] = upcast_run(model, args, dtype)
+        return upcast[dtype]
+
+    own, own_why = _own_run(model, args)
+    expected: list[torch.Tensor | None]
+    if own is not None:
+        expected = list(own)
+    else:  # a low-precision model PyTorch has no kernel for (torchvision's deform_conv2d in bfloat16)
+        ref32, why32 = reference(torch.float32)
+        if ref32 is None:
+            raise ExportError(f"the model runs neither in its own dtype ({own_why}) nor as a float32 copy ({why32}), "
+                              "so the file cannot be verified; pass verify=False to write it unverified")  # fmt: skip
+        expected = [None] * len(ref32)
+
+    rerun: list = []
+
+    def again(index: int):
+        """The model's own output once more (a model whose output changes between runs has no float64 rescue)."""
+        if not rerun:
+            with torch.no_grad():
+                rerun.append(_flatten(model(*args)))
+        return _numpy(rerun[0][index]) if index < len(rerun[0]) else None
+
+    worst, worst_name, tolerances, checks = 0.0, None, {}, {}
+    runtime = getattr(session, "runtime", "ONNX Runtime")
+    for index, (name, g, e) in enumerate(zip(names, got, expected)):
+        tol = tolerance_for(e.dtype if e is not None else g.dtype, rtol, atol)
+        tolerances[name] = tol
+        g = g.astype(np.float32) if g.dtype.name == "bfloat16" else g  # exact: float32 holds every bfloat16
+        ref_t = None
+        if tol.dtype in LOW_PRECISION:
+            ref, why = reference(torch.float32)
+            ref_t = ref[index] if ref is not None and index < len(ref) else None
+        e_np = _numpy(e) if e is not None else None
+        if e_np is not None:
+            shape = e_np.shape
+        else:  # PyTorch ran only the float32 copy (checked above): its output gives the shape
+            shape = tuple(reference(torch.float32)[0][index].shape)
+        if g.shape != shape:
+            torch_side = "PyTorch" if e_np is not None else "the float32 model's"
+            raise VerificationError(f"output {name!r}{where}: {runtime} shape {g.shape} != {torch_side} shape {shape}")
+        if g.size == 0:
+            continue
+        if tol.dtype in LOW_PRECISION:
+            check = _low_precision(name, g, e_np, ref_t, why, tol, where)
+        else:
+            if e_np is None:  # e.g. an integer output of a model PyTorch runs only as a float32 copy
+                e_np = _numpy(reference(torch.float32)[0][index])
+            check = _own_dtype(name, g, e_np, tol, where, reference if tol.dtype == "float32" else None, index, again)
+        checks[name] = check
+        if check.error >= worst:
+            worst, worst_name = check.error, name
+    shapes = [tuple(t.shape) for t in _flatten(args)]
+    return Verified(worst, worst_name, tolerances, checks, shapes, runtime)
+
+
+def run_pytorch(model, args: tuple) -> None:
+    """Run ``model`` on ``args`` as verification does (to learn whether it runs at a size): in its own dtype,
+    or, for a float16/bfloat16 model PyTorch has no kernel for, as the float32 copy.
+
+    Raises:
+        Exception: the model's own failure (the float32 copy's too, for a low-precision model).
+    """
+    own, _ = _own_run(model, args)
+    if own is None and upcast_run(model, args, torch.float32)[0] is None:
+        with torch.no_grad():
+            model(*args)  # raise the model's own error
+
+
+def _own_run(model, args: tuple) -> tuple[list[torch.Tensor] | None, str | None]:
+    """The model's outputs in its own dtype, or ``(None, why)`` for a float16/bfloat16 model PyTorch cannot run.
+
+    Other models' failures propagate (they are the model's own, not a missing low-precision kernel).
+    """
+    try:
+        with torch.no_grad():
+            return _flatten(model(*args)), None
+    except Exception as exc:
+        low = (torch.float16, torch.bfloat16)
+        tensors = [*model.parameters(), *model.buffers(), *_flatten(args)] if hasattr(model, "parameters") else []
+        if not any(t.dtype in low for t in tensors):
+            raise
+        text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+        return None, f"{type(exc).__name__}: {text}"
+
+
+def _within(g: np.ndarray, ref: np.ndarray, tol: Tolerance) -> bool:
+    g64, r64 = g.astype(np.float64), ref.astype(np.float64)
+    return bool(np.all((g64 == r64) | (np.abs(g64 - r64) <= tol.atol + tol.rtol * np.abs(r64))))
+
+
+def _source(tol: Tolerance) -> str:
+    return "given" if tol.explicit else f"the {tol.dtype} default"
+
+
+def _own_dtype(name, g, e, tol: Tolerance, where: str, reference, index: int, again=None) -> OutputCheck:
+    """float32 (with the float64 rule), float64 and integer outputs."""
+    err = _max_abs(g, e)
+    if _within(g, e, tol):
+        return OutputCheck("pytorch", err, None, f"within {_source(tol)} tolerance of PyTorch")
+    head = (
+        f"output {name!r} differs from PyTorch{where}: max abs error {err:.3g} "
+        f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)})"
+    )
+    if reference is None or tol.explicit:  # a given tolerance is a hard bound: no float64 rescue
+        raise VerificationError(f"{head}; no file was written")
+    repeat = again(index) if again is not None else None
+    if repeat is None or not _within(repeat, e, tol):
+        raise VerificationError(f"{head}; PyTorch's own output changes between runs, so no float64 check; "
+                                "no file was written")  # fmt: skip
+    ref, why = reference(torch.float64)
+    if ref is None or index >= len(ref):
+        raise VerificationError(f"{head}; the float64 check could not run ({why}); no file was written")
+    r64 = _numpy(ref[index]).astype(np.float64)
+    finite = np.isfinite(r64)
+    if not np.all(np.isfinite(g)[finite]):
+        raise VerificationError(f"{head}; the file gives NaN/Inf where float64 PyTorch has none; no file was written")
+    file_err, torch_err = _max_abs(g, r64, finite), _max_abs(e, r64, finite)
+    if file_err <= FLOAT64_FACTOR * torch_err:
+        return OutputCheck(
+            "float64 copy",
+            file_err,
+            torch_err,
+            f"within {FLOAT64_FACTOR:g}x PyTorch float32's own error against float64 (the model is ill-conditioned "
+            f"in float32: PyTorch float32 vs the file {err:.3g})",
+        )
+    raise VerificationError(
+        f"{head}; against the model run in float64 the file is off by {file_err:.3g}, PyTorch float32 by "
+        f"{torch_err:.3g} (allowed: {FLOAT64_FACTOR:g}x); no file was written"
+    )
+
+
+def _low_precision(name, g, e, ref, why, tol: Tolerance, where: str) -> OutputCheck:
+    """float16/bfloat16 outputs against the float32 copy (``ref``), or against PyTorch when it did not run.
+
+    ``e``: PyTorch's own low-precision output, ``None`` when PyTorch has no kernel for the model in that
+    dtype (torchvision's ``deform_conv2d`` in bfloat16): then the float32 copy's tolerance is the only rule.
+    """
+    if ref is None:
+        err = _max_abs(g, e)
+        if _within(g, e, tol):
+            return OutputCheck("pytorch", err, None, f"within {_source(tol)} tolerance of PyTorch "
+                               f"(no float32 copy: {why})")  # fmt: skip
+        raise VerificationError(
+            f"output {name!r} differs from PyTorch{where}: max abs error {err:.3g} "
+            f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)}; the float32 copy of the model did not run: {why}); "
+            "no file was written"
+        )
+    r32 = _numpy(ref).astype(np.float64)
+    finite = np.isfinite(r32)
+    note = None
+    bad_torch = int(np.sum(~np.isfinite(e) & finite)) if e is not None else 0
+    if bad_torch:
+        note = (f"PyTorch's {tol.dtype} output has {bad_torch} NaN/Inf where the float32 model has none "
+                "(a fault of that reference, not of the file)")  # fmt: skip
+    if not np.all(np.isfinite(g)[finite]):
+        raise VerificationError(
+            f"output {name!r}{where}: the file gives NaN/Inf where the float32 model has none; no file was written"
+        )
+    file_err = _max_abs(g, r32, finite)
+    torch_err = _max_abs(e, r32, finite & np.isfinite(e)) if e is not None else None
+    if _within(np.where(finite, g, 0), np.where(finite, r32, 0), tol):
+        return OutputCheck("float32 copy", file_err, torch_err,
+                           f"within {_source(tol)} tolerance of the float32 model", note)  # fmt: skip
+    if torch_err is not None and file_err <= torch_err and not tol.explicit:  # a given tolerance is a hard bound
+        return OutputCheck("float32 copy", file_err, torch_err,
+                           f"at least as close to the float32 model as PyTorch {tol.dtype}", note)  # fmt: skip
+    own = (
+        f"more than PyTorch's own {tol.dtype} output ({torch_err:.3g})"
+        if torch_err is not None
+        else f"and PyTorch has no {tol.dtype} run of the model to compare with"
+    )
+    raise VerificationError(
+        f"output {name!r} differs from the float32 model{where}: max abs error {file_err:.3g} "
+        f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)}), {own}; no file was written"
+    )
+
+
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "OutputCheck",
+    "Tolerance",
+    "Verified",
+    "make_session",
+    "run_file",
+    "run_pytorch",
+    "tolerance_for",
+    "upcast_run",
+    "verify",
+]
