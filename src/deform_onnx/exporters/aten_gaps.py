@@ -12,6 +12,8 @@ from its first opset on.
 - ``aten::einsum`` (torch: opset 12, ``Einsum`` appeared in ONNX opset 12):
   two-operand contractions, as ``Transpose``/``Reshape``/``MatMul``
   (Mask2Former's mask head: ``einsum("bqc, bchw -> bqhw", ...)``).
+- ``aten::affine_grid_generator`` (torch: opset 20, as ``AffineGrid``): spatial transformers'
+  ``F.affine_grid``, see :mod:`.aten_affine_grid`.
 """
 
 from __future__ import annotations
@@ -142,9 +144,11 @@ def _add_detector_gaps() -> None:
     # SDPA below 14, isin and antialiased resize (issue 19): aten_detectors.py.
     from torch.onnx._constants import ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
 
+    from . import aten_affine_grid
     from .aten_detectors import torchscript_symbolics
 
     SYMBOLICS.update(torchscript_symbolics(11, ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET))
+    SYMBOLICS.update(aten_affine_grid.torchscript_symbolics(11))  # F.affine_grid below opset 20
 
 
 _add_detector_gaps()

@@ -17,6 +17,7 @@ from ..conversion import Repair, convert_down
 from . import dynamo as _dynamo
 from . import torchscript as _torchscript
 from .examples import widen_unit_dims
+from .forward_defaults import bound
 from .guards import check_guards, parameter_names
 
 
@@ -224,7 +225,8 @@ def export_torchscript(
     # A str, not a Path: torch passes only a str on as the location of external data.
     path = None if sink is None else str(sink.torchscript_path())
     buffer = io.BytesIO()
-    with _torchscript.registered(method), quiet():
+    # bound: forward's non-tensor defaults stay Python values, not traced inputs (forward_defaults.py)
+    with _torchscript.registered(method), quiet(), bound(model, args):
         torch.onnx.export(
             model,
             args,

@@ -250,7 +250,7 @@ def _functions_rewritten() -> Iterator[list[str]]:
 def while_exporting() -> Iterator[SizeMode]:
     """Apply :data:`REWRITES` to torch calls and :data:`FUNCTION_REWRITES` to model libraries inside the block
     (both exporters), undone on exit."""
-    from . import hf_transformers, size_ranges, size_tensors  # noqa: F401  (register the patterns)
+    from . import aten_affine_grid, hf_transformers, size_ranges, size_tensors  # noqa: F401  (register the patterns)
 
     with _functions_rewritten(), SizeMode() as mode:
         yield mode

@@ -22,10 +22,12 @@ from ..exporters.calls import cause as _cause
 from ..exporters.calls import export_dynamo as _export_dynamo
 from ..exporters.calls import export_torchscript as _export_torchscript
 from ..exporters.guards import FixedDynamicSize, parameter_names
+from ..exporters.module_state import keeping_state
 from ..ops.deform_conv.module_checks import BadDeformInput, check_deform_modules, raise_bad_deform_input
 from ..ops.deform_conv.spec import MIN_OPSET
 from ..ops.registry import resolve_method
 from . import dynamic_check as _dynamic_check
+from . import paths as _paths
 from . import sizes as _sizes
 from .bfloat16 import choose_opset as _bfloat16_opset  # bfloat16: opset 22 (verified in dynamic_check)
 from .large import ExternalSink, is_large
@@ -93,6 +95,7 @@ class ExportReport:
     onnxruntime: str | None = None
 
 
+@keeping_state  # hook (issue 30): the model's caches and buffers are the same after export as before
 def export(
     model: torch.nn.Module,
     args: tuple,
@@ -196,6 +199,8 @@ def export(
     from ..targets import needs as _target_needs  # hook (issue 19): opsets a model's calls need on the target
 
     _target_needs.for_model(choice, model, args, opset_version, dynamo)
+    dynamic = dynamic_shapes is not None or dynamic_axes is not None
+    _target_needs.for_defaults(choice, model, args, opset_version, dynamic)  # hook (issue 30): e.g. RF-DETR: 18
     method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
     opset_version = _bfloat16_opset(model, args, opset_version, dynamo)  # bfloat16: opset 22 (bfloat16.py)
     if opset_version is None:
@@ -269,6 +274,7 @@ def _export_eval(
     done: tuple[onnx.ModelProto, bytes | str, Verified | None, list] | None = None
     checks = check_deform_modules(model)
     sized = _dynamic_check.SizeCheck.plan(model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes)
+    sized.notes.extend(choice.notes if choice is not None else [])  # the opsets picked for the model's needs
     sink = ExternalSink(f) if is_large(model) else None  # over 2 GiB: external data (large.py)
     try:
         if dynamo:
@@ -300,15 +306,18 @@ def _export_eval(
                     stacklevel=3,  # the caller of export()
                 )
         if done is None:
+            probe = _dynamo_probe(locals()) if sized.axes and (not dynamo or opset_version < DYNAMO_MIN_OPSET) else None
             if input_names is None:
                 input_names = _forward_names(model, args)
             if dynamic_axes is None and dynamic_shapes is not None:
                 dynamic_axes = _sizes.dynamic_shapes_to_axes(dynamic_shapes, input_names)
-            proto = _export_torchscript(
-                model, args, opset_version, method, input_names, output_names, dynamic_axes, sink=sink
-            )
-            data = _finish(proto, opset_version, method, ir_version, choice, sink)
-            verified = sized.run(model, args, data, proto, rtol, atol, abandoned=fallback_reason)
+            with _paths.reasons_named(fallback_reason):  # hook (issue 30): each path's reason, dynamo's first
+                proto = _export_torchscript(
+                    model, args, opset_version, method, input_names, output_names, dynamic_axes, sink=sink
+                )
+                data = _finish(proto, opset_version, method, ir_version, choice, sink)
+                with _paths.dynamo_hint(probe):  # hook (issue 30): would dynamo=True hold where TorchScript froze?
+                    verified = sized.run(model, args, data, proto, rtol, atol)
         else:
             proto, data, verified, repairs = done
     except BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
@@ -418,6 +427,21 @@ def _try_dynamo(
     except ExportError as exc:  # VerificationError, a static dimension, a second size: TorchScript's file may hold
         raise _DynamoUnfit(f"the dynamo export failed its check ({exc})") from None
     return proto, data, verified, repairs
+
+
+def _dynamo_probe(scope: dict):
+    """For :func:`deform_onnx.exporting.paths.dynamo_hint`: a call that exports and checks ``scope``'s export
+    (``_export_eval``'s arguments) on the dynamo path at ``max(opset, 14)``, writing nothing; returns that opset."""
+    at = max(scope["opset_version"], DYNAMO_MIN_OPSET)
+    keys = ("model", "args", "method", "input_names", "output_names", "dynamic_shapes", "dynamic_axes", "verify")
+    model, args, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify = (scope[k] for k in keys)
+
+    def probe() -> int:
+        _try_dynamo(model, args, at, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify,
+                    scope["rtol"], scope["atol"], scope["ir_version"], scope["choice"], scope["sized"])  # fmt: skip
+        return at
+
+    return probe
 
 
 def _check_fallback(reason: str, opset: int, fallback: bool) -> None:

@@ -171,22 +171,12 @@ class SizeCheck:
         check.seconds = time.perf_counter() - start
         return check
 
-    def run(self, model, args, data, proto, rtol, atol, abandoned: str | None = None) -> Verified | None:
+    def run(self, model, args, data, proto, rtol, atol) -> Verified | None:
         """Static-dimension check, then verify at the example and the second sizes (``None`` without verify).
 
-        ``abandoned``: why the dynamo exporter was abandoned before this (TorchScript) file; a second-size
-        or static-dimension error then says it too.
+        When this was a TorchScript fallback, :func:`deform_onnx.exporting.paths.reasons_named` adds why the
+        dynamo exporter was abandoned to the error.
         """
-        try:
-            return self._run(model, args, data, proto, rtol, atol)
-        except VerificationError:
-            raise
-        except ExportError as exc:
-            if abandoned is None or isinstance(exc, MissingKernelError):
-                raise
-            raise ExportError(f"{exc} (the dynamo exporter was abandoned first: {abandoned})") from None
-
-    def _run(self, model, args, data, proto, rtol, atol) -> Verified | None:
         problem = static_dims_error(proto, self.axes, self.guards, self.names)
         if problem is not None:
             raise ExportError(problem + "; no file was written")

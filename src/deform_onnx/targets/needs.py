@@ -23,35 +23,41 @@ from ..core.errors import ExportError, MissingKernelError
 from .base import Choice
 
 
-class _GridSampleRanks(TorchFunctionMode):
-    """Records the input rank of every ``F.grid_sample`` call while the model runs."""
+class _CallScan(TorchFunctionMode):
+    """Records what the model calls while it runs: each ``F.grid_sample`` input rank, and each antialiased
+    ``F.interpolate`` mode."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ranks: set[int] = set()
+        self.antialiased: set[str] = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if func is F.grid_sample and args and isinstance(args[0], torch.Tensor):
             self.ranks.add(args[0].dim())
-        return func(*args, **(kwargs or {}))
+        elif func is F.interpolate and (kwargs.get("antialias") or (len(args) > 6 and args[6])):
+            self.antialiased.add(str(kwargs.get("mode", args[3] if len(args) > 3 else "nearest")))
+        return func(*args, **kwargs)
 
 
-def grid_sample_ranks(model: torch.nn.Module, args: tuple) -> set[int]:
-    """Input ranks (4: ``(N, C, H, W)``, 5: ``(N, C, D, H, W)``) of the model's ``F.grid_sample`` calls.
-
-    One forward pass on the example ``args`` (a trailing dict: keyword arguments, as ``torch.onnx``
-    takes them) on fake tensors (shapes only, as the dynamo exporter traces: a bfloat16 model runs
-    although torchvision has no bfloat16 CPU kernel), else on the real ones; empty when neither runs
-    (the export then reports why the model does not run).
+def model_calls(model: torch.nn.Module, args: tuple) -> _CallScan:
+    """What the model calls (:class:`_CallScan`), from one forward pass on the example ``args`` (a trailing
+    dict: keyword arguments, as ``torch.onnx`` takes them) on fake tensors (shapes only, as the dynamo
+    exporter traces: a bfloat16 model runs although torchvision has no bfloat16 CPU kernel), else on the
+    real ones; nothing found when neither runs (the export then reports why the model does not run).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._pytree import tree_map
 
+    from ..exporters.module_state import Snapshot
+
     call = args if isinstance(args, tuple) else (args,)
     kwargs = call[-1] if call and isinstance(call[-1], dict) else {}
     call = call[:-1] if kwargs else call
+    state = Snapshot.take(model)  # no fake tensor is left in the model's caches (RIFE's grid cache)
     for fake in (True, False):
-        mode = _GridSampleRanks()
+        mode = _CallScan()
         try:
             with torch.no_grad(), warnings.catch_warnings():  # the export shows the model's own warnings
                 warnings.simplefilter("ignore")
@@ -63,10 +69,18 @@ def grid_sample_ranks(model: torch.nn.Module, args: tuple) -> set[int]:
                 else:
                     with mode:
                         model(*call, **kwargs)
-            return mode.ranks
+            return mode
         except Exception:  # noqa: BLE001 - the scan is a hint; export runs the model and reports its errors
             continue
-    return set()
+        finally:
+            state.restore()
+    return _CallScan()
+
+
+def grid_sample_ranks(model: torch.nn.Module, args: tuple) -> set[int]:
+    """Input ranks (4: ``(N, C, H, W)``, 5: ``(N, C, D, H, W)``) of the model's ``F.grid_sample`` calls
+    (:func:`model_calls`)."""
+    return model_calls(model, args).ranks
 
 
 def _bfloat16(model: torch.nn.Module, args) -> bool:
@@ -126,3 +140,52 @@ def for_model(choice: Choice, model: torch.nn.Module, args, user_opset: int | No
         _check_faults(target, choice.method, need, choice.force)
         choice.opset, choice.dynamo, opset = need, user_dynamo, need
         choice.notes.append(f"target {target.name!r}: opset {need} for the model's {feature} ({why})")
+
+
+#: Needs of the default opset (no opset given), per exporter path: ``(feature, opset, why)``. The
+#: feature is checked only for exports with dynamic axes on the dynamo path.
+DYNAMIC_DEFAULTS: tuple[tuple[str, int, str], ...] = (
+    (
+        "antialiased resize",
+        18,
+        "Resize has antialias from opset 18; below it the antialiased resize is two MatMul by weights "
+        "computed at export, for static sizes only (RF-DETR's backbone)",
+    ),
+)
+#: Feature of :data:`DYNAMIC_DEFAULTS` -> whether ``(model, args)`` has it.
+DYNAMIC_FEATURES: dict[str, Callable[[torch.nn.Module, tuple], bool]] = {
+    "antialiased resize": lambda model, args: bool(model_calls(model, args).antialiased),
+}
+
+
+def for_defaults(choice: Choice, model: torch.nn.Module, args, user_opset: int | None, dynamic: bool) -> None:
+    """Raise ``choice.opset`` to what a dynamic export of the model needs when no opset was given (in place).
+
+    ``deform_onnx.export``'s default opset (17, or the target's pick) cannot hold some calls at dynamic
+    sizes, though a later opset on the dynamo exporter can (:data:`DYNAMIC_DEFAULTS`): RF-DETR's antialiased
+    bicubic resize of its position embedding exports and verifies dynamic at opset 18 (measured,
+    scripts/transformers_dynamic_sweep.py), and is refused below it. With ``user_opset`` given, or no
+    dynamic axes, or the TorchScript exporter chosen, nothing changes (the refusal names opset 18); models
+    without such calls are not run. A note goes to ``choice.notes``.
+
+    Raises:
+        ValueError: a target mishandles the method at the new opset (without ``force``).
+    """
+    if user_opset is not None or not dynamic or not choice.dynamo:
+        return
+    if choice.opset is not None:
+        opset = choice.opset
+    elif choice.target is not None:
+        opset = choice.target.opset
+    else:
+        opset = 19 if choice.method == "native" else 17  # deform_onnx.exporting.api's DEFAULT_(NATIVE_)OPSET
+    for feature, need, why in DYNAMIC_DEFAULTS:
+        if opset >= need or not DYNAMIC_FEATURES[feature](model, args):
+            continue
+        if choice.target is not None:
+            from .hooks import _check_faults
+
+            _check_faults(choice.target, choice.method, need, choice.force)
+        choice.opset, opset = need, need
+        choice.notes.append(f"opset {need} (not the default {17 if choice.target is None else choice.target.opset}) "
+                            f"for the model's {feature} at dynamic sizes: {why}")  # fmt: skip

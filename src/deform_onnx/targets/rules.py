@@ -14,10 +14,15 @@ import onnx
 _FLOATS = {
     onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16,
 }  # fmt: skip
-#: Inputs that TensorRT treats as shape tensors, by op (index into node.input).
+#: Inputs that TensorRT treats as shape tensors, by op (index into node.input). ``Range`` is not among
+#: them: its inputs are on a shape path only when its output reaches one of these inputs, and the walk of
+#: :func:`integer_shape_tensors` goes through it then. A float ``Range`` that feeds data (deform-onnx's own
+#: ``torch.linspace`` rewrite, exporters/size_ranges.py) is parsed by onnx-tensorrt (its ``Range`` importer
+#: takes FP32 start/limit/delta) and TensorRT allows float shape tensors that are not network inputs or
+#: outputs (NVIDIA forum thread 197588, from TensorRT 8.4).
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "ConstantOfShape": (0,),
-    "Range": (0, 1, 2), "Pad": (1,), "Resize": (3,), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,),
+    "Pad": (1,), "Resize": (3,), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,),
 }  # fmt: skip
 
 
@@ -175,7 +180,9 @@ def static_shapes(model: onnx.ModelProto) -> list[str]:
 
 
 def integer_shape_tensors(model: onnx.ModelProto) -> list[str]:
-    """Shape inputs (TensorRT's shape tensors) computed from integers only: no float value on their path."""
+    """Shape inputs (TensorRT's shape tensors, :data:`SHAPE_INPUTS`) computed from integers only: no float value
+    on the path that reaches them (through every producer but ``Shape``/``Size``, ``Range`` included).
+    A value is judged by where it flows: a float ``Range`` whose output feeds only data is no shape tensor."""
     inferred = _inferred(model)
     g = inferred.graph
     types = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.value_info, *g.output)}
