@@ -14,6 +14,7 @@ import onnx
 import torch
 
 from ..conversion import Repair, convert_down
+from ..exporting import output_names as _output_names
 from . import dynamo as _dynamo
 from . import torchscript as _torchscript
 from .examples import widen_unit_dims
@@ -139,6 +140,9 @@ def export_dynamo(
         )
     if program is None:  # torch returns None only for dynamo=False
         raise RuntimeError("internal error: torch.onnx.export(dynamo=True) returned no ONNXProgram")
+    if output_names is None:  # hook (issue 30): the model's own output names (exporting/output_names.py)
+        spec = getattr(getattr(program.exported_program, "call_spec", None), "out_spec", None)
+        _output_names.rename_ir(program.model, _output_names.names_of_spec(spec))
     proto = program.model_proto if sink is None else sink.save_ir(program.model)
     if build == opset:
         return proto, []
@@ -226,7 +230,7 @@ def export_torchscript(
     path = None if sink is None else str(sink.torchscript_path())
     buffer = io.BytesIO()
     # bound: forward's non-tensor defaults stay Python values, not traced inputs (forward_defaults.py)
-    with _torchscript.registered(method), quiet(), bound(model, args):
+    with _torchscript.registered(method), quiet(), bound(model, args), _output_names.recording(model) as seen:
         torch.onnx.export(
             model,
             args,
@@ -237,6 +241,7 @@ def export_torchscript(
             output_names=output_names,
             dynamic_axes=dynamic_axes,
         )
-    if path is not None:
-        return sink.load_torchscript(path)
-    return onnx.load_from_string(buffer.getvalue())
+    proto = sink.load_torchscript(path) if path is not None else onnx.load_from_string(buffer.getvalue())
+    if output_names is None and seen:  # hook (issue 30): the model's own output names (exporting/output_names.py)
+        _output_names.rename_proto(proto, seen[-1])
+    return proto

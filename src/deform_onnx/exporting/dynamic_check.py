@@ -101,12 +101,12 @@ def check_dynamic_file(
             raise
         except VerificationError as exc:
             problem = str(exc).removesuffix("; no file was written")
-            raise ExportError(_second_size_message(proto, axes, shapes, problem)) from None
+            raise ExportError(_second_size_message(proto, axes, shapes, problem, model=model)) from None
         except ExportError:
             raise
         except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own failure at that size (broadcast, reshape)
             problem, node = ort_failure(str(exc))
-            raise ExportError(_second_size_message(proto, axes, shapes, problem, node)) from None
+            raise ExportError(_second_size_message(proto, axes, shapes, problem, node, model)) from None
     return first, done, time.perf_counter() - start
 
 
@@ -125,12 +125,12 @@ def ort_failure(text: str) -> tuple[str, str | None]:
     return f"ONNX Runtime fails there{where}: {message[:240]}", (name.group(1) if name else None)
 
 
-def _second_size_message(proto, axes: list[Axis], shapes, problem: str, node: str | None = None) -> str:
+def _second_size_message(proto, axes: list[Axis], shapes, problem: str, node: str | None = None, model=None) -> str:
     dims = ", ".join(sorted({a.name or f"axis {a.axis}" for a in axes}))
     example = ", ".join(dict.fromkeys(f"{a.name or f'axis {a.axis}'}={a.size}" for a in axes))
     return (
         f"the file does not hold at a second size {shown(shapes)} (dynamic {dims}; export-time {example}): "
-        f"{problem}; {describe(proto, axes, node)}; no file was written. What to do: {ADVICE}"
+        f"{problem}; {describe(proto, axes, node, model)}; no file was written. What to do: {ADVICE}"
     )
 
 

@@ -106,8 +106,36 @@ def _constants(proto: onnx.ModelProto) -> dict[str, tuple[np.ndarray, str, onnx.
     return out
 
 
-def _origin(node: onnx.NodeProto | None) -> str:
-    """The torch op and source line the dynamo exporter recorded on ``node`` (metadata_props)."""
+def scope_origin(node: onnx.NodeProto | None, model=None) -> str:
+    """Where a TorchScript node comes from: its name holds the module scope (``/model/backbone/layers.0/Reshape_5``),
+    which names a submodule of ``model``; ``" (in SwinLayer.forward, transformers/models/swin/modeling_swin.py:612)"``
+    (the class, and the file and first line of its ``forward``), or ``""`` when the scope names no submodule."""
+    import inspect
+
+    if node is None or model is None or not node.name.startswith("/"):
+        return ""
+    parts = node.name.strip("/").split("/")[:-1]
+    while parts:
+        try:
+            module = model.get_submodule(".".join(parts))
+            break
+        except AttributeError:
+            parts = parts[:-1]
+    else:
+        return ""
+    cls = type(module)
+    try:
+        path = inspect.getsourcefile(cls.forward) or ""
+        line = inspect.getsourcelines(cls.forward)[1]
+    except (TypeError, OSError):
+        return f" (in {cls.__name__}.forward)"
+    short = path.split("site-packages/")[-1]
+    return f" (in {cls.__name__}.forward, {short}:{line})"
+
+
+def _origin(node: onnx.NodeProto | None, model=None) -> str:
+    """The torch op and source line the dynamo exporter recorded on ``node`` (metadata_props); for a TorchScript
+    node (no metadata), the module its scope names (:func:`scope_origin`)."""
     if node is None:
         return ""
     meta = {m.key: m.value for m in node.metadata_props}
@@ -122,7 +150,7 @@ def _origin(node: onnx.NodeProto | None) -> str:
         lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
         if lines:
             parts.append(" ".join(lines[-2:])[:200])
-    return f" ({'; '.join(parts)})" if parts else ""
+    return f" ({'; '.join(parts)})" if parts else scope_origin(node, model)
 
 
 def _ancestors(proto: onnx.ModelProto, node_name: str | None) -> set[str] | None:
@@ -145,10 +173,13 @@ def _ancestors(proto: onnx.ModelProto, node_name: str | None) -> set[str] | None
     return seen
 
 
-def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3, near: str | None = None) -> list[str]:
+def frozen_sizes(
+    proto: onnx.ModelProto, axes: list[Axis], limit: int = 3, near: str | None = None, model=None
+) -> list[str]:
     """Constants that hold an export-time size and feed a shape input (or, failing that, any node).
 
-    With ``near`` (the node ONNX Runtime failed at), constants it depends on come first.
+    With ``near`` (the node ONNX Runtime failed at), constants it depends on come first. ``model``: the
+    exported module, to name the source of TorchScript nodes (:func:`scope_origin`).
 
     Each line: ``value 336 (sum of H/8*W/8 + ...) in Constant 'name' -> Reshape 'node' input 1 (from torch op ...)``.
     """
@@ -181,7 +212,7 @@ def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3, near:
                 hits = [int(v) for v in attr.ints if int(v) in values and int(v) > 1]
                 if hits:
                     found.append(f"value {max(hits)} ({values[max(hits)]}) in the {attr.name!r} attribute of "
-                                 f"{node.op_type} {node.name!r}{_origin(node)}")  # fmt: skip
+                                 f"{node.op_type} {node.name!r}{_origin(node, model)}")  # fmt: skip
     before = _ancestors(proto, near)
     for name, (array, kind, node) in consts.items():
         if before is not None and name not in before:
@@ -199,7 +230,7 @@ def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3, near:
         use = shape_use(name)
         if use is not None:
             user, k = use
-            where = _origin(user) or _origin(node)
+            where = _origin(user, model) or _origin(node, model)
             found.append(
                 f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r} input {k}{where}"
             )
@@ -208,18 +239,19 @@ def frozen_sizes(proto: onnx.ModelProto, axes: list[Axis], limit: int = 3, near:
               and any(u.op_type != "Gather" for u, _ in users.get(name, []))):  # fmt: skip
             # An exact dynamic size, or a tensor made only of export-time sizes (torch.tensor([W, H]) repeated).
             user = users[name][0][0]
-            where = _origin(user) or _origin(node)
+            where = _origin(user, model) or _origin(node, model)
             loose.append(f"value {value} ({values[value]}) in {holder} -> {user.op_type} {user.name!r}{where}")
     del producers
     return (found or loose)[:limit]
 
 
-def describe(proto: onnx.ModelProto, axes: list[Axis], near: str | None = None) -> str:
-    """One sentence naming what froze (static input dims first, else constants holding export-time sizes)."""
+def describe(proto: onnx.ModelProto, axes: list[Axis], near: str | None = None, model=None) -> str:
+    """One sentence naming what froze (static input dims first, else constants holding export-time sizes, with
+    the source they come from: the dynamo exporter's stack trace, or the module of a TorchScript node's scope)."""
     static = static_dims(proto, axes)
     if static:
         return "the file keeps a requested dynamic dimension static: " + "; ".join(static)
-    sizes = frozen_sizes(proto, axes, near=near)
+    sizes = frozen_sizes(proto, axes, near=near, model=model)
     if sizes:
         return "constants in the file hold export-time sizes (likely frozen there): " + "; ".join(sizes)
     return "no constant in the file holds an export-time size directly (the size is frozen in arithmetic)"
