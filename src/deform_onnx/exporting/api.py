@@ -199,8 +199,7 @@ def export(
     from ..targets import needs as _target_needs  # hook (issue 19): opsets a model's calls need on the target
 
     _target_needs.for_model(choice, model, args, opset_version, dynamo)
-    dynamic = dynamic_shapes is not None or dynamic_axes is not None
-    _target_needs.for_defaults(choice, model, args, opset_version, dynamic)  # hook (issue 30): e.g. RF-DETR: 18
+    _target_needs.for_defaults(choice, model, args, opset_version, dynamic_shapes or dynamic_axes)  # issue 30: RF-DETR
     method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
     opset_version = _bfloat16_opset(model, args, opset_version, dynamo)  # bfloat16: opset 22 (bfloat16.py)
     if opset_version is None:
@@ -306,7 +305,8 @@ def _export_eval(
                     stacklevel=3,  # the caller of export()
                 )
         if done is None:
-            probe = _dynamo_probe(locals()) if sized.axes and (not dynamo or opset_version < DYNAMO_MIN_OPSET) else None
+            untried = sized.axes and (not dynamo or opset_version < DYNAMO_MIN_OPSET)  # a dynamic file dynamo may hold
+            probe = _paths.dynamo_probe(_try_dynamo, locals(), DYNAMO_MIN_OPSET) if untried else None
             if input_names is None:
                 input_names = _forward_names(model, args)
             if dynamic_axes is None and dynamic_shapes is not None:
@@ -427,21 +427,6 @@ def _try_dynamo(
     except ExportError as exc:  # VerificationError, a static dimension, a second size: TorchScript's file may hold
         raise _DynamoUnfit(f"the dynamo export failed its check ({exc})") from None
     return proto, data, verified, repairs
-
-
-def _dynamo_probe(scope: dict):
-    """For :func:`deform_onnx.exporting.paths.dynamo_hint`: a call that exports and checks ``scope``'s export
-    (``_export_eval``'s arguments) on the dynamo path at ``max(opset, 14)``, writing nothing; returns that opset."""
-    at = max(scope["opset_version"], DYNAMO_MIN_OPSET)
-    keys = ("model", "args", "method", "input_names", "output_names", "dynamic_shapes", "dynamic_axes", "verify")
-    model, args, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify = (scope[k] for k in keys)
-
-    def probe() -> int:
-        _try_dynamo(model, args, at, method, input_names, output_names, dynamic_shapes, dynamic_axes, verify,
-                    scope["rtol"], scope["atol"], scope["ir_version"], scope["choice"], scope["sized"])  # fmt: skip
-        return at
-
-    return probe
 
 
 def _check_fallback(reason: str, opset: int, fallback: bool) -> None:

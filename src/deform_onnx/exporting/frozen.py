@@ -124,9 +124,10 @@ def scope_origin(node: onnx.NodeProto | None, model=None) -> str:
     else:
         return ""
     cls = type(module)
+    forward = inspect.unwrap(cls.forward)  # through decorators (transformers wraps some forwards)
     try:
-        path = inspect.getsourcefile(cls.forward) or ""
-        line = inspect.getsourcelines(cls.forward)[1]
+        path = inspect.getsourcefile(forward) or ""
+        line = inspect.getsourcelines(forward)[1]
     except (TypeError, OSError):
         return f" (in {cls.__name__}.forward)"
     short = path.split("site-packages/")[-1]

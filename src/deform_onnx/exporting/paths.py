@@ -72,3 +72,20 @@ def dynamo_hint(probe: Callable[[], int] | None) -> Iterator[None]:
             f"{_text(exc)}; the dynamo exporter writes a correct dynamic file for this model: export with "
             f"dynamo=True at opset_version={opset} (exported and checked at the same sizes now); no file was written"
         ) from None
+
+
+def dynamo_probe(try_dynamo: Callable, scope: dict, min_opset: int) -> Callable[[], int]:
+    """For :func:`dynamo_hint`: a call that exports and checks the export described by ``scope`` (the arguments of
+    ``deform_onnx.exporting.api._export_eval``) with ``try_dynamo`` at ``max(opset, min_opset)``, writing
+    nothing, and returns that opset."""
+    at = max(scope["opset_version"], min_opset)
+    keys = ("model", "args", "method", "input_names", "output_names", "dynamic_shapes", "dynamic_axes", "verify",
+            "rtol", "atol", "ir_version", "choice", "sized")  # fmt: skip
+    values = [scope[k] for k in keys]
+
+    def probe() -> int:
+        model, args, method, *rest = values
+        try_dynamo(model, args, at, method, *rest)
+        return at
+
+    return probe

@@ -158,14 +158,14 @@ DYNAMIC_FEATURES: dict[str, Callable[[torch.nn.Module, tuple], bool]] = {
 }
 
 
-def for_defaults(choice: Choice, model: torch.nn.Module, args, user_opset: int | None, dynamic: bool) -> None:
+def for_defaults(choice: Choice, model: torch.nn.Module, args, user_opset: int | None, dynamic) -> None:
     """Raise ``choice.opset`` to what a dynamic export of the model needs when no opset was given (in place).
 
     ``deform_onnx.export``'s default opset (17, or the target's pick) cannot hold some calls at dynamic
     sizes, though a later opset on the dynamo exporter can (:data:`DYNAMIC_DEFAULTS`): RF-DETR's antialiased
     bicubic resize of its position embedding exports and verifies dynamic at opset 18 (measured,
-    scripts/transformers_dynamic_sweep.py), and is refused below it. With ``user_opset`` given, or no
-    dynamic axes, or the TorchScript exporter chosen, nothing changes (the refusal names opset 18); models
+    scripts/transformers_dynamic_sweep.py), and is refused below it. ``dynamic``: the export's dynamic shapes or
+    axes (falsy: none). With ``user_opset`` given, or no dynamic axes, or the TorchScript exporter chosen, nothing changes (the refusal names opset 18); models
     without such calls are not run. A note goes to ``choice.notes``.
 
     Raises:
