@@ -48,7 +48,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Replacement:
-    """One replaced node: its name, its kind (``domain::op_type``) and the lowering used."""
+    """One replaced node: its name, its kind (``domain::op_type``) and the form its lowering wrote
+    (:func:`deform_onnx.builder.written.form_of`: under ``grid_sample`` a dynamic map is written as gather)."""
 
     node: str
     op: str
@@ -142,8 +143,9 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
     if any(_needs_shapes(node, src) for node, src in found):
         _infer_shapes(model)
     for index, (node, src) in enumerate(found):
-        report.replaced.append(Replacement(node.name or f"<unnamed #{index}>", src.describe(), lowering.name))
-        _replace(node, src, lowering, to_opset, names, index)
+        name = node.name or f"<unnamed #{index}>"  # (before the node is replaced)
+        form = _replace(node, src, lowering, to_opset, names, index)  # the form written (a dynamic map: gather)
+        report.replaced.append(Replacement(name, src.describe(), form))
     for node in samplers:
         report.replaced.append(Replacement(node.name or "<unnamed GridSample>", "GridSample", "gather"))
     if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):  # type: ignore[union-attr]  # GridSample has its input
