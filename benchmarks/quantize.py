@@ -18,7 +18,10 @@ take the cores from the next), median of the rounds; ratios are to the float32
 native ``DeformConv`` file (ONNX Runtime) and to the float32 file read with the
 extension (OpenVINO). "ORT defaults": the same ONNX Runtime files with the
 default session options (thread spinning on), one session alive at a time
-(:func:`one_at_a_time`).
+(:func:`one_at_a_time`). INT8 files of the default export (grid_sample at 17)
+too: as quantize writes it (its recorded layers rebuilt as DeformConv,
+:mod:`deform_onnx.quantize.rebuild`) and, for comparison, the same file with
+its record removed (quantized as it is lowered, as before issue 31).
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ def test_a_record_that_does_not_match_its_subgraph_leaves_that_layer_as_it_is(lo
 
 def test_quantize_takes_the_pytorch_model_and_a_file_without_a_record_says_so(lowered, tmp_path):
     """quantize(model, ..., args=) exports what the INT8 form needs itself; a TorchScript export (every value
-    renamed: no record) is quantized as it is, with its contraction float, and the note says what to do."""
+    renamed: no record) is quantized as it is, with its contraction float, and the note says what to do;
+    method="native" keeps a rebuilt layer DeformConv."""
     model, _ = lowered
     calibration = [image(s) for s in (3, 4, 5)]
     report = deform_onnx.quantize(model, tmp_path / "m.onnx", calibration, args=(image(0),), eval_inputs=image(6))
@@ -109,6 +110,23 @@ def test_quantize_takes_the_pytorch_model_and_a_file_without_a_record_says_so(lo
     # its lowering's accumulating Gemms stay float (the first kernel row's MatMul is quantized)
     assert report.rebuilt == 0 and report.form.startswith("GridSample sampler") and "float contraction" in report.form
     assert any("no record of its deformable layers" in n for n in report.notes)
+    # method="native" on the default export: the rebuilt layers stay DeformConv (float), at opset 19
+    report = deform_onnx.quantize(lowered[1], tmp_path / "n.onnx", calibration, method="native", eval_inputs=image(6))
+    ops = [n.op_type for n in onnx.load(tmp_path / "n.onnx").graph.node]
+    assert report.form == "native DeformConv (float)" and report.rebuilt == 2 and ops.count("DeformConv") == 2
     with pytest.raises(ValueError, match="args="):
         deform_onnx.quantize(model, tmp_path / "never.onnx", calibration)
     assert not (tmp_path / "never.onnx").exists()
+
+
+def test_a_native_export_lowered_by_lower_keeps_a_true_record(lowered, tmp_path):
+    """deform_onnx.lower rewrites the recorded DeformConv nodes: the record's forms follow (it said native),
+    and quantize's rebuild finds the layers in the lowered file."""
+    model, _ = lowered
+    native = tmp_path / "native.onnx"
+    deform_onnx.export(model, (image(0),), native, method="native", opset_version=19)
+    assert [c.form for c in written.read(onnx.load(native))] == ["native", "native"]
+    proto = deform_onnx.lower(native, method="grid_sample")
+    assert [c.form for c in written.read(proto)] == ["grid_sample", "grid_sample"]
+    rebuilt, count, notes = rebuild_deform_convs(proto, feed(proto, image(1)))
+    assert (count, notes) == (2, []) and [n.op_type for n in rebuilt.graph.node].count("DeformConv") == 2

@@ -153,6 +153,23 @@ def name_values(calls: list[Call]) -> None:
             c.values = names  # type: ignore[assignment]  # checked: all str
 
 
+def refresh(metadata: dict, forms: dict[str, str]) -> None:
+    """Update the record in ``metadata`` (onnx-ir's ``metadata_props``) after a rewrite: ``forms`` maps
+    the output value of each rewritten deformable convolution to the form now written there."""
+    text = metadata.get(KEY)
+    if text is None or not forms:
+        return
+    try:
+        entries = json.loads(text)
+        for e in entries:
+            out = (e.get("values") or {}).get("output")
+            if e.get("op") == "deform_conv2d" and out in forms:
+                e["form"] = forms[out]
+    except (ValueError, TypeError, AttributeError):
+        return
+    metadata[KEY] = json.dumps(entries, separators=(",", ":"))
+
+
 def read(proto) -> list[Call]:
     """The calls stamped in ``proto`` (an ``onnx.ModelProto``); ``[]`` when none or unreadable."""
     text = next((p.value for p in proto.metadata_props if p.key == KEY), None)

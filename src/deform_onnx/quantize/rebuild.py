@@ -63,8 +63,10 @@ def rebuild_deform_convs(model: onnx.ModelProto, evaluation: dict) -> tuple[onnx
         many layers were rebuilt, and a line for each layer left as it was. The new model's opset is
         unchanged: ``DeformConv`` needs 19, so it must be lowered (``deform_onnx.lower(opset=...)``).
     """
-    # (a native export records its DeformConv nodes too: nothing to rebuild there)
-    calls = [c for c in written.read(model) if c.op == "deform_conv2d" and c.values and c.form != "native"]
+    # (a native export records its DeformConv nodes too: nothing to rebuild where one still is)
+    native = {o for n in model.graph.node if n.op_type == "DeformConv" for o in n.output}
+    calls = [c for c in written.read(model) if c.op == "deform_conv2d" and c.values.get("output", "") not in native]
+    calls = [c for c in calls if c.values]
     if not calls:
         return model, 0, []
     from .timing import ort_session
