@@ -104,3 +104,14 @@ def test_python_examples_parse():
                 ast.parse(code)
             except SyntaxError as error:
                 pytest.fail(f"{path.relative_to(ROOT)}: python block {number}: {error}")
+
+
+def test_no_wrapped_line_starts_a_quote():
+    """A prose line that starts with ``>`` (a wrapped ``>= 19``) renders as a block quote: none outside code."""
+    for path in checked_files():
+        fenced = False
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced and line.lstrip().startswith(">"):
+                pytest.fail(f"{path.relative_to(ROOT)}:{number}: a line starting with '>' renders as a quote: {line}")
