@@ -23,5 +23,6 @@ class SphinxRoles(griffe.Extension):
     """Rewrite each object's docstring once it is loaded."""
 
     def on_object(self, *, obj: griffe.Object, **kwargs: Any) -> None:
+        """Griffe event, once per loaded object: its docstring's roles as code spans."""
         if obj.docstring is not None:
             obj.docstring.value = plain_roles(obj.docstring.value)

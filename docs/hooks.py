@@ -68,19 +68,23 @@ def cli_reference() -> str:
     docs = typer.cli.get_docs_for_click(obj=command, ctx=click.Context(command, info_name="deform-onnx"))
     # One level below the page's title: "# `deform-onnx`" -> "## `deform-onnx`", and so on.
     docs = re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", docs, flags=re.M)
-    return "\n".join(_literal_brackets(line) for line in docs.splitlines())
+    lines, fenced = [], False
+    for line in docs.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        lines.append(line if fenced or line.startswith("```") else _literal_brackets(line))
+    return "\n".join(lines)
 
 
 def _literal_brackets(line: str) -> str:
     """Square brackets of help text (``N,C,H[,og=G]``, ``[default: 2]``) as text, not Markdown links."""
-    if line.startswith("```") or line.startswith("$ "):
-        return line
     parts = line.split("`")
     # Even parts are outside code spans.
     return "`".join(p.replace("[", "\\[").replace("]", "\\]") if i % 2 == 0 else p for i, p in enumerate(parts))
 
 
 def _read(path: str) -> str:
+    """The text of ``path`` (relative to the repository root); a one-line error when it is missing."""
     file = ROOT / path
     if not file.is_file():
         raise FileNotFoundError(f"docs: {path} (named by an include or block directive) does not exist")
@@ -88,12 +92,14 @@ def _read(path: str) -> str:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    """MkDocs event: fill the page's include, block and cli-reference directives."""
     markdown = _INCLUDE.sub(lambda m: site_links(_read(m["path"])), markdown)
     markdown = _BLOCK.sub(lambda m: site_links(block(_read(m["path"]), m["name"])), markdown)
     return _CLI.sub(lambda _: cli_reference(), markdown)
 
 
 def on_files(files, config):
+    """MkDocs event: add :data:`EXTRA_FILES` (from outside docs/) to the site."""
     from mkdocs.structure.files import File
 
     for path in EXTRA_FILES:

@@ -73,7 +73,7 @@ def main_job() -> str:
     after = os.getloadavg()
     if run.returncode != 0:
         raise SystemExit(f"deform-onnx export exited {run.returncode}:\n{run.stdout}\n{run.stderr}")
-    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     head = (
         f"`deform-onnx export` as `scripts/readme_blocks.py main-job` ran it on {today} ({_cpu()}, "
         f"{os.cpu_count()} cores, load average {before[0]:.2f} before and {after[0]:.2f} after; "
@@ -144,7 +144,7 @@ def env_size(venv: Path) -> str:
         ((s, n) for n, s in sizes.items() if not n.startswith(("nvidia-", "cuda-", "triton"))), reverse=True
     )[:4]
     gib = 1 << 30
-    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     parts = ", ".join(f"{n} {s / gib:.1f} GiB" for s, n in largest)
     return (
         f"Measured by `scripts/readme_blocks.py env-size` on {today} ({platform.machine()}): the venv "

@@ -78,6 +78,7 @@ GENERATORS: dict[str, str] = {
     "op-matrix": "scripts/op_matrix.py",
     "main-job": "scripts/readme_blocks.py",
     "env-size": "scripts/readme_blocks.py",
+    "runtime-venvs": "scripts/runtime_venvs.py",  # docs/runtimes.md
 }
 
 # Markers start a line (the same words inside a code span are text, not a marker).
