@@ -25,8 +25,7 @@ def site(tmp_path_factory) -> Path:
             "-m",
             "mkdocs",
             "build",
-            "--strict",
-            "--quiet",
+            "--strict",  # not --quiet: it hides the warnings from the strict count too
             "-f",
             str(ROOT / "mkdocs.yml"),
             "-d",
