@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ...builder import written
+from ...builder import IRValueBuilder, written
 from ...core.opsets import DYNAMO_BUILD_MIN_OPSET
 from ..registry import Lowering, resolve_method
 from .spec import DeformConvSpec
@@ -64,8 +64,6 @@ def emit_deform_conv2d(
         offset_groups=offset_groups,
         out_channels=bias_shape[0] if bias_shape and len(bias_shape) == 1 else None,
     )
-    from ...builder.base import IRValueBuilder
-
     # The form written and, where values carry the exporter's names (onnx-ir), the graph values (.written).
     named = isinstance(b, IRValueBuilder)
     roles = {"input": input, "offset": offset, "mask": mask if use_mask else None} if named else {}
