@@ -41,7 +41,7 @@ DYNAMIC = {"x": {2: "H", 3: "W"}}
 
 def _pick(model, x, opset=None, dynamic=True, dynamo=True) -> Choice:
     choice = Choice(None, "auto", opset, dynamo)
-    for_defaults(choice, model, (x,), opset, dynamic)
+    for_defaults(choice, model, (x,), opset, dynamic, dynamo)
     return choice
 
 

@@ -13,6 +13,7 @@ import warnings
 import onnx
 import torch
 
+from ..builder import written
 from ..conversion import Repair, convert_down
 from ..exporting import output_names as _output_names
 from . import dynamo as _dynamo
@@ -124,7 +125,7 @@ def export_dynamo(
             found = check_guards(model, args, requested, notes)  # FixedDynamicSize: the caller falls back
         if guards is not None:
             guards.extend(found)
-    with quiet(), _lowering_value_errors(_errors.ConversionError):
+    with quiet(), _lowering_value_errors(_errors.ConversionError), written.recording() as calls:
         program = torch.onnx.export(
             model,
             args,
@@ -143,12 +144,15 @@ def export_dynamo(
     if output_names is None:  # hook (issue 30): the model's own output names (exporting/output_names.py)
         spec = getattr(getattr(program.exported_program, "call_spec", None), "out_spec", None)
         _output_names.rename_ir(program.model, _output_names.names_of_spec(spec))
+    written.name_values(calls)  # the graph values of each call, named after the FX graph by now
     proto = program.model_proto if sink is None else sink.save_ir(program.model)
-    if build == opset:
-        return proto, []
-    # torch's own down-conversion writes invalid nodes (Split keeps num_outputs) or silently
-    # stays at 18: convert here, where each failure names its op (see deform_onnx.conversion).
-    return convert_down(proto, opset)
+    repairs: list[Repair] = []
+    if build != opset:
+        # torch's own down-conversion writes invalid nodes (Split keeps num_outputs) or silently
+        # stays at 18: convert here, where each failure names its op (see deform_onnx.conversion).
+        proto, repairs = convert_down(proto, opset)
+    written.stamp(proto, calls)  # each call's form (and values): labels, and quantize's rebuild
+    return proto, repairs
 
 
 def _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes):
@@ -230,7 +234,13 @@ def export_torchscript(
     path = None if sink is None else str(sink.torchscript_path())
     buffer = io.BytesIO()
     # bound: forward's non-tensor defaults stay Python values, not traced inputs (forward_defaults.py)
-    with _torchscript.registered(method), quiet(), bound(model, args), _output_names.recording(model) as seen:
+    with (
+        _torchscript.registered(method),
+        quiet(),
+        written.recording() as calls,
+        bound(model, args),
+        _output_names.recording(model) as seen,
+    ):
         torch.onnx.export(
             model,
             args,
@@ -244,4 +254,5 @@ def export_torchscript(
     proto = sink.load_torchscript(path) if path is not None else onnx.load_from_string(buffer.getvalue())
     if output_names is None and seen:  # hook (issue 30): the model's own output names (exporting/output_names.py)
         _output_names.rename_proto(proto, seen[-1])
+    written.stamp(proto, calls)  # each call's form (TorchScript renames every value: no names)
     return proto

@@ -10,6 +10,7 @@ from pathlib import Path
 import onnx
 import torch
 
+from ..builder import written as _written
 from ..conversion import ConversionError
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError, MissingKernelError, VerificationError
@@ -52,7 +53,12 @@ class ExportReport:
     Attributes:
         path: the written file (``None`` when exporting to a file-like object).
         opset: default-domain opset of the model.
-        method: the lowering used (``native``, ``grid_sample`` or ``gather``).
+        method: the form the file holds (``native``, ``grid_sample`` or ``gather``; ``"grid_sample+gather"``
+            when its calls took two), read from the ops each call's lowering wrote
+            (:mod:`deform_onnx.builder.written`): under ``grid_sample`` a dynamic map is written with the
+            gather sampler, a 5-D ``F.grid_sample`` below opset 20 as gather. The method asked when the
+            model has no such call (every method writes the same graph then).
+        forms: ``{op: form}`` per deformable op of the model (``deform_conv2d``, ``grid_sample``).
         exporter: ``"dynamo"`` or ``"torchscript"`` (the one that actually ran).
         node_count: nodes in the main graph.
         file_size: bytes written.
@@ -65,7 +71,7 @@ class ExportReport:
         fallback_reason: why the dynamo exporter was abandoned, if it was.
         export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
         op_types: sorted op types of the main graph.
-        checks: output name -> :class:`OutputCheck` at the example size (reference, errors, rule: README).
+        checks: output name -> :class:`OutputCheck` at the example size (reference, errors, rule: docs/verification.md).
         checked_shapes: input shapes the file ran at, per size (the example, then each second size).
         size_checks, second_size_seconds, notes: :class:`Verified` at each second size, their cost, and
             what a check could not do or found in the reference (guard capture failed, NaN, ...).
@@ -93,6 +99,7 @@ class ExportReport:
     second_size_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     onnxruntime: str | None = None
+    forms: dict[str, str] = field(default_factory=dict)
 
 
 @keeping_state  # hook (issue 30): the model's caches and buffers are the same after export as before
@@ -198,8 +205,7 @@ def export(
     choice = _target_hooks.for_export(target, method, opset_version, dynamo, force)
     from ..targets import needs as _target_needs  # hook (issue 19): opsets a model's calls need on the target
 
-    _target_needs.for_model(choice, model, args, opset_version, dynamo)
-    _target_needs.for_defaults(choice, model, args, opset_version, dynamic_shapes or dynamic_axes)  # issue 30: RF-DETR
+    _target_needs.for_model(choice, model, args, opset_version, dynamo, dynamic_shapes or dynamic_axes)
     method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
     opset_version = _bfloat16_opset(model, args, opset_version, dynamo)  # bfloat16: opset 22 (bfloat16.py)
     if opset_version is None:
@@ -305,19 +311,18 @@ def _export_eval(
                     stacklevel=3,  # the caller of export()
                 )
         if done is None:
-            untried = sized.axes and (not dynamo or opset_version < DYNAMO_MIN_OPSET)  # a dynamic file dynamo may hold
-            probe = _paths.dynamo_probe(_try_dynamo, locals(), DYNAMO_MIN_OPSET) if untried else None
+            probe = _paths.dynamo_probe(_try_dynamo, locals(), DYNAMO_MIN_OPSET)  # hook (issue 30): None if tried
             if input_names is None:
-                input_names = _forward_names(model, args)
+                input_names = parameter_names(model, len(args))  # as the dynamo exporter names them
             if dynamic_axes is None and dynamic_shapes is not None:
                 dynamic_axes = _sizes.dynamic_shapes_to_axes(dynamic_shapes, input_names)
-            with _paths.reasons_named(fallback_reason):  # hook (issue 30): each path's reason, dynamo's first
+            # hook (issue 30): each path's reason, dynamo's first; whether dynamo=True holds where TorchScript froze
+            with _paths.reasons_named(fallback_reason), _paths.dynamo_hint(probe):
                 proto = _export_torchscript(
                     model, args, opset_version, method, input_names, output_names, dynamic_axes, sink=sink
                 )
                 data = _finish(proto, opset_version, method, ir_version, choice, sink)
-                with _paths.dynamo_hint(probe):  # hook (issue 30): would dynamo=True hold where TorchScript froze?
-                    verified = sized.run(model, args, data, proto, rtol, atol)
+                verified = sized.run(model, args, data, proto, rtol, atol)
         else:
             proto, data, verified, repairs = done
     except BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
@@ -330,10 +335,12 @@ def _export_eval(
         raise
     finally:
         checks.close()
+    calls = _written.read(proto)  # the form each call was written in (one rule for every label)
     report = ExportReport(
         path=None,
         opset=opset_version,
-        method=method,
+        method=_written.label(calls, method),
+        forms=_written.per_op(calls),
         exporter="torchscript" if (not dynamo or fallback_reason) else "dynamo",
         node_count=len(proto.graph.node),
         file_size=len(data) if sink is None else sink.file_size(),
@@ -452,10 +459,6 @@ def _check_opset_range(opset: int, dynamo: bool) -> None:
         )
 
 
-def _default_opset(proto: onnx.ModelProto) -> int | None:
-    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-
-
 def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice, sink=None) -> bytes | str:
     """Stamp the lowest IR version the opsets need (or ``ir_version``), validate, and check the
     graph against the runtime target's known faults (issue 12's hooks). Returns what verification
@@ -471,7 +474,7 @@ def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | N
 
 
 def _validate(proto: onnx.ModelProto, opset: int, method: str, path: str | None = None) -> None:
-    got = _default_opset(proto)
+    got = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if got != opset:
         raise ExportError(
             f"the exporter produced opset {got}, not the requested {opset} (its down-conversion failed); "
@@ -493,8 +496,3 @@ def _write(data: bytes, f) -> Path | None:
         f.write(data)
         return None
     return write_bytes_atomic(f, data)
-
-
-def _forward_names(model, args) -> list[str] | None:
-    """Input names as the dynamo exporter picks them: ``forward``'s parameter names."""
-    return parameter_names(model, len(args))

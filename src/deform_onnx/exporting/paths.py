@@ -74,10 +74,13 @@ def dynamo_hint(probe: Callable[[], int] | None) -> Iterator[None]:
         ) from None
 
 
-def dynamo_probe(try_dynamo: Callable, scope: dict, min_opset: int) -> Callable[[], int]:
+def dynamo_probe(try_dynamo: Callable, scope: dict, min_opset: int) -> Callable[[], int] | None:
     """For :func:`dynamo_hint`: a call that exports and checks the export described by ``scope`` (the arguments of
     ``deform_onnx.exporting.api._export_eval``) with ``try_dynamo`` at ``max(opset, min_opset)``, writing
-    nothing, and returns that opset."""
+    nothing, and returns that opset. ``None`` when the export has no dynamic axes, or the dynamo exporter was
+    tried already (``dynamo`` and an opset it reaches)."""
+    if not scope["sized"].axes or (scope["dynamo"] and scope["opset_version"] >= min_opset):
+        return None
     at = max(scope["opset_version"], min_opset)
     keys = ("model", "args", "method", "input_names", "output_names", "dynamic_shapes", "dynamic_axes", "verify",
             "rtol", "atol", "ir_version", "choice", "sized")  # fmt: skip

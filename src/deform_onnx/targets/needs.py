@@ -101,8 +101,11 @@ EVERY_TARGET: tuple[tuple[str, int, str], ...] = (
 )
 
 
-def for_model(choice: Choice, model: torch.nn.Module, args, user_opset: int | None, user_dynamo: bool) -> None:
-    """Raise ``choice.opset`` to what the model's calls need on ``choice.target`` (in place).
+def for_model(
+    choice: Choice, model: torch.nn.Module, args, user_opset: int | None, user_dynamo: bool, dynamic=None
+) -> None:
+    """Raise ``choice.opset`` to what the model's calls need on ``choice.target`` (in place), then, for a dynamic
+    export (``dynamic``: its dynamic shapes or axes), what they need at dynamic sizes (:func:`for_defaults`).
 
     ``user_opset``/``user_dynamo``: what the caller passed to ``export``. With no opset given, a
     model with a feature of :attr:`Target.needs` (or of :data:`EVERY_TARGET`: a bfloat16 model
@@ -119,6 +122,7 @@ def for_model(choice: Choice, model: torch.nn.Module, args, user_opset: int | No
     """
     target = choice.target
     if target is None:
+        for_defaults(choice, model, args, user_opset, dynamic, user_dynamo)
         return
     for feature, why, fix in target.lacks:
         if not choice.force and FEATURES[feature](model, args):
@@ -140,6 +144,7 @@ def for_model(choice: Choice, model: torch.nn.Module, args, user_opset: int | No
         _check_faults(target, choice.method, need, choice.force)
         choice.opset, choice.dynamo, opset = need, user_dynamo, need
         choice.notes.append(f"target {target.name!r}: opset {need} for the model's {feature} ({why})")
+    for_defaults(choice, model, args, user_opset, dynamic, user_dynamo)
 
 
 #: Needs of the default opset (no opset given), per exporter path: ``(feature, opset, why)``. The
@@ -158,20 +163,22 @@ DYNAMIC_FEATURES: dict[str, Callable[[torch.nn.Module, tuple], bool]] = {
 }
 
 
-def for_defaults(choice: Choice, model: torch.nn.Module, args, user_opset: int | None, dynamic) -> None:
+def for_defaults(
+    choice: Choice, model: torch.nn.Module, args, user_opset: int | None, dynamic, user_dynamo: bool = True
+) -> None:
     """Raise ``choice.opset`` to what a dynamic export of the model needs when no opset was given (in place).
 
     ``deform_onnx.export``'s default opset (17, or the target's pick) cannot hold some calls at dynamic
     sizes, though a later opset on the dynamo exporter can (:data:`DYNAMIC_DEFAULTS`): RF-DETR's antialiased
     bicubic resize of its position embedding exports and verifies dynamic at opset 18 (measured,
     scripts/transformers_dynamic_sweep.py), and is refused below it. ``dynamic``: the export's dynamic shapes or
-    axes (falsy: none). With ``user_opset`` given, or no dynamic axes, or the TorchScript exporter chosen, nothing changes (the refusal names opset 18); models
+    axes (falsy: none). With ``user_opset`` given, or no dynamic axes, or ``dynamo=False`` (``user_dynamo``), nothing changes (the refusal names opset 18); models
     without such calls are not run. A note goes to ``choice.notes``.
 
     Raises:
         ValueError: a target mishandles the method at the new opset (without ``force``).
     """
-    if user_opset is not None or not dynamic or not choice.dynamo:
+    if user_opset is not None or not dynamic or not user_dynamo:
         return
     if choice.opset is not None:
         opset = choice.opset
@@ -186,6 +193,6 @@ def for_defaults(choice: Choice, model: torch.nn.Module, args, user_opset: int |
             from .hooks import _check_faults
 
             _check_faults(choice.target, choice.method, need, choice.force)
-        choice.opset, opset = need, need
+        choice.opset, choice.dynamo, opset = need, True, need  # a target's low pick had chosen TorchScript
         choice.notes.append(f"opset {need} (not the default {17 if choice.target is None else choice.target.opset}) "
                             f"for the model's {feature} at dynamic sizes: {why}")  # fmt: skip
