@@ -308,7 +308,7 @@ def _export_eval(
                 warnings.warn(
                     f"deform_onnx: {fallback_reason}; falling back to the TorchScript exporter "
                     "(it records the branches taken for the example inputs)",
-                    stacklevel=3,  # the caller of export()
+                    stacklevel=4,  # the caller of export() (past keeping_state's wrapper)
                 )
         if done is None:
             probe = _paths.dynamo_probe(_try_dynamo, locals(), DYNAMO_MIN_OPSET)  # hook (issue 30): None if tried
