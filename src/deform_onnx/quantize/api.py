@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 
 from .calibration import Preprocess, Reader, feeds
-from .lowering import check_lowering, lower_for_quantization
+from .lowering import check_lowering, lower_for_quantization, skipped_note
 from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
 from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare
 from .tensorrt import tensorrt_violations as tensorrt_violations
@@ -51,6 +51,7 @@ def quantize(
     eval_inputs=None,
     per_channel: bool = True,
     quantize_offset_path: bool = False,
+    skip_lowering_check: bool = False,
     progress: Progress | None = None,
 ) -> QuantizeReport:
     """Write an INT8 (QDQ) version of the float ONNX file ``src`` to ``dst``, calibrated on ``calibration``.
@@ -72,9 +73,10 @@ def quantize(
     ``DeformConv`` kernel (``"DeformConv sampler"``,
     :mod:`deform_onnx.ops.deform_conv.sampler_columns`; the file then needs
     ONNX Runtime >= 1.25). The lowered float model is checked against
-    ``src`` on the evaluation sample before quantizing (where ONNX Runtime
-    runs ``src``). ``method="native"`` keeps ``DeformConv`` (float) and
-    quantizes the rest.
+    ``src`` on the evaluation sample before quantizing
+    (:func:`~deform_onnx.quantize.lowering.check_lowering`; ``src`` re-stamped
+    as ``DeformConv`` where ONNX Runtime cannot run it; ``skip_lowering_check``).
+    ``method="native"`` keeps ``DeformConv`` (float) and quantizes the rest.
 
     Placement (:mod:`.placement`): the contraction and the model's
     ``Conv``/``MatMul``/``Gemm`` are quantized; the offset path (offset and
@@ -109,6 +111,10 @@ def quantize(
         per_channel: per-output-channel weight scales (default on).
         quantize_offset_path: also quantize the offset path's convolutions (to measure the
             harm; the report's ``sample_shift_px`` shows how far samples move).
+        skip_lowering_check: do not check the lowered float model against ``src`` (the report
+            notes it). Without it, a check that cannot run (ONNX Runtime runs neither ``src`` nor its
+            ``DeformConv`` re-stamp) is a ``ValueError``: the INT8 file is measured against the lowered
+            model, so a wrong lowering would go unseen.
         progress: called as ``progress(step, done, total)``.
 
     Returns:
@@ -116,7 +122,8 @@ def quantize(
 
     Raises:
         ValueError: unknown target or method, ``dst`` equal to ``src`` or of the wrong suffix, a
-            ``src`` that is no ONNX model or has inputs other than float32, a lowering that misses ``src``,
+            ``src`` that is no ONNX model or has inputs other than float32, a lowering that misses ``src``
+            or cannot be checked against it (see ``skip_lowering_check``),
             bad calibration data (see :func:`~deform_onnx.quantize.calibration.feeds`), a model
             with nothing to quantize, or a TensorRT placement rule broken.
         FileNotFoundError: ``src`` or ``dst``'s folder is missing.
@@ -169,6 +176,7 @@ def quantize(
         method=method,
         per_channel=per_channel,
         quantize_offset_path=quantize_offset_path,
+        skip_lowering_check=skip_lowering_check,
         step=step,
         eval_given=eval_inputs is not None,
     )
@@ -188,7 +196,19 @@ def _inputs(model: onnx.ModelProto) -> list[tuple[str, list]]:
 
 
 def _quantize_onnx(
-    src, dst, model, samples, evaluation, *, target, method, per_channel, quantize_offset_path, step, eval_given
+    src,
+    dst,
+    model,
+    samples,
+    evaluation,
+    *,
+    target,
+    method,
+    per_channel,
+    quantize_offset_path,
+    skip_lowering_check,
+    step,
+    eval_given,
 ) -> QuantizeReport:
     try:
         from onnxruntime.quantization import (
@@ -206,7 +226,7 @@ def _quantize_onnx(
 
     step("lower", 0, 1)
     lowered, used = lower_for_quantization(model, method, target)
-    if used is not None:
+    if used is not None and not skip_lowering_check:
         check_lowering(src, model, lowered, evaluation)
     with tempfile.TemporaryDirectory(prefix="deform_onnx_quantize_") as tmp:
         tmp_in, tmp_pre, tmp_q = (os.path.join(tmp, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
@@ -272,6 +292,8 @@ def _quantize_onnx(
                 raise ValueError(f"target 'tensorrt': {found[0]}")
         if not eval_given:
             notes.append(HELD_OUT_NOTE)
+        if used is not None and skip_lowering_check:
+            notes.append(skipped_note(src))
         if used is not None and any(n.op_type == "DeformConv" for n in lowered.graph.node):
             notes.append(
                 "the columns are sampled by ONNX Runtime's DeformConv kernel (float; depthwise, one-hot weight, "
