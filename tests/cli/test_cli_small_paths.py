@@ -31,7 +31,7 @@ def _identity_file(path, dims) -> str:
 
 
 def test_export_method_auto_takes_gather_for_5d_grid_sample_below_opset_20(tmp_path):
-    """README: under ``auto`` a 5-D call below opset 20 takes the gather form (the CLI passed 'grid_sample')."""
+    """docs/guides/grid-sample.md: under ``auto`` a 5-D call below opset 20 takes the gather form (the CLI passed 'grid_sample')."""
     (tmp_path / "vol.py").write_text(
         textwrap.dedent(
             """

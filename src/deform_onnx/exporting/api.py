@@ -63,7 +63,7 @@ class ExportReport:
         fallback_reason: why the dynamo exporter was abandoned, if it was.
         export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
         op_types: sorted op types of the main graph.
-        checks: output name -> :class:`OutputCheck` at the example size (reference, errors, rule: README).
+        checks: output name -> :class:`OutputCheck` at the example size (reference, errors, rule: docs/verification.md).
         checked_shapes: input shapes the file ran at, per size (the example, then each second size).
         size_checks, second_size_seconds, notes: :class:`Verified` at each second size, their cost, and
             what a check could not do or found in the reference (guard capture failed, NaN, ...).

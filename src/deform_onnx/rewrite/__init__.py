@@ -276,9 +276,12 @@ def lower_file(
     ``dst`` is ``src``). ``src`` is only written when ``dst`` is ``src``. When
     nothing changes and ``dst`` is ``src``, nothing is written.
 
+    On any error ``dst`` is left as it was.
+
     Raises:
-        ModelFileError, ValueError: as :func:`lower`; ``OSError`` on write
-        errors. On any error ``dst`` is left as it was.
+        ModelFileError: as :func:`lower`.
+        ValueError: as :func:`lower`.
+        OSError: on write errors.
     """
     src, dst = Path(src), Path(dst)
     model = read_model(src)
