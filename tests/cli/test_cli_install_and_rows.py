@@ -503,7 +503,7 @@ def test_missing_scikit_image_is_one_line_naming_the_extra(monkeypatch, tmp_path
     assert "seeded normal noise" in from_specs([InputSpec(None, (1, 3, 8, 8))], "float32").description
 
 
-#: The onnxruntime-gpu build of README's line (the newest on PyPI when written); its cached venv holds
+#: The onnxruntime-gpu build the test installs (the newest on PyPI when written); its cached venv holds
 #: only that wheel (--no-deps): 256 MB download, 365 MB installed, ~20 s to create (measured here).
 ORT_GPU = "1.31.1"
 #: Seconds allowed to create that venv (download + install).
