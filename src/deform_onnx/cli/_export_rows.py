@@ -57,8 +57,8 @@ class Result:
     partial: Path | None = None
     #: (exporter, what happened, detail lines) for each exporter tried: ``--verbose``.
     attempts: list[tuple[str, str, list[str]]] = field(default_factory=list)
-    #: The written file's op types (``report.op_types``): the form it holds (:mod:`._written_forms`).
-    op_types: list[str] | None = None
+    #: The form the written file holds (``report.method``, :mod:`deform_onnx.builder.written`; :mod:`._written_forms`).
+    form: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -162,7 +162,7 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
             " (fallback)" if report.fallback_reason or exporter != job.exporter else ""
         )
         result.nodes, result.size, result.error = report.node_count, report.file_size, report.max_error
-        result.op_types = report.op_types
+        result.form = report.method
         break
     else:
         return

@@ -268,7 +268,7 @@ def export_command(
             raise
     from ._written_forms import label_written_forms
 
-    label_written_forms(results, net, inputs.tensors)  # -m auto: a 5-D grid_sample row holds the gather form
+    label_written_forms(results, notes)  # rows named by the form written (a dynamic grid_sample row: gather)
     _commit(results)
 
     title = f"deform-onnx export: {name} on {inputs.description}"

@@ -10,6 +10,7 @@ from pathlib import Path
 import onnx
 import torch
 
+from ..builder import written as _written
 from ..conversion import ConversionError
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError, MissingKernelError, VerificationError
@@ -50,7 +51,12 @@ class ExportReport:
     Attributes:
         path: the written file (``None`` when exporting to a file-like object).
         opset: default-domain opset of the model.
-        method: the lowering used (``native``, ``grid_sample`` or ``gather``).
+        method: the form the file holds (``native``, ``grid_sample`` or ``gather``; ``"grid_sample+gather"``
+            when its calls took two), read from the ops each call's lowering wrote
+            (:mod:`deform_onnx.builder.written`): under ``grid_sample`` a dynamic map is written with the
+            gather sampler, a 5-D ``F.grid_sample`` below opset 20 as gather. The method asked when the
+            model has no such call (every method writes the same graph then).
+        forms: ``{op: form}`` per deformable op of the model (``deform_conv2d``, ``grid_sample``).
         exporter: ``"dynamo"`` or ``"torchscript"`` (the one that actually ran).
         node_count: nodes in the main graph.
         file_size: bytes written.
@@ -91,6 +97,7 @@ class ExportReport:
     second_size_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     onnxruntime: str | None = None
+    forms: dict[str, str] = field(default_factory=dict)
 
 
 def export(
@@ -321,10 +328,12 @@ def _export_eval(
         raise
     finally:
         checks.close()
+    calls = _written.read(proto)  # the form each call was written in (one rule for every label)
     report = ExportReport(
         path=None,
         opset=opset_version,
-        method=method,
+        method=_written.label(calls, method),
+        forms=_written.per_op(calls),
         exporter="torchscript" if (not dynamo or fallback_reason) else "dynamo",
         node_count=len(proto.graph.node),
         file_size=len(data) if sink is None else sink.file_size(),

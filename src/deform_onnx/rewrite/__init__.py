@@ -19,6 +19,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
+from ..builder import written
 from ..core.atomic_io import atomic_path
 from ..ops.dcnv3 import sources as dcnv3_nodes
 from ..ops.deform_conv.sources import SOURCE_OPS
@@ -48,7 +49,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Replacement:
-    """One replaced node: its name, its kind (``domain::op_type``) and the lowering used."""
+    """One replaced node: its name, its kind (``domain::op_type``) and the form its lowering wrote
+    (:func:`deform_onnx.builder.written.form_of`: under ``grid_sample`` a dynamic map is written as gather)."""
 
     node: str
     op: str
@@ -141,9 +143,14 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
     found = find_nodes(model)
     if any(_needs_shapes(node, src) for node, src in found):
         _infer_shapes(model)
+    written_at: dict[str, str] = {}  # output value -> form written
     for index, (node, src) in enumerate(found):
-        report.replaced.append(Replacement(node.name or f"<unnamed #{index}>", src.describe(), lowering.name))
-        _replace(node, src, lowering, to_opset, names, index)
+        name, output = node.name or f"<unnamed #{index}>", node.outputs[0].name  # (before the node is replaced)
+        form = _replace(node, src, lowering, to_opset, names, index)  # the form written (a dynamic map: gather)
+        report.replaced.append(Replacement(name, src.describe(), form))
+        if output:
+            written_at[output] = form
+    written.refresh(model.metadata_props, written_at)  # an export's record of its calls stays true
     for node in samplers:
         report.replaced.append(Replacement(node.name or "<unnamed GridSample>", "GridSample", "gather"))
     if any(_shape(n.inputs[0]) is None or n.inputs[0].dtype is None for n in samplers):  # type: ignore[union-attr]  # GridSample has its input

@@ -7,6 +7,7 @@ import onnx
 import onnx_ir as ir
 
 from ..builder import TapeBuilder
+from ..builder.written import form_of
 from ..ops.deform_conv.sources import ROLES, SourceOp
 from ..ops.deform_conv.sources import find_nodes as find_nodes
 from ..ops.deform_conv.spec import DeformConvSpec
@@ -162,7 +163,8 @@ def _infer_shapes(model: ir.Model) -> None:
                 value.shape = ir.Shape(dims)
 
 
-def _replace(node: ir.Node, src: SourceOp, lowering: Lowering, opset: int, names: set[str], index: int) -> None:
+def _replace(node: ir.Node, src: SourceOp, lowering: Lowering, opset: int, names: set[str], index: int) -> str:
+    """Replace ``node`` by ``lowering``'s ops; returns the form written (:func:`deform_onnx.builder.written.form_of`)."""
     spec, v = spec_for_node(node, src)
     prefix = node.name or f"deform_onnx_{index}"
     hints = {}
@@ -185,6 +187,7 @@ def _replace(node: ir.Node, src: SourceOp, lowering: Lowering, opset: int, names
         old_values=[old],
         new_values=[out],
     )
+    return form_of(n.op_type for n in new_nodes)
 
 
 def _unique(name: str, names: set[str]) -> str:
