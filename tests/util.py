@@ -214,6 +214,27 @@ def assert_close(got: np.ndarray, want: np.ndarray, atol: float = ATOL, what: st
     assert err <= atol, f"{what}: max abs error {err:.3g} > {atol:g}"
 
 
+class Planted:
+    """An ONNX Runtime CPU session (for ``verify(session=...)``) whose first output holds ``value`` at flat
+    index ``at``: a fault planted at a distance from a verification rule's bound that the test computed."""
+
+    def __init__(self, data: bytes, at: int, value: float):
+        self._session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        self.at, self.value = at, value
+
+    def get_inputs(self):
+        return self._session.get_inputs()
+
+    def get_outputs(self):
+        return self._session.get_outputs()
+
+    def run(self, names, feeds):
+        outputs = self._session.run(names, feeds)
+        outputs[0] = outputs[0].copy()
+        outputs[0].flat[self.at] = self.value
+        return outputs
+
+
 def op_types(proto: onnx.ModelProto) -> list[str]:
     return [n.op_type for n in proto.graph.node]
 

@@ -124,9 +124,13 @@ def test_check_native_model_prints_table(tmp_path):
 def test_check_mmcv_model_uses_restamped_reference(tmp_path):
     src, _, _ = _mmcv_file(tmp_path)
     result = invoke("check", src, "--runtime", "ort", "--runtime", "openvino")
-    assert result.exit_code == 0, result.output
     # ORT as is cannot run mmcv nodes: the reference is ORT's DeformConv kernel on the file re-stamped at 19.
     assert "re-stamped at opset 19" in result.stdout and "not run" in result.stdout
+    # A path that did not run fails the check (issue 32; it exited 0 before), and the summary names it (on
+    # the random and the border input); the three others ran and matched on both.
+    assert result.exit_code == 1, result.output
+    summary = " ".join(result.stdout.split()).rpartition("check failed: ")[2]
+    assert summary == "2 of 8 paths did not run (onnxruntime as is, onnxruntime as is (border input))", summary
 
 
 def test_check_fails_above_tolerance(tmp_path):
@@ -134,7 +138,7 @@ def test_check_fails_above_tolerance(tmp_path):
     onnx.save(two_node_model(batch=1), str(path))
     result = invoke("check", path, "--runtime", "ort", "--tolerance", "0")
     assert result.exit_code == 1, result.output
-    assert "exceed the tolerance" in result.stdout
+    assert "check failed: 1 of 2 paths exceeded the tolerance 0 (onnxruntime lower(auto))" in result.stdout
 
 
 def test_check_dynamic_input_needs_shape_and_npz_inputs(tmp_path):

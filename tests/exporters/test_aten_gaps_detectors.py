@@ -133,7 +133,7 @@ def test_isin_cummax_cummin_eye(opset, dynamo):
     session_out = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(
         None, {"ids": ids.numpy(), "f": f.numpy()}
     )
-    for got, want in zip(session_out, TextMasks()(ids, f)):
+    for got, want in zip(session_out, TextMasks()(ids, f), strict=True):
         np.testing.assert_array_equal(got, want.numpy())
 
 

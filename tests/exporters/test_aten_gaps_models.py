@@ -71,7 +71,7 @@ def _check(model, args, opset, exporter, names):
     )
     with torch.no_grad():
         want = model(*args)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w.numpy(), rtol=TOL, atol=TOL)
     return report
 

@@ -43,7 +43,7 @@ def _check(proto, target, feeds, adapter, more_feeds=()):
     assert [r.name for r in repairs] == [adapter]
     assert repairs[0].reason and repairs[0].nodes == 1 and str(repairs[0]).startswith(f"{adapter} (")
     for f in [feeds, *more_feeds]:
-        for want, got in zip(_run(proto, f), _run(converted, f)):
+        for want, got in zip(_run(proto, f), _run(converted, f), strict=True):
             assert want.shape == got.shape
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     return converted

@@ -129,7 +129,7 @@ def test_two_stage_query_selection_runs_at_the_second_size(two_stage_model, two_
         top = np.sort(scores)[::-1][: two_stage_model.two_stage_num_proposals + 1]
         assert (top[:-1] - top[1:]).min() > 2 * (ATOL + ATOL * np.abs(top).max()), "ambiguous ranking"
     session = __import__("onnxruntime").InferenceSession(data, providers=["CPUExecutionProvider"])
-    for got, w, what in zip(session.run(None, {"x": x.numpy()}), want, ("scores", "boxes", "all scores")):
+    for got, w, what in zip(session.run(None, {"x": x.numpy()}), want, ("scores", "boxes", "all scores"), strict=True):
         _close(got, w, f"two-stage {name} {what} at {second}")
 
 

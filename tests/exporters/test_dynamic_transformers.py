@@ -84,7 +84,7 @@ def exported(request):
 
 
 def _assert_matches(got, want, what):
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g), w, rtol=TOL, atol=TOL, err_msg=what)
 
 

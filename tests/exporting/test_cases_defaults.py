@@ -237,8 +237,12 @@ def test_c16_float16_passes_default_verification(tmp_path, c16, method):
     with torch.no_grad():
         want32 = copy.deepcopy(model).float()(*(t.float() for t in inputs.values())).numpy().astype(np.float64)
     assert check.reference == "float32 copy"
-    assert report.max_error == pytest.approx(np.abs(got.astype(np.float64) - want32).max())
+    err = np.abs(got.astype(np.float64) - want32).max()
+    assert report.max_error == pytest.approx(err)
     assert check.pytorch_error == pytest.approx(np.abs(want.astype(np.float64) - want32).max())
+    # measured 9.7e-4 (auto, grid_sample) and 1.3e-3 (gather) on outputs of scale 3.0, about half a float16 ulp
+    # (1.95e-3) there; PyTorch float16 itself 7.8e-3 off
+    assert err <= 3e-3, err
 
 
 def test_c16_explicit_tolerance_wins(tmp_path, c16):

@@ -326,7 +326,7 @@ def test_check_uses_the_float16_tolerance(tmp_path):
     ok = CliRunner().invoke(app, base)
     assert ok.exit_code == 0, ok.output
     strict = CliRunner().invoke(app, [*base, "--tolerance", "1e-4"])
-    assert strict.exit_code == 1 and "exceed the tolerance" in strict.output
+    assert strict.exit_code == 1 and "exceeded the tolerance" in strict.output
 
 
 def test_verify_shapes_without_dynamic_axes_is_a_user_error():

@@ -356,13 +356,13 @@ def test_64_channel_dcnv2_stack_keeps_cosine_on_an_unseen_photo(tmp_path):
     assert cosine(run(out, photo.numpy()), want) >= MIN_COSINE
 
 
-def test_a_wrong_lowering_is_refused_and_nothing_written(example, files, monkeypatch):
-    """quantize measures the INT8 file against the lowered float model, so it checks that model first."""
+def _plant_wrong_lowering(monkeypatch) -> None:
+    """Every lowering quantize makes gets one contraction weight 10% off."""
     from deform_onnx.quantize import api
 
     real = api.lower_for_quantization
 
-    def planted(model, method, target):  # one contraction weight 10% off
+    def planted(model, method, target):
         lowered, used = real(model, method, target)
         for node in lowered.graph.node:
             if node.op_type == "Constant" and node.attribute[0].t.data_type == onnx.TensorProto.FLOAT:
@@ -373,10 +373,72 @@ def test_a_wrong_lowering_is_refused_and_nothing_written(example, files, monkeyp
         raise AssertionError("no contraction weight to plant a fault in")
 
     monkeypatch.setattr(api, "lower_for_quantization", planted)
+
+
+def test_a_wrong_lowering_is_refused_and_nothing_written(example, files, monkeypatch):
+    """quantize measures the INT8 file against the lowered float model, so it checks that model first."""
+    _plant_wrong_lowering(monkeypatch)
     dst = files["tmp"] / "wrong_int8.onnx"
     with pytest.raises(ValueError, match="lowered float model misses the original"):
         deform_onnx.quantize(files["native"], dst, files["calibration"], eval_inputs=example[1])
     assert not dst.exists()
+
+
+@pytest.fixture(scope="module")
+def opset17(files):
+    """The native file stamped opset 17 (as torch.onnx.export(opset_version=17) writes DeformConv):
+    ONNX Runtime refuses it, so quantize's lowering check runs on its DeformConv re-stamp at 19."""
+    proto = onnx.load(str(files["native"]))
+    for o in proto.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = 17
+    path = files["tmp"] / "example_native_op17.onnx"
+    onnx.save(proto, str(path))
+    with pytest.raises(Exception, match="DeformConv"):  # premise: ONNX Runtime cannot run it as it is
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return path
+
+
+def test_the_lowering_check_runs_where_onnxruntime_cannot_run_src(example, files, opset17, monkeypatch):
+    """It was skipped silently there (issue 32): a wrong lowering of such a file is now refused too."""
+    _plant_wrong_lowering(monkeypatch)
+    dst = files["tmp"] / "wrong_op17_int8.onnx"
+    with pytest.raises(ValueError, match="lowered float model misses the original"):
+        deform_onnx.quantize(opset17, dst, files["calibration"][:1], eval_inputs=example[1])
+    assert not dst.exists()
+
+
+def test_a_lowering_check_that_cannot_run_is_an_error_or_an_explicit_note(example, files, opset17, monkeypatch):
+    """Neither the file nor its re-stamp runs (planted: the re-stamp fails): one line naming the option; with
+    the option (Python and CLI) the file is written and the report says the check was skipped."""
+    import deform_onnx.rewrite
+    from deform_onnx.cli import app
+
+    real = deform_onnx.rewrite.lower
+
+    def no_restamp(model, method="auto", **kw):
+        if method == "native":
+            raise ValueError("planted: no re-stamp")
+        return real(model, method=method, **kw)
+
+    monkeypatch.setattr(deform_onnx.rewrite, "lower", no_restamp)
+    _, photo, want = example
+    dst = files["tmp"] / "unchecked_int8.onnx"
+    with pytest.raises(ValueError) as info:
+        deform_onnx.quantize(opset17, dst, files["calibration"][:1], eval_inputs=photo)
+    text = str(info.value)
+    assert "cannot be checked against the original" in text and "planted: no re-stamp" in text and "\n" not in text
+    assert "skip_lowering_check=True (CLI: --skip-lowering-check)" in text and not dst.exists()
+    npz = files["tmp"] / "one_photo.npz"
+    np.savez(npz, x=photo.numpy())
+    result = CliRunner().invoke(app, ["quantize", str(opset17), "-o", str(dst), "--calibration", str(npz)])
+    assert result.exit_code == 2 and "--skip-lowering-check" in result.output and not dst.exists(), result.output
+    result = CliRunner().invoke(
+        app, ["quantize", str(opset17), "-o", str(dst), "--calibration", str(npz), "--skip-lowering-check"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "was not checked against" in " ".join(result.output.split()), result.output
+    assert cosine(run(dst, photo.numpy()), want) >= MIN_COSINE  # the lowering itself is right: the file is good
 
 
 @pytest.fixture(scope="module")

@@ -152,6 +152,7 @@ def make_feeds(model, shapes: dict[str, tuple[int, ...]], npz: dict | None = Non
 
 @app.command("check")
 def check_command(
+    ctx: typer.Context,
     model_path: Path = typer.Argument(..., metavar="MODEL.onnx", help="ONNX file to check."),
     runtime: list[str] = typer.Option(
         ["ort,openvino"], "--runtime", "-r", help="Runtimes, comma-separated or repeated: ort, openvino."
@@ -200,8 +201,11 @@ def check_command(
     (rows "..., border input") moves every sample into the 1-pixel band around the image,
     where border rules differ (OpenVINO's bilinear_interpolation_pad=false:
     up to ~1.4), when the offsets are graph inputs. Exit code 1 if a
-    path that ran exceeds --tolerance (or nothing ran), or the file breaks a rule
-    of --target; 2 on a bad file or option.
+    path did not run (failed, timed out, lower() failed), exceeds --tolerance or
+    had no reference to compare with, or the file breaks a rule of --target
+    (the summary line names the paths); a runtime that is not installed and
+    was not named with --runtime is skipped (said in the table). 2 on a bad
+    file or option.
     """
     rule_notes: list[str] = []
     with user_errors(ValueError, OSError):
@@ -225,6 +229,8 @@ def check_command(
         from ..rewrite import read_model
         from ..runtimes import RUNTIME_NAMES
 
+        # Only a runtime the user named must be installed; the default list's are skipped when missing.
+        named = {RUNTIME_NAMES.get(r, r) for r in runtimes} if _given(ctx, "runtime") else set()
         unknown = [r for r in runtimes if r not in RUNTIME_NAMES]
         if unknown:
             raise UserError(f"unknown runtime {unknown[0]!r}; choose from {', '.join(sorted(RUNTIME_NAMES))}")
@@ -259,7 +265,7 @@ def check_command(
         table.add_column(col, justify="right" if col in ("max abs err", "latency ms") else "left")
     if tolerance is None:
         tolerance = dtype_tolerance(want)
-    bad = _add_rows(table, results, want, tolerance)
+    outcomes = _add_rows(table, results, want, tolerance, named)
     console.print(table)
     if any(r.runtime == "onnxruntime" and r.ran for r in results):
         from ..runtimes.ort_distribution import describe
@@ -272,7 +278,7 @@ def check_command(
             border_table.add_column(col, justify="right" if col == "max abs err" else "left")
         for r in border_results:
             r.path += ", border input"
-        bad += _add_rows(border_table, border_results, border_want, tolerance, border=True)
+        outcomes += _add_rows(border_table, border_results, border_want, tolerance, named, border=True)
         console.print(border_table)
     elif deformable:
         console.print(f"border input: none ({border_why})", highlight=False)
@@ -291,41 +297,82 @@ def check_command(
         raise typer.Exit(CHECK_FAILED)
     if want is None:
         console.print(ref_label, highlight=False, soft_wrap=True)
-    ran = [r for r in results if r.ran]
-    if not ran:
-        console.print("[red]no path ran[/red]")
+    failed, summary = summarize(outcomes, tolerance)
+    console.print(summary, highlight=False, soft_wrap=True)
+    if failed:
         raise typer.Exit(CHECK_FAILED)
-    if bad:
-        console.print(
-            f"[red]{len(bad)} path(s) exceed the tolerance {tolerance:g}:[/red] "
-            + ", ".join(f"{r.runtime} {r.path}" for r in bad)
-        )
-        raise typer.Exit(CHECK_FAILED)
-    console.print(f"all paths that ran match within {tolerance:g}", highlight=False)
 
 
-def _add_rows(table: Table, results, want, tolerance: float, border: bool = False) -> list:
-    """One table row per path (the border table has no latency column); returns the paths past ``tolerance``."""
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given (on the command line or by an environment variable), not defaulted."""
+    source = ctx.get_parameter_source(name)  # click's ParameterSource (typer vendors click: compared by name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+#: What each row of the check table came to: ``(label, problem)``; ``problem`` is one of
+#: :data:`PROBLEMS`, ``"skipped"`` (not installed, not named) or ``None`` (ran and matched).
+Outcome = tuple[str, Optional[str]]
+#: The problems that fail the check (exit code 1), in the order the summary names them.
+PROBLEMS = ("did not run", "exceeded the tolerance", "had no reference")
+
+
+def _add_rows(table: Table, results, want, tolerance: float, named: set[str], border: bool = False) -> list[Outcome]:
+    """One table row per path (the border table has no latency column); returns each path's outcome.
+
+    A path that did not run fails the check, except one of a runtime that is not installed and that
+    the user did not name (``named``): that row says "skipped".
+    """
     from ..runtimes import max_abs_error
 
-    bad = []
+    outcomes: list[Outcome] = []
     for r in results:
+        label = f"{r.runtime} {r.path.removesuffix(', border input')}" + (" (border input)" if border else "")
+        problem: str | None = None
         if not r.ran:
-            table.add_row(r.runtime, r.path, f"[yellow]not run[/yellow]: {r.reason}", "", "", *([] if border else [""]))
+            if not r.installed and r.runtime not in named:
+                status, problem = f"[yellow]skipped[/yellow]: {escape(r.reason or '')}", "skipped"
+            else:
+                status, problem = f"[red]not run[/red]: {escape(r.reason or '')}", "did not run"
+            table.add_row(r.runtime, r.path, status, "", "", *([] if border else [""]))
+            outcomes.append((label, problem))
             continue
         if want is None:
-            err_text = "n/a"
+            err_text, problem = "[red]n/a[/red]", "had no reference"
         elif r.outputs is want:
             err_text = "reference"
         else:
             err = max_abs_error(r.outputs, want)
-            if err > tolerance:
-                bad.append(r)
             shown = "mismatch" if math.isinf(err) else f"{err:.2e}"
-            err_text = f"[green]{shown}[/green]" if err <= tolerance else f"[red]{shown}[/red]"
+            if err > tolerance or math.isnan(err):
+                err_text, problem = f"[red]{shown}[/red]", "exceeded the tolerance"
+            else:
+                err_text = f"[green]{shown}[/green]"
         latency = [] if border else [f"{r.latency_ms:.3f}"]
         table.add_row(r.runtime, r.path, "[green]ran[/green]", r.precision or "", err_text, *latency)
-    return bad
+        outcomes.append((label, problem))
+    return outcomes
+
+
+def summarize(outcomes: list[Outcome], tolerance: float) -> tuple[bool, str]:
+    """``(failed, line)``: whether the check fails, and the summary line naming the paths at fault.
+
+    E.g. ``check failed: 2 of 4 paths did not run (onnxruntime as is, openvino extension); 1 of 4 paths exceeded
+    the tolerance 0.0001 (openvino lower(auto))``.
+    """
+    skipped = [label for label, p in outcomes if p == "skipped"]
+    counted = len(outcomes) - len(skipped)
+    parts = []
+    for problem in PROBLEMS:
+        at_fault = [label for label, p in outcomes if p == problem]
+        if at_fault:
+            what = f"{problem} {tolerance:g}" if problem == "exceeded the tolerance" else problem
+            parts.append(f"{len(at_fault)} of {counted} paths {what} ({', '.join(at_fault)})")
+    if not counted:
+        parts.append("no path ran")
+    skip = f"; skipped, not installed: {', '.join(skipped)}" if skipped else ""
+    if parts:
+        return True, "[red]check failed:[/red] " + "; ".join(parts) + skip
+    return False, f"all {counted} paths ran and match the reference within {tolerance:g}{skip}"
 
 
 def dtype_tolerance(want) -> float:

@@ -60,6 +60,11 @@ def quantize_command(
         None, "--eval", help="A held-out .npz sample for the error table (default: the first calibration sample)."
     ),
     table: bool = typer.Option(False, "--table", help="Print the per-layer error table."),
+    skip_lowering_check: bool = typer.Option(
+        False,
+        "--skip-lowering-check",
+        help="Do not check the lowered float model against SRC (needed when ONNX Runtime cannot run SRC).",
+    ),
 ) -> None:
     """Write an INT8 (QDQ) file that keeps the offset path float, calibrated on CALIBRATION.
 
@@ -134,6 +139,7 @@ def quantize_command(
                 method=method,
                 preprocess=preprocess,
                 eval_inputs=evaluation,
+                skip_lowering_check=skip_lowering_check,
                 progress=step,
             )
     text = str(report)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..core.errors import ExportError, MissingKernelError
+from ..runtimes.sessions import input_tensors
 from .verification import Verified
 from .verification import make_session as _ort_session
 from .verification import verify as _verify
@@ -26,19 +27,9 @@ from .verification import verify as _verify
 MIN_OPSET = 22
 
 
-def _tensors(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
-
-
 def has_bfloat16(model: torch.nn.Module, args) -> bool:
     """Whether any parameter, buffer or example input of ``model`` is bfloat16."""
-    tensors = [*model.parameters(), *model.buffers(), *_tensors(args)]
+    tensors = [*model.parameters(), *model.buffers(), *input_tensors(args)]
     return any(t.dtype == torch.bfloat16 for t in tensors)
 
 

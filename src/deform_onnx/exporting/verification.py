@@ -36,7 +36,11 @@ import numpy as np
 import torch
 
 from ..core.errors import ExportError, VerificationError
-from ..runtimes.sessions import _flatten, _numpy, make_session, run_file
+from ..runtimes.sessions import _numpy, input_tensors, make_session, output_tensors, run_file
+from .pairing import check_count, order_error, swapped_with
+
+#: PyTorch's outputs, flattened as the exporters flatten them: ``[(pytree key path, tensor), ...]``.
+Outputs = list[tuple[str, torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -140,21 +144,32 @@ class Verified:
 def upcast_run(model, args: tuple, dtype: torch.dtype) -> tuple[list[torch.Tensor] | None, str | None]:
     """``model`` run as a deep copy cast to ``dtype`` on ``args`` with floating tensors cast to it.
 
-    Returns ``(outputs, None)`` or ``(None, reason)`` when the copy cannot run in ``dtype``.
+    Returns ``(outputs, None)`` (flattened as :func:`~deform_onnx.runtimes.sessions.output_tensors`) or
+    ``(None, reason)`` when the copy cannot run in ``dtype``.
+
+    Raises:
+        VerificationError: an output that is neither a tensor nor a Python number.
     """
+    outputs, why = _copy_run(model, args, dtype)
+    return ([t for _, t in outputs] if outputs is not None else None), why
+
+
+def _copy_run(model, args: tuple, dtype: torch.dtype) -> tuple[Outputs | None, str | None]:
     import copy
 
     try:
         twin = copy.deepcopy(model).to(dtype)
         cast = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
         with torch.no_grad():
-            return _flatten(twin(*cast)), None
+            value = twin(*cast)
     except Exception as exc:  # noqa: BLE001 - a kernel without this dtype, a model that hard-codes dtypes
         text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
         return None, f"{type(exc).__name__}: {text}"
+    return output_tensors(value), None  # an output it cannot compare is an error, not a copy that "did not run"
 
 
 def _max_abs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None = None) -> float:
+    a, b = np.atleast_1d(a), np.atleast_1d(b)  # a 0-d output (a number): np.abs of 0-d arrays is a scalar
     diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
     diff[a == b] = 0.0  # equal infinities (masked logits, -inf in both) match; inf - inf is NaN
     if where is not None:
@@ -173,6 +188,12 @@ def verify(
     input_names: list[str] | None = None,
 ) -> Verified:
     """Run ``data`` in ONNX Runtime (CPU), or ``session``, on ``args`` and compare with the model in PyTorch.
+
+    The file's outputs pair with PyTorch's one for one, in order: the model's return value is flattened
+    as the exporters flatten it (:func:`~deform_onnx.runtimes.sessions.output_tensors`: ``torch.utils._pytree``;
+    tuples, lists, dicts, namedtuples, dataclasses, transformers' ``ModelOutput``, nested; ``None`` dropped),
+    and a file with another number of outputs, or outputs in another order, is refused
+    (:mod:`deform_onnx.exporting.pairing`).
 
     ``session``: a session of :func:`make_session`, or another runtime's with the same API (bfloat16 files
     run on :class:`deform_onnx.exporting.bfloat16.OpenVINOSession`: ONNX Runtime CPU has no bfloat16 Conv); the rules,
@@ -201,7 +222,9 @@ def verify(
     Raises:
         ExportError: ONNX Runtime has no kernel for some node at its dtype
             (named, with ``verify=False`` as the way out), or the inputs do not fit.
-        VerificationError: an output's shape or values differ beyond what the rules allow.
+        VerificationError: an output's shape or values differ beyond what the rules allow; the file has
+            more or fewer outputs than the model returns, or holds them in another order; the model returns
+            something other than tensors and Python numbers (a string: one line naming its path).
     """
     session = session if session is not None else make_session(data)
     names, got = run_file(session, args, input_names)
@@ -209,19 +232,25 @@ def verify(
 
     def reference(dtype: torch.dtype):
         if dtype not in upcast:
-            upcast[dtype] = upcast_run(model, args, dtype)
+            outputs, why = _copy_run(model, args, dtype)
+            upcast[dtype] = ([t for _, t in outputs] if outputs is not None else None), why
         return upcast[dtype]
 
+    runtime = getattr(session, "runtime", "ONNX Runtime")
     own, own_why = _own_run(model, args)
     expected: list[torch.Tensor | None]
     if own is not None:
-        expected = list(own)
+        paths, expected = [p for p, _ in own], [t for _, t in own]
+        check_count(names, got, paths, [t for _, t in own], runtime, where)
     else:  # a low-precision model PyTorch has no kernel for (torchvision's deform_conv2d in bfloat16)
-        ref32, why32 = reference(torch.float32)
-        if ref32 is None:
+        copy32, why32 = _copy_run(model, args, torch.float32)
+        if copy32 is None:
             raise ExportError(f"the model runs neither in its own dtype ({own_why}) nor as a float32 copy ({why32}), "
                               "so the file cannot be verified; pass verify=False to write it unverified")  # fmt: skip
-        expected = [None] * len(ref32)
+        upcast[torch.float32] = [t for _, t in copy32], None
+        paths = [p for p, _ in copy32]
+        check_count(names, got, paths, [t for _, t in copy32], runtime, where)
+        expected = [None] * len(copy32)
 
     rerun: list = []
 
@@ -229,11 +258,10 @@ def verify(
         """The model's own output once more (a model whose output changes between runs has no float64 rescue)."""
         if not rerun:
             with torch.no_grad():
-                rerun.append(_flatten(model(*args)))
+                rerun.append([t for _, t in output_tensors(model(*args))])
         return _numpy(rerun[0][index]) if index < len(rerun[0]) else None
 
     worst, worst_name, tolerances, checks = 0.0, None, {}, {}
-    runtime = getattr(session, "runtime", "ONNX Runtime")
     for index, (name, g, e) in enumerate(zip(names, got, expected)):
         tol = tolerance_for(e.dtype if e is not None else g.dtype, rtol, atol)
         tolerances[name] = tol
@@ -252,17 +280,36 @@ def verify(
             raise VerificationError(f"output {name!r}{where}: {runtime} shape {g.shape} != {torch_side} shape {shape}")
         if g.size == 0:
             continue
-        if tol.dtype in LOW_PRECISION:
-            check = _low_precision(name, g, e_np, ref_t, why, tol, where)
-        else:
-            if e_np is None:  # e.g. an integer output of a model PyTorch runs only as a float32 copy
-                e_np = _numpy(reference(torch.float32)[0][index])
-            check = _own_dtype(name, g, e_np, tol, where, reference if tol.dtype == "float32" else None, index, again)
+        try:
+            if tol.dtype in LOW_PRECISION:
+                check = _low_precision(name, g, e_np, ref_t, why, tol, where)
+            elif e_np is None:  # e.g. an integer output of a model PyTorch runs only as a float32 copy
+                check = _own_dtype(name, g, _numpy(reference(torch.float32)[0][index]), tol, where, None, index,
+                                   label="float32 copy")  # fmt: skip
+            else:
+                check = _own_dtype(
+                    name, g, e_np, tol, where, reference if tol.dtype == "float32" else None, index, again
+                )
+        except VerificationError as exc:
+            _raise_if_swapped(exc, index, g, tol, names, paths, expected, reference, where)
+            raise
         checks[name] = check
         if check.error >= worst:
             worst, worst_name = check.error, name
-    shapes = [tuple(t.shape) for t in _flatten(args)]
+    shapes = [tuple(t.shape) for t in input_tensors(args)]
     return Verified(worst, worst_name, tolerances, checks, shapes, runtime)
+
+
+def _raise_if_swapped(exc, index, g, tol: Tolerance, names, paths, expected, reference, where: str) -> None:
+    """Raise the order error when file output ``index`` holds another of PyTorch's outputs (within ``tol``)."""
+    if tol.dtype in LOW_PRECISION or all(e is None for e in expected):
+        ref, _ = reference(torch.float32)
+        candidates: list[np.ndarray | None] = [_numpy(t) for t in ref] if ref is not None else []
+    else:
+        candidates = [_numpy(e) if e is not None else None for e in expected]
+    other = swapped_with(index, g, candidates, lambda a, b: _within(a, b, tol))
+    if other is not None:
+        raise VerificationError(order_error(names[index], index, other, paths, names, where)) from exc
 
 
 def run_pytorch(model, args: tuple) -> None:
@@ -278,21 +325,24 @@ def run_pytorch(model, args: tuple) -> None:
             model(*args)  # raise the model's own error
 
 
-def _own_run(model, args: tuple) -> tuple[list[torch.Tensor] | None, str | None]:
-    """The model's outputs in its own dtype, or ``(None, why)`` for a float16/bfloat16 model PyTorch cannot run.
+def _own_run(model, args: tuple) -> tuple[Outputs | None, str | None]:
+    """The model's outputs in its own dtype (``[(path, tensor), ...]``), or ``(None, why)`` for a
+    float16/bfloat16 model PyTorch cannot run.
 
-    Other models' failures propagate (they are the model's own, not a missing low-precision kernel).
+    Other models' failures propagate (they are the model's own, not a missing low-precision kernel), as does
+    the :class:`VerificationError` of an output that is neither a tensor nor a Python number.
     """
     try:
         with torch.no_grad():
-            return _flatten(model(*args)), None
+            value = model(*args)
     except Exception as exc:
         low = (torch.float16, torch.bfloat16)
-        tensors = [*model.parameters(), *model.buffers(), *_flatten(args)] if hasattr(model, "parameters") else []
+        tensors = [*model.parameters(), *model.buffers(), *input_tensors(args)] if hasattr(model, "parameters") else []
         if not any(t.dtype in low for t in tensors):
             raise
         text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
         return None, f"{type(exc).__name__}: {text}"
+    return output_tensors(value), None
 
 
 def _within(g: np.ndarray, ref: np.ndarray, tol: Tolerance) -> bool:
@@ -304,13 +354,20 @@ def _source(tol: Tolerance) -> str:
     return "given" if tol.explicit else f"the {tol.dtype} default"
 
 
-def _own_dtype(name, g, e, tol: Tolerance, where: str, reference, index: int, again=None) -> OutputCheck:
-    """float32 (with the float64 rule), float64 and integer outputs."""
+def _own_dtype(
+    name, g, e, tol: Tolerance, where: str, reference, index: int, again=None, label: str = "pytorch"
+) -> OutputCheck:
+    """float32 (with the float64 rule), float64 and integer outputs.
+
+    ``e``: PyTorch's output (``label="pytorch"``), or the float32 copy's (``label="float32 copy"``) for a
+    low-precision model PyTorch cannot run in its own dtype (then ``reference`` is ``None``: no float64 rule).
+    """
     err = _max_abs(g, e)
+    whose = "PyTorch" if label == "pytorch" else "the float32 model"
     if _within(g, e, tol):
-        return OutputCheck("pytorch", err, None, f"within {_source(tol)} tolerance of PyTorch")
+        return OutputCheck(label, err, None, f"within {_source(tol)} tolerance of {whose}")
     head = (
-        f"output {name!r} differs from PyTorch{where}: max abs error {err:.3g} "
+        f"output {name!r} differs from {whose}{where}: max abs error {err:.3g} "
         f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)})"
     )
     if reference is None or tol.explicit:  # a given tolerance is a hard bound: no float64 rescue
@@ -376,11 +433,12 @@ def _low_precision(name, g, e, ref, why, tol: Tolerance, where: str) -> OutputCh
     if torch_err is not None and file_err <= torch_err and not tol.explicit:  # a given tolerance is a hard bound
         return OutputCheck("float32 copy", file_err, torch_err,
                            f"at least as close to the float32 model as PyTorch {tol.dtype}", note)  # fmt: skip
-    own = (
-        f"more than PyTorch's own {tol.dtype} output ({torch_err:.3g})"
-        if torch_err is not None
-        else f"and PyTorch has no {tol.dtype} run of the model to compare with"
-    )
+    if tol.explicit:  # PyTorch's own error does not widen a given tolerance, however it compares
+        own = "a hard bound (the as-close-as-PyTorch rule applies to the default tolerance only)"
+    elif torch_err is not None:
+        own = f"more than PyTorch's own {tol.dtype} output ({torch_err:.3g})"
+    else:
+        own = f"and PyTorch has no {tol.dtype} run of the model to compare with"
     raise VerificationError(
         f"output {name!r} differs from the float32 model{where}: max abs error {file_err:.3g} "
         f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)}), {own}; no file was written"

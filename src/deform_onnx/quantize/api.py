@@ -14,7 +14,7 @@ import onnx
 from ..core.atomic_io import check_output_path
 from .calibration import Preprocess, Reader, feeds
 from .from_model import is_module
-from .lowering import check_lowering, lower_for_quantization
+from .lowering import check_lowering, lower_for_quantization, skipped_note
 from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
 from .rebuild import rebuild_deform_convs, rebuilt_note
 from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare, form_written
@@ -55,6 +55,7 @@ def quantize(
     eval_inputs=None,
     per_channel: bool = True,
     quantize_offset_path: bool = False,
+    skip_lowering_check: bool = False,
     progress: Progress | None = None,
 ) -> QuantizeReport:
     """Write an INT8 (QDQ) version of the float ONNX file (or PyTorch model) ``src`` to ``dst``, calibrated on ``calibration``.
@@ -76,9 +77,11 @@ def quantize(
     ``DeformConv`` kernel (``"DeformConv sampler"``,
     :mod:`deform_onnx.ops.deform_conv.sampler_columns`; the file then needs
     ONNX Runtime >= 1.25). The lowered float model is checked against
-    ``src`` on the evaluation sample before quantizing (where ONNX Runtime
-    runs ``src``). ``method="native"`` keeps ``DeformConv`` (float) and
-    quantizes the rest. An already-lowered file (a default export) reaches the
+    ``src`` on the evaluation sample before quantizing
+    (:func:`~deform_onnx.quantize.lowering.check_lowering`; ``src`` re-stamped
+    as ``DeformConv`` where ONNX Runtime cannot run it; ``skip_lowering_check``).
+    ``method="native"`` keeps ``DeformConv`` (float) and quantizes the rest.
+    An already-lowered file (a default export) reaches the
     same form: the layers its export recorded are rebuilt as ``DeformConv``
     first (:mod:`.rebuild`; weights read back from the file), and the INT8
     file is then at opset 19 for the DeformConv sampler. A PyTorch model
@@ -119,6 +122,10 @@ def quantize(
         per_channel: per-output-channel weight scales (default on).
         quantize_offset_path: also quantize the offset path's convolutions (to measure the
             harm; the report's ``sample_shift_px`` shows how far samples move).
+        skip_lowering_check: do not check the lowered float model against ``src`` (the report
+            notes it). Without it, a check that cannot run (ONNX Runtime runs neither ``src`` nor its
+            ``DeformConv`` re-stamp) is a ``ValueError``: the INT8 file is measured against the lowered
+            model, so a wrong lowering would go unseen.
         progress: called as ``progress(step, done, total)``.
 
     Returns:
@@ -126,7 +133,8 @@ def quantize(
 
     Raises:
         ValueError: unknown target or method, ``dst`` equal to ``src`` or of the wrong suffix, a
-            ``src`` that is no ONNX model or has inputs other than float32, a lowering that misses ``src``,
+            ``src`` that is no ONNX model or has inputs other than float32, a lowering that misses ``src``
+            or cannot be checked against it (see ``skip_lowering_check``),
             bad calibration data (see :func:`~deform_onnx.quantize.calibration.feeds`), a model
             with nothing to quantize, or a TensorRT placement rule broken.
         FileNotFoundError: ``src`` or ``dst``'s folder is missing.
@@ -190,6 +198,7 @@ def quantize(
         method=method,
         per_channel=per_channel,
         quantize_offset_path=quantize_offset_path,
+        skip_lowering_check=skip_lowering_check,
         step=step,
         eval_given=eval_inputs is not None,
     )
@@ -209,7 +218,19 @@ def _inputs(model: onnx.ModelProto) -> list[tuple[str, list]]:
 
 
 def _quantize_onnx(
-    src, dst, model, samples, evaluation, *, target, method, per_channel, quantize_offset_path, step, eval_given
+    src,
+    dst,
+    model,
+    samples,
+    evaluation,
+    *,
+    target,
+    method,
+    per_channel,
+    quantize_offset_path,
+    skip_lowering_check,
+    step,
+    eval_given,
 ) -> QuantizeReport:
     try:
         from onnxruntime.quantization import (
@@ -229,7 +250,8 @@ def _quantize_onnx(
     # A lowered file that recorded its layers (deform_onnx.export): each back as DeformConv first (.rebuild).
     source, rebuilt, rebuild_notes = rebuild_deform_convs(model, evaluation)
     lowered, used = lower_for_quantization(source, method, target)
-    if used is not None or rebuilt:
+    checked = used is not None or bool(rebuilt)
+    if checked and not skip_lowering_check:
         check_lowering(src, model, lowered, evaluation)
     with tempfile.TemporaryDirectory(prefix="deform_onnx_quantize_") as tmp:
         tmp_in, tmp_pre, tmp_q = (os.path.join(tmp, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
@@ -297,6 +319,8 @@ def _quantize_onnx(
                 raise ValueError(f"target 'tensorrt': {found[0]}")
         if not eval_given:
             notes.append(HELD_OUT_NOTE)
+        if checked and skip_lowering_check:
+            notes.append(skipped_note(src))
         if used is not None and any(n.op_type == "DeformConv" for n in lowered.graph.node):
             notes.append(
                 "the columns are sampled by ONNX Runtime's DeformConv kernel (float; depthwise, one-hot weight, "

@@ -53,22 +53,39 @@ def _drop_unused_initializers(model: onnx.ModelProto) -> None:
         model.graph.initializer.extend(kept)
 
 
+#: How to quantize without the lowering check, as the error names it (Python, then CLI).
+SKIP_OPTION = "skip_lowering_check=True (CLI: --skip-lowering-check)"
+
+
 def check_lowering(src, model: onnx.ModelProto, lowered: onnx.ModelProto, evaluation: dict) -> None:
     """Refuse a lowered float model whose outputs miss ``src``'s on the evaluation sample (float32 tolerance).
 
     The quantized file is measured against the lowered float model, so a wrong lowering would go unseen
-    there. Skipped when ONNX Runtime cannot run ``src`` (mmcv or TensorRT plugin nodes).
+    there. ``src``'s outputs come from ONNX Runtime on ``src``, or, where it cannot run ``src`` (mmcv
+    nodes, ``DeformConv`` below opset 19), on ``src`` re-stamped as the standard ``DeformConv`` (the
+    reference of ``deform-onnx check``: ONNX Runtime's own kernel, which matches torchvision).
+
+    Raises:
+        ValueError: the lowered model misses ``src`` (or has another number of outputs); or the check
+            cannot run (neither way of running ``src`` works): one line naming why and
+            :data:`SKIP_OPTION`, the explicit way to quantize without it.
     """
     from ..exporting.verification import _within, tolerance_for
     from .timing import ort_session
 
-    try:
-        want = ort_session(model).run(None, evaluation)
-    except Exception:  # noqa: BLE001 - nodes ONNX Runtime has no kernel for: nothing to compare with
-        return
+    want, why = source_outputs(model, evaluation)
+    if want is None:
+        raise ValueError(
+            f"{src}: the lowered float model cannot be checked against the original ({why}), so a wrong lowering "
+            f"would go unseen in the quantized file; pass {SKIP_OPTION} to quantize without that check"
+        )
     got = ort_session(lowered).run(None, evaluation)
+    names = [o.name for o in model.graph.output]
+    if len(got) != len(want):
+        raise ValueError(f"{src}: the lowered float model has {len(got)} outputs, the original {len(want)} "
+                         f"({', '.join(names)}); nothing written: please report this model")  # fmt: skip
     tol = tolerance_for("float32")
-    for name, g, w in zip((o.name for o in model.graph.output), got, want):
+    for name, g, w in zip(names, got, want):
         g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
         # The float32 tolerance (verification's rule), or within 1e-4 of the output's own scale (two float32
         # samplers round differently where a layer is ill-conditioned; a wrong sample is off by the feature's scale).
@@ -82,6 +99,31 @@ def check_lowering(src, model: onnx.ModelProto, lowered: onnx.ModelProto, evalua
                 f"{src}: the lowered float model misses the original on output {name!r} (max abs error {err:.3g}, "
                 f"float32 tolerance {tol.atol:g} + {tol.rtol:g}*|x|); nothing written: please report this model"
             )
+
+
+def skipped_note(src) -> str:
+    """The report's note when the caller skipped :func:`check_lowering`."""
+    return f"the lowered float model was not checked against {src} ({SKIP_OPTION} was given)"
+
+
+def source_outputs(model: onnx.ModelProto, evaluation: dict) -> tuple[list | None, str | None]:
+    """``model``'s outputs on ``evaluation`` in ONNX Runtime, or on its ``DeformConv`` re-stamp; ``(None, why)``."""
+    from ..rewrite import lower
+    from ..runtimes.deadline import one_line
+    from .timing import ort_session
+
+    try:
+        return ort_session(model).run(None, evaluation), None
+    except Exception as exc:  # noqa: BLE001 - nodes ONNX Runtime has no kernel for: try the re-stamp
+        first = one_line(exc)
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 19)
+    opset = max(current, 19)
+    try:
+        native = lower(model, method="native", opset=opset)
+        return ort_session(native).run(None, evaluation), None
+    except Exception as exc:  # noqa: BLE001 - said in the one-line error
+        return None, (f"ONNX Runtime cannot run it: {first[:120]}; nor its deformable nodes re-stamped as DeformConv "
+                      f"at opset {opset}: {one_line(exc)[:120]}")  # fmt: skip
 
 
 def ort_has_deform_conv() -> bool:

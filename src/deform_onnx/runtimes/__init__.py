@@ -26,7 +26,11 @@ RUNTIME_NAMES = {"ort": "onnxruntime", "onnxruntime": "onnxruntime", "openvino":
 
 @dataclass
 class PathResult:
-    """One runtime/path: its outputs, or why it could not run; median latency in ms."""
+    """One runtime/path: its outputs, or why it could not run; median latency in ms.
+
+    ``installed``: ``False`` when the runtime is not installed (``reason`` says how to install it);
+    ``deform-onnx check`` may then skip the path when the user did not name the runtime.
+    """
 
     runtime: str
     path: str
@@ -34,6 +38,7 @@ class PathResult:
     reason: str | None = None
     latency_ms: float | None = None
     precision: str | None = None
+    installed: bool = True
 
     @property
     def ran(self) -> bool:
@@ -177,7 +182,7 @@ def run_paths(
             result = PathResult(runtime, path)
             results.append(result)
             if missing:
-                result.reason = missing
+                result.reason, result.installed = missing, False
                 continue
             if source is None:
                 result.reason = lower_reason

@@ -7,23 +7,78 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
 import onnx
 import torch
+import torch.utils._pytree as pytree
 
-from ..core.errors import ExportError, MissingKernelError
+from ..core.errors import ExportError, MissingKernelError, VerificationError
 
 
-def _flatten(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value.detach().cpu()]
-    if isinstance(value, (list, tuple)):
-        return [a for v in value for a in _flatten(v)]
-    if isinstance(value, dict):
-        return [a for v in value.values() for a in _flatten(v)]
-    return []
+def input_tensors(args) -> list[torch.Tensor]:
+    """The tensors of ``args`` in the order the exporters make them graph inputs (pytree leaves, CPU).
+
+    Other leaves (Python numbers, ``None``, strings) are constants to the exporters, not graph inputs.
+    """
+    leaves = pytree.tree_leaves(args)
+    return [a.detach().cpu() for a in leaves if isinstance(a, torch.Tensor)]
+
+
+def output_tensors(value) -> list[tuple[str, torch.Tensor]]:
+    """PyTorch's outputs as the exporters write them to the file: ``[(path, tensor), ...]`` in graph order.
+
+    ``torch.utils._pytree`` is the source of truth, as for ``torch.export`` and both ONNX exporters:
+    tuples, lists, namedtuples and dicts (in insertion order), transformers' ``ModelOutput`` (registered by
+    transformers: its set fields in order, ``None`` fields dropped), nested in any way; ``None`` leaves are
+    dropped (the exporters drop ``None`` outputs). Python numbers become 0-d tensors (the TorchScript
+    exporter writes a number computed from a shape as a 0-d output). A dataclass that is not registered
+    with pytree is flattened field by field, ``None`` fields dropped (as ``torch.export.register_dataclass``
+    does). ``path`` is pytree's key path (``"[0]"``, ``"['logits']"``, ``".last_hidden_state"``).
+
+    Raises:
+        VerificationError: a leaf that is neither a tensor nor a Python number (a string, a numpy array,
+            an unregistered container), named by its path: there would be nothing to compare it with.
+    """
+    out: list[tuple[str, torch.Tensor]] = []
+    for path, leaf in _leaves(value, ""):
+        if leaf is None:  # a leaf to torch.utils._pytree, dropped from the graph by both exporters
+            continue
+        if isinstance(leaf, torch.Tensor):
+            out.append((path, leaf.detach().cpu()))
+        elif isinstance(leaf, (bool, int, float)):
+            out.append((path, torch.tensor(leaf)))
+        else:
+            where = f"output {path}" if path else "the output"
+            kind = (
+                type(leaf).__qualname__
+                if type(leaf).__module__ == "builtins"
+                else f"{type(leaf).__module__}.{type(leaf).__qualname__}"
+            )
+            raise VerificationError(
+                f"{where} of the model is a {kind}, which deform-onnx "
+                "cannot compare with the file: return tensors (in tuples, lists, dicts, namedtuples or dataclasses), "
+                "register the container with torch.utils._pytree, or pass verify=False"
+            )
+    return out
+
+
+def _leaves(value, prefix: str) -> list[tuple[str, object]]:
+    try:
+        flat, _ = pytree.tree_flatten_with_path(value)
+        pairs = [(prefix + pytree.keystr(path), leaf) for path, leaf in flat]
+    except ValueError:  # a node registered without flatten_with_keys: positions instead of keys
+        pairs = [(f"{prefix}[{i}]", leaf) for i, leaf in enumerate(pytree.tree_leaves(value))]
+    out: list[tuple[str, object]] = []
+    for path, leaf in pairs:
+        if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+            for f in dataclasses.fields(leaf):
+                out += _leaves(getattr(leaf, f.name), f"{path}.{f.name}")
+        else:
+            out.append((path, leaf))
+    return out
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -66,7 +121,7 @@ def run_file(session, args: tuple, input_names: list[str] | None = None) -> tupl
     file input gets its own tensor (OmDet-Turbo drops ``classes_attention_mask``; fed by position, the
     next input got its neighbour's tensor). Without them, the order of the rest is kept.
     """
-    feeds = feeds_by_name([i.name for i in session.get_inputs()], [_feed(t) for t in _flatten(args)], input_names)
+    feeds = feeds_by_name([i.name for i in session.get_inputs()], [_feed(t) for t in input_tensors(args)], input_names)
     return [o.name for o in session.get_outputs()], _run(session, feeds)
 
 

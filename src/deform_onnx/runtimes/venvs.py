@@ -25,13 +25,14 @@ def venv_root() -> Path:
     return Path(os.environ.get("DEFORM_ONNX_VENVS", Path.home() / ".cache" / "deform-onnx" / "venvs"))
 
 
-def cached_venv(name: str, requirements: Sequence[str], timeout: float = 150) -> Path:
+def cached_venv(name: str, requirements: Sequence[str], timeout: float = 150, options: Sequence[str] = ()) -> Path:
     """The interpreter of the cached venv ``name`` holding ``requirements``; created if missing.
 
     Args:
         name: folder name under :func:`venv_root` (e.g. ``"ort-1.16.3"``).
         requirements: pip requirement strings, installed by name from the registry.
         timeout: seconds allowed for each step (venv creation, pip install).
+        options: extra ``pip install`` options (e.g. ``["--no-deps"]``); part of what the marker records.
 
     Returns:
         Path of the venv's ``bin/python``.
@@ -41,7 +42,7 @@ def cached_venv(name: str, requirements: Sequence[str], timeout: float = 150) ->
     """
     root = venv_root() / name
     python = root / "bin" / "python"
-    wanted = "\n".join(requirements)
+    wanted = "\n".join([*options, *requirements])
     marker = root / ".complete"
     if marker.is_file() and python.exists() and marker.read_text() in (wanted, requirements[0].split("==")[-1]):
         return python  # the second form: markers written by the first version of this code (the version only)
@@ -49,7 +50,7 @@ def cached_venv(name: str, requirements: Sequence[str], timeout: float = 150) ->
     root.parent.mkdir(parents=True, exist_ok=True)
     steps = [
         [sys.executable, "-m", "venv", str(root)],
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *requirements],
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *options, *requirements],
     ]
     for step in steps:
         try:

@@ -84,7 +84,7 @@ def _assert_matches(outs, configs, x, grid, what: str) -> None:
     with torch.no_grad():
         want = [t.numpy() for t in Sampler(configs)(x, grid)]
     assert len(outs) == len(want), what
-    for (mode, pad, align), got, exp in zip(configs, outs, want):
+    for (mode, pad, align), got, exp in zip(configs, outs, want, strict=True):
         where = f"{what} {mode}/{pad}/align_corners={align}"
         assert got.shape == exp.shape, where
         if mode == "nearest":
@@ -383,7 +383,7 @@ def test_gather_forms_keep_the_dtype(c29, c30, tmp_path, dtype):
                 )
             ]
         atol = 1e-10 if dtype == torch.float64 else 4e-3
-        for cfg, g, w in zip(configs, got, want):
+        for cfg, g, w in zip(configs, got, want, strict=True):
             np.testing.assert_allclose(g.astype(np.float64), w, rtol=0, atol=atol, err_msg=f"{name} {dtype} {cfg}")
 
 

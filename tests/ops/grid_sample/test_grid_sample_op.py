@@ -80,7 +80,7 @@ def _assert_matches(outs: list[np.ndarray], x: torch.Tensor, grid: torch.Tensor,
     with torch.no_grad():
         want = [t.numpy() for t in AllModes()(x, grid)]
     assert len(outs) == len(want), what
-    for (mode, pad, align), got, exp in zip(CONFIGS, outs, want):
+    for (mode, pad, align), got, exp in zip(CONFIGS, outs, want, strict=True):
         where = f"{what} {mode}/{pad}/align_corners={align}"
         assert got.shape == exp.shape, where
         if mode == "nearest":
@@ -237,7 +237,7 @@ def test_lower_gather_rewrites_grid_sample_nodes(exports, c22, key, opset):
     assert "GridSample" not in op_types(out)
     assert next(o.version for o in out.opset_import if o.domain in ("", "ai.onnx")) == (opset or key[1])
     got, ref = _run(out, x, grid), _run(src, x, grid)
-    for (mode, pad, align), g, r in zip(CONFIGS, got, ref):
+    for (mode, pad, align), g, r in zip(CONFIGS, got, ref, strict=True):
         np.testing.assert_allclose(g, r, rtol=0, atol=ATOL, err_msg=f"{mode}/{pad}/{align} vs ORT GridSample")
     _assert_matches(got, x, grid, f"lower {key} -> gather")
 
@@ -282,7 +282,7 @@ def test_gather_dtypes(c22, tmp_path, dtype):
             else [t.double().numpy() for t in AllModes()(x.float(), grid.float())]
         )
     atol = 1e-10 if dtype == torch.float64 else 4e-3
-    for (mode, pad, align), g, w in zip(CONFIGS, got, want):
+    for (mode, pad, align), g, w in zip(CONFIGS, got, want, strict=True):
         keep = ~_boundary_mask(grid.float(), x.shape[2], x.shape[3], align)[:, None] if mode == "nearest" else True
         np.testing.assert_allclose(
             np.where(keep, g.astype(np.float64), 0),
