@@ -148,10 +148,10 @@ def test_public_import_paths_survive_the_layout():
 def test_every_op_names_its_file_nodes():
     """Issue 20, item 1: ``lower`` finds each op's file nodes through the registry, not a list of ops.
 
-    Every op with file nodes (``onnx_nodes``) names a sources module with ``nodes_lowered``, and
-    :func:`deform_onnx.rewrite.lowerable.nodes_lowered` asks exactly those modules.
+    Every op with file nodes (``onnx_nodes``) names a sources module with the file-node interface
+    (``nodes_lowered``, ``lower_node``), and :func:`deform_onnx.rewrite.lowerable.nodes_lowered` asks
+    exactly those modules.
     """
-    import importlib
     from unittest import mock
 
     from deform_onnx.ops import registry
@@ -160,13 +160,69 @@ def test_every_op_names_its_file_nodes():
     modules = registry.sources()
     assert {m.__name__ for m in modules} == {e.sources for e in registry.OPS.values() if e.onnx_nodes}
     for module in modules:
-        assert callable(module.nodes_lowered), module.__name__
+        assert callable(module.nodes_lowered) and callable(module.lower_node), module.__name__
     asked = []
     fakes = [mock.Mock(nodes_lowered=lambda m, meth, o, n=m.__name__: asked.append(n) or [n]) for m in modules]
     with mock.patch.object(lowerable, "sources", return_value=fakes):
         found = lowerable.nodes_lowered(mock.Mock(opset_imports={"": 17}), "auto")
     assert found == asked == [m.__name__ for m in modules]
-    assert importlib.import_module("deform_onnx.rewrite").find_nodes is registry.sources()[0].find_nodes
+
+
+#: Modules outside ``ops/<op>/`` that may name an op of the family, each with the reason.
+NAMES_OPS: dict[str, str] = {
+    "deform_onnx.targets.table": "data: which runtime mishandles which op's lowering (Fault.op)",
+    "deform_onnx.targets.onnxruntime": "data: ONNX Runtime's DeformConv kernel by version (Fault.op)",
+}
+#: Layers that loop over the registry (issue 29 item 1).
+LOOPING_LAYERS = ("deform_onnx.rewrite", "deform_onnx.targets", "deform_onnx.exporters", "deform_onnx.cli._ops_used")
+
+
+def _code_strings(tree: ast.Module) -> set[str]:
+    """The string constants of a module's code: docstrings left out (they may name the ops they serve)."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    }
+
+
+def _op_spellings() -> set[str]:
+    """What names an op in code: its registry name (unless it is also a method's), torch ops and file node kinds."""
+    from deform_onnx.ops.registry import METHODS, OPS
+
+    names = {name for name in OPS if name not in METHODS}
+    for entry in OPS.values():
+        names.update(entry.torch_ops)
+        names.update(op_type for _, op_type in entry.onnx_nodes)
+        names.update(low.node for low in entry.lowerings.values() if low.node is not None)
+    return names
+
+
+@pytest.mark.parametrize("layer", LOOPING_LAYERS)
+def test_layers_name_no_op(layer):
+    """The rewrite driver, targets, exporters and the CLI's op scan import no op folder and spell no op in their
+    code: a new op is one folder (its ``register.py``), not edits across the package."""
+    spellings = _op_spellings()
+    assert {"deform_conv2d", "DeformConv", "aten::grid_sampler", "TRTDCNv3"} <= spellings  # the reader sees them
+    graph = import_graph()
+    checked = 0
+    for name, path in MODULES.items():
+        if not (name == layer or name.startswith(layer + ".")) or name in NAMES_OPS:
+            continue
+        checked += 1
+        named = sorted(_code_strings(ast.parse(path.read_text())) & spellings)
+        assert not named, f"{name} spells op(s) {named} in its code: loop over the registry (deform_onnx.ops.registry)"
+        imported = [m for m in graph[name] if m.startswith("deform_onnx.ops.") and m.count(".") > 2]
+        assert not imported, f"{name} imports an op folder at import time: {imported}"
+    assert checked, layer
 
 
 #: The package's top level: layers (folders) and these modules only.

@@ -24,8 +24,9 @@ import onnxruntime as ort
 import torch
 import torchvision
 
+from deform_onnx.ops.deform_conv.register import LOWERINGS
 from deform_onnx.ops.deform_conv.spec import out_size
-from deform_onnx.ops.registry import LOWERINGS, OPS
+from deform_onnx.ops.registry import OPS
 
 #: float32 parity tolerance (max abs error), from the project rules.
 ATOL = 1e-4

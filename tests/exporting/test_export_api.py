@@ -22,7 +22,8 @@ import torchvision
 import deform_onnx
 import deform_onnx.core.atomic_io
 from deform_onnx.exporting import api
-from deform_onnx.ops.registry import LOWERINGS, OPS
+from deform_onnx.ops.deform_conv.register import LOWERINGS
+from deform_onnx.ops.registry import OPS
 from util import (
     SMALL,
     DeformLayer,

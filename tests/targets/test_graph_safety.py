@@ -26,7 +26,7 @@ import onnx
 import pytest
 
 import deform_onnx
-from deform_onnx.ops.registry import LOWERINGS
+from deform_onnx.ops.deform_conv.register import LOWERINGS
 from util import TENSORRT_OPS, Config, DeformLayer, check, export, make_inputs, method_opsets
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")

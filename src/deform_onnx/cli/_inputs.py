@@ -9,11 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..ops.registry import METHODS  # a light module: an argument error answers without numpy
 from ._common import UserError
-
-#: Lowering names (``deform_onnx.ops.registry.METHODS``, spelled out so that an argument error
-#: answers without importing numpy; tests/test_cli_startup.py keeps the two equal).
-METHODS = ("auto", "native", "grid_sample", "gather")
 
 
 def check_method(method: str) -> None:

@@ -1,7 +1,7 @@
 """``deform-onnx export``'s row label: the form the file was written in, not only the method asked for.
 
 Under ``-m auto`` (and with a target) the lowering is chosen per call
-(:func:`deform_onnx.ops.registry.grid_sample_call`): a 5-D ``F.grid_sample`` below opset 20, or a
+(:func:`deform_onnx.ops.grid_sample.call.grid_sample_call`): a 5-D ``F.grid_sample`` below opset 20, or a
 call the target's runtime cannot run as GridSample, takes the gather form. The method resolved
 before the export (``grid_sample`` at opset >= 16) then names a form the file does not hold.
 """
@@ -9,9 +9,6 @@ before the export (``grid_sample`` at opset >= 16) then names a form the file do
 from __future__ import annotations
 
 from ._export_rows import Result
-
-#: Model ops whose grid_sample-method form is a GridSample node (a file without one took the gather form).
-_GRID_SAMPLE_FORMED = {"grid_sample", "deform_conv2d"}
 
 
 def label_written_forms(results: list[Result], net, tensors) -> None:
@@ -28,10 +25,10 @@ def label_written_forms(results: list[Result], net, tensors) -> None:
     ]
     if not rows:
         return
-    from ._ops_used import deformable_ops
+    from ._ops_used import deformable_ops, grid_sample_formed_ops
 
     ops = deformable_ops(net, tensors)
-    if ops is not None and not ops & _GRID_SAMPLE_FORMED:
+    if ops is not None and not ops & grid_sample_formed_ops():
         return
     taken = {r.job.path for r in results}
     for r in rows:

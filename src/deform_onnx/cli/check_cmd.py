@@ -48,7 +48,7 @@ def parse_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
 
 def input_roles(model) -> dict[str, str]:
     """Graph inputs that are the offset or mask of a deformable node, or named like one."""
-    from ..rewrite import find_nodes
+    from ..ops.deform_conv.sources import find_nodes
 
     roles: dict[str, str] = {}
     graph_inputs = {v.name for v in model.graph.inputs}
@@ -231,7 +231,7 @@ def check_command(
         model = read_model(model_path)
         feeds = make_feeds(model, shapes, npz, seed)
 
-    from ..rewrite import find_nodes
+    from ..ops.deform_conv.sources import find_nodes
     from ..runtimes import lowered_here, reference, run_paths
     from ..runtimes.border import BAND, border_feeds
 

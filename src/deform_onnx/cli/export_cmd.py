@@ -219,10 +219,10 @@ def export_command(
             shown = f"an input of shape {','.join(map(str, specs[0].shape))}"
         else:
             shown = f"the inputs {' '.join(map(str, specs))}"
-        from ..exporting.api import check_deform_modules
+        from ..ops.registry import check_modules
 
         # Before running it: torchvision's kernel divides by zero on a DeformConv2d with stride 0.
-        check_deform_modules(net).close()
+        check_modules(net).close()
         check_input_ranks(net, inputs, shown)
         jobs, one_form = _one_form(jobs, net, inputs.tensors, method, name, output)
         created = output if output.suffix != ".onnx" and not output.exists() else None

@@ -12,8 +12,9 @@ import torch
 
 from ..conversion import ConversionError
 from ..core.atomic_io import write_bytes_atomic
-from ..core.errors import ExportError, MissingKernelError, VerificationError
+from ..core.errors import BadModuleInput, ExportError, MissingKernelError, VerificationError, raise_bad_module_input
 from ..core.irversion import apply_ir_version, check_requested
+from ..core.opsets import FAMILY_MIN_OPSET as MIN_OPSET
 from ..exporters import dynamo as _dynamo
 from ..exporters import rewriters as _rewriters
 from ..exporters import torchscript as _torchscript
@@ -22,16 +23,14 @@ from ..exporters.calls import cause as _cause
 from ..exporters.calls import export_dynamo as _export_dynamo
 from ..exporters.calls import export_torchscript as _export_torchscript
 from ..exporters.guards import FixedDynamicSize, parameter_names
-from ..ops.deform_conv.module_checks import BadDeformInput, check_deform_modules, raise_bad_deform_input
-from ..ops.deform_conv.spec import MIN_OPSET
-from ..ops.registry import resolve_method
+from ..ops import registry
 from . import dynamic_check as _dynamic_check
 from . import sizes as _sizes
 from .bfloat16 import choose_opset as _bfloat16_opset  # bfloat16: opset 22 (verified in dynamic_check)
 from .large import ExternalSink, is_large
 from .verification import OutputCheck, Tolerance, Verified
 
-__all__ = ["ExportError", "ExportReport", "VerificationError", "check_deform_modules", "export"]
+__all__ = ["ExportError", "ExportReport", "VerificationError", "export"]
 
 #: Default opset when none is given: the standard-op lowerings at 17 run on the
 #: widest set of runtimes (DirectML, older ONNX Runtime, OpenVINO); native needs 19.
@@ -208,7 +207,7 @@ def export(
         # Fail before the (slow) export, not after it.
         raise FileNotFoundError(f"output folder {Path(f).parent} does not exist; create it first")
     # Suggestions name methods that work on the path that will run (the fallback reaches 11).
-    lowering = resolve_method(
+    method = registry.model_method(
         method, opset_version, path_min_opset=DYNAMO_MIN_OPSET if dynamo and not fallback else None
     )
     if not isinstance(args, tuple):
@@ -225,7 +224,7 @@ def export(
                 args,
                 f,
                 opset_version,
-                lowering.name,
+                method,
                 dynamo,
                 input_names,
                 output_names,
@@ -267,7 +266,7 @@ def _export_eval(
     fallback_reason: str | None = None
     repairs: list = []
     done: tuple[onnx.ModelProto, bytes | str, Verified | None, list] | None = None
-    checks = check_deform_modules(model)
+    checks = registry.check_modules(model)  # each op's checks of its modules (forward pre-hooks)
     sized = _dynamic_check.SizeCheck.plan(model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes)
     sink = ExternalSink(f) if is_large(model) else None  # over 2 GiB: external data (large.py)
     try:
@@ -311,7 +310,7 @@ def _export_eval(
             verified = sized.run(model, args, data, proto, rtol, atol, abandoned=fallback_reason)
         else:
             proto, data, verified, repairs = done
-    except BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
+    except BadModuleInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
         if sink is not None:
             sink.close()
         raise ValueError(str(exc)) from None
@@ -399,7 +398,7 @@ def _try_dynamo(
             guards=sized.guards if sized is not None else None,
         )
     except _capture_errors() as exc:
-        raise_bad_deform_input(exc)
+        raise_bad_module_input(exc)
         raise _DynamoUnfit(f"torch.export could not capture the model ({_cause(exc)})") from None
     except FixedDynamicSize as exc:  # the dynamo file would be wrong at other sizes (exporters/guards.py)
         raise _DynamoUnfit(str(exc)) from None
@@ -408,7 +407,7 @@ def _try_dynamo(
     except ValueError:
         raise
     except Exception as exc:  # noqa: BLE001 - any other failure of torch's exporter: TorchScript may still work
-        raise_bad_deform_input(exc)
+        raise_bad_module_input(exc)
         raise _DynamoUnfit(f"the dynamo exporter failed ({_cause(exc)})") from None
     try:
         data = _finish(proto, opset, method, ir_version, choice, sink)
@@ -468,14 +467,23 @@ def _validate(proto: onnx.ModelProto, opset: int, method: str, path: str | None 
             f"the exporter produced opset {got}, not the requested {opset} (its down-conversion failed); "
             f"export at opset {got} or use dynamo=False"
         )
-    if method != "native":
-        left = [n.name or n.op_type for n in proto.graph.node if n.op_type == "DeformConv"]
+    for node_type in _refused_nodes(method, opset):
+        left = [n.name or n.op_type for n in proto.graph.node if n.op_type == node_type]
         if left:
-            raise ExportError(f"DeformConv nodes remain after lowering with {method!r}: {left}")
+            raise ExportError(f"{node_type} nodes remain after lowering with {method!r}: {left}")
     try:
         onnx.checker.check_model(proto if path is None else path, full_check=True)  # a path: external data
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise ExportError(f"the exported model is not valid ONNX: {str(exc).splitlines()[0]}") from None
+
+
+def _refused_nodes(method: str, opset: int) -> list[str]:
+    """The native-form nodes (``DeformConv``, ``GridSample``) of the ops whose ``method`` lowering is another form."""
+    refused = []
+    for op, entry in registry.OPS.items():
+        chosen = registry.resolve(op, method, opset)
+        refused += [low.node for low in entry.lowerings.values() if low.node is not None and low is not chosen]
+    return refused
 
 
 def _write(data: bytes, f) -> Path | None:

@@ -5,7 +5,9 @@
 - :mod:`.msda`: multi-scale deformable attention, and :func:`ms_deform_attn`, the
   torch op deform-onnx defines and exports in one piece;
 - :mod:`.dcnv3`: DCNv3/DCNv4, PyTorch reference forms written so that they export;
-- :mod:`.registry`: op -> lowerings -> min opsets, and the one method/opset check.
+- :mod:`.registry`: the op registry (each folder's ``register.py`` adds its entry; the registry
+  imports none) and the one method/opset check;
+- :mod:`.file_nodes`: the one interface between ``lower`` and each op's file nodes.
 
 The torch-side names below are loaded on first use (PEP 562): defining the op
 imports torch, and the file rewriter and CLI import this package without it.

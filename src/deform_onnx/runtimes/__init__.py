@@ -148,7 +148,8 @@ def run_paths(
     Raises:
         ValueError: an unknown runtime name.
     """
-    from ..rewrite import find_nodes, lower, read_model
+    from ..ops.deform_conv.sources import find_nodes
+    from ..rewrite import lower, read_model
 
     wanted = []
     for name in runtimes:

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import deform_onnx
-from deform_onnx.ops.registry import LOWERINGS, OPS
+from deform_onnx.ops.deform_conv.register import LOWERINGS
+from deform_onnx.ops.registry import OPS
 from util import (
     METHOD_MIN_OPSET,
     Config,

@@ -29,7 +29,7 @@ The gather lowering computes pixel coordinates in the same float32 steps:
 GridSample-20 (N-D; opset >= 20), ``gather`` the trilinear / nearest form of
 :mod:`.lower_3d`. ``bicubic`` (4-D only, as in PyTorch): ``native`` is
 GridSample ``cubic`` (``bicubic`` below opset 20), ``gather`` the 16-tap form
-of :mod:`.lower_cubic`. Which form each call gets: :func:`deform_onnx.ops.registry.grid_sample_call`.
+of :mod:`.lower_cubic`. Which form each call gets: :func:`deform_onnx.ops.grid_sample.call.grid_sample_call`.
 A NaN coordinate samples 0 (ATen's result there is undefined: it casts NaN
 to an integer index).
 """
