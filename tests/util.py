@@ -64,11 +64,11 @@ class Config:
             object.__setattr__(self, name, pair(getattr(self, name)))
 
     @classmethod
-    def from_case(cls, case_input: dict) -> "Config":
+    def from_case(cls, case_input: dict) -> Config:
         """Build from a ``cases.json`` ``input`` object."""
         return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in case_input.items()})
 
-    def at(self, **changes) -> "Config":
+    def at(self, **changes) -> Config:
         return replace(self, **changes)
 
     def out_hw(self, H: int | None = None, W: int | None = None) -> Pair:

@@ -89,7 +89,7 @@ def _tol(dtype: str) -> tuple[float, float]:
     return (1e-10, 0.0) if dtype == "float64" else (1e-2, 1e-2)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _torchscript(dtype: str, method: str, opset: int, bias: bool = True) -> bytes:
     cfg = (CFG if bias else CFG_NOBIAS).at(dtype=DTYPES[dtype])
     deform_onnx.register(method)
@@ -99,7 +99,7 @@ def _torchscript(dtype: str, method: str, opset: int, bias: bool = True) -> byte
         deform_onnx.unregister()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dynamo(dtype: str, method: str, opset: int) -> bytes:
     cfg = CFG.at(dtype=DTYPES[dtype])
     buf = io.BytesIO()

@@ -94,7 +94,7 @@ TORCHSCRIPT = [(m, o) for m in METHODS for o in range(11, 21) if o >= LOWERINGS[
 assert set(TORCHSCRIPT) >= {(m, o) for m in METHODS for o in method_opsets(m)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torchscript_graph(method: str, opset: int, name: str, dynamic: bool) -> onnx.ModelProto:
     cfg = CONFIGS[name]
     deform_onnx.register(method)
@@ -104,7 +104,7 @@ def torchscript_graph(method: str, opset: int, name: str, dynamic: bool) -> onnx
         deform_onnx.unregister()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dynamo_graph(method: str, opset: int, dynamic: bool) -> onnx.ModelProto:
     from torch.export import Dim
 
@@ -120,7 +120,7 @@ def dynamo_graph(method: str, opset: int, dynamic: bool) -> onnx.ModelProto:
     return check(buf.getvalue())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lowered_file(method: str, dynamic: bool) -> onnx.ModelProto:
     """``lower()`` of a native DeformConv file (the rewrite path's adapter)."""
     native = torchscript_graph("native", 19, "dcnv2-grouped", dynamic)

@@ -13,7 +13,8 @@ keep every shape path integer-only, as TensorRT requires for shape tensors.
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
 import numpy as np
 

@@ -248,7 +248,8 @@ def _torchscript_allows(opset: int) -> bool:
 
 def _resized_input(net, x, name: str):
     """A second input for dynamic models: the size :mod:`deform_onnx.exporting.sizes` picks for dynamic N, H, W (the
-    one place that picks second sizes, shared with ``deform_onnx.export``), from the photo where it fits."""
+    one place that picks second sizes, shared with ``deform_onnx.export``), from the photo where it fits.
+    """
     from ..exporting import sizes
 
     axes = sizes.dynamic_axes_of((x,), dynamic_axes={name: {0: "N", x.dim() - 2: "H", x.dim() - 1: "W"}},

@@ -72,7 +72,7 @@ class InputSpec:
     dtype: str | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "InputSpec":
+    def parse(cls, text: str) -> InputSpec:
         """``"x=1,3,64,64:float16"``, ``"1,3,64,64"``, ``"1x3x64x64:f64"``.
 
         Raises:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -159,8 +158,8 @@ def check_command(
     input_shape: list[str] = typer.Option(
         [], "--input-shape", help="Shape of an input with dynamic dims, e.g. x=1,3,32,32 or x=1x3x32x32 (repeatable)."
     ),
-    inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz file with input arrays by name."),
-    method: Optional[str] = typer.Option(
+    inputs: Path | None = typer.Option(None, "--inputs", help=".npz file with input arrays by name."),
+    method: str | None = typer.Option(
         None,
         "--method",
         "-m",
@@ -169,7 +168,7 @@ def check_command(
     precision: str = typer.Option(
         "f32", "--precision", help="OpenVINO inference precision hint: f32, f16 or bf16 (OpenVINO has no f64)."
     ),
-    tolerance: Optional[float] = typer.Option(
+    tolerance: float | None = typer.Option(
         None,
         "--tolerance",
         help="Max abs error allowed against the reference. Default: the outputs' dtype's "
@@ -184,7 +183,7 @@ def check_command(
         help="Seconds each path and the reference may run; past it the row says 'timed out'.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
-    target: Optional[str] = typer.Option(
+    target: str | None = typer.Option(
         None, "--target", "-t", help="Runtime target: its method for the lowered paths, and its graph rules checked."
     ),
     force: bool = typer.Option(False, "--force", help="Run a lowering the target is known to mishandle."),
@@ -330,7 +329,8 @@ def _add_rows(table: Table, results, want, tolerance: float, border: bool = Fals
 
 def dtype_tolerance(want) -> float:
     """The max abs error allowed by the reference outputs' dtypes: per output ``atol + rtol * max|reference|``
-    with :func:`deform_onnx.exporting.verification.tolerance_for` (float16 files must not fail at float32's 1e-4)."""
+    with :func:`deform_onnx.exporting.verification.tolerance_for` (float16 files must not fail at float32's 1e-4).
+    """
     import numpy as np
 
     from ..exporting.verification import tolerance_for

@@ -8,7 +8,6 @@ in ONNX Runtime and prints one table row per export.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich.markup import escape
@@ -54,7 +53,7 @@ TOLERANCE = TOLERANCES["float32"][0]
 
 @app.command("export")
 def export_command(
-    model: Optional[str] = typer.Argument(
+    model: str | None = typer.Argument(
         None,
         metavar="[MODEL]",
         help="MODULE:FACTORY (a function or class returning an nn.Module; MODULE may be a dotted name or a .py "
@@ -62,32 +61,32 @@ def export_command(
         "Default: the bundled DCNv2 example on a photo.",
         show_default=False,
     ),
-    input_shape: List[str] = typer.Option(
+    input_shape: list[str] = typer.Option(
         [],
         "--input-shape",
         "-s",
         help="Example input: [NAME=]D1,D2,...[:DTYPE], e.g. 1,3,224,224 or 1x3x224x224 or x=1,3,64,64:float16; "
         "repeat it, each with a NAME, for several inputs (in forward order).",
     ),
-    inputs_npz: Optional[Path] = typer.Option(
+    inputs_npz: Path | None = typer.Option(
         None, "--inputs", help=".npz file with the example inputs, in forward order (names become input names)."
     ),
-    dtype: Optional[str] = typer.Option(
+    dtype: str | None = typer.Option(
         None,
         "--dtype",
         help="float32, float16 or float64: the model and its floating inputs are cast to it. "
         "Default: the model's own dtype.",
     ),
-    opset: Optional[int] = typer.Option(
+    opset: int | None = typer.Option(
         None, "--opset", help="Default-domain opset. Default: grid_sample@17, gather@11, native@20."
     ),
-    method: Optional[str] = typer.Option(
+    method: str | None = typer.Option(
         None,
         "--method",
         "-m",
         help="Lowering: auto, native, grid_sample or gather. Default: each one the opset allows.",
     ),
-    exporter: Optional[str] = typer.Option(
+    exporter: str | None = typer.Option(
         None,
         "--exporter",
         help="dynamo or torchscript. Default: dynamo where its opset range allows, TorchScript otherwise "
@@ -112,11 +111,11 @@ def export_command(
         help="Show each exporter tried, where it stopped and the graph around the "
         "deformable op, not only the one-line error.",
     ),
-    target: Optional[str] = typer.Option(
+    target: str | None = typer.Option(
         None, "--target", "-t", help="Runtime target (deform-onnx targets): picks method and opset; explicit ones win."
     ),
     force: bool = typer.Option(False, "--force", help="Write a combination the target is known to mishandle (warns)."),
-    ir_version: Optional[int] = typer.Option(
+    ir_version: int | None = typer.Option(
         None, "--ir-version", help="IR version of the files. Default: the lowest their opsets need."
     ),
     no_verify: bool = typer.Option(

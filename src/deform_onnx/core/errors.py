@@ -23,7 +23,8 @@ class BadModuleInput(ValueError):
 
 def raise_bad_module_input(exc: BaseException) -> None:
     """Re-raise a :class:`BadModuleInput` that an exporter wrapped (as cause or context), as a plain one-line
-    ``ValueError``; return when ``exc`` holds none."""
+    ``ValueError``; return when ``exc`` holds none.
+    """
     inner: BaseException | None = exc
     while inner is not None and not isinstance(inner, BadModuleInput):
         inner = inner.__cause__ or inner.__context__

@@ -185,7 +185,8 @@ def axes_to_dynamic_shapes(dynamic_axes: dict, input_names: list[str], n_args: i
 @contextlib.contextmanager
 def _lowering_value_errors(wrapper: type[BaseException]):
     """Re-raise a ``ValueError`` of the lowering (e.g. a kernel larger than the padded
-    input) that the exporter wrapped in ``wrapper``, as itself: its message names the fix."""
+    input) that the exporter wrapped in ``wrapper``, as itself: its message names the fix.
+    """
     try:
         yield
     except wrapper as exc:
@@ -200,7 +201,8 @@ def _lowering_value_errors(wrapper: type[BaseException]):
 def _raised_here(exc: BaseException) -> bool:
     """Whether ``exc`` was raised inside deform_onnx (a lowering's refusal), not by torch's own
     translations (e.g. OneFormer's Swin backbone: "Cannot view a tensor with shape ..." from
-    torch's ``aten.view`` translation: the TorchScript fallback exports it)."""
+    torch's ``aten.view`` translation: the TorchScript fallback exports it).
+    """
     import os
 
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

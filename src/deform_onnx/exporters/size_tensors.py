@@ -98,7 +98,8 @@ def _from_sizes(mode: SizeMode, original, data, *args, dtype=None, device=None, 
 @register("torch.as_tensor", _SOURCE)
 def as_tensor(mode, original, data, *args, **kwargs):
     """``torch.as_tensor(data, dtype, device)``; a nested list holding sizes gives an ``[...]`` tensor stacked
-    from them (dtype as torch infers it: int64 for sizes), else ``NotImplemented`` (torch's own)."""
+    from them (dtype as torch infers it: int64 for sizes), else ``NotImplemented`` (torch's own).
+    """
     return _from_sizes(mode, original, data, *args, **kwargs)
 
 
@@ -111,7 +112,8 @@ def tensor(mode, original, data, *args, **kwargs):
 @register("torch.Tensor.__setitem__", _SOURCE + "; RT-DETR / RT-DETRv2 / D-FINE spatial_shapes[level, 0] = height")
 def setitem(mode, original, target, index, value):
     """``spatial_shapes[level, 0] = height`` into a small integer tensor (transformers' RT-DETR family builds
-    ``spatial_shapes = torch.empty((L, 2), dtype=torch.long)`` so): remember the size written there."""
+    ``spatial_shapes = torch.empty((L, 2), dtype=torch.long)`` so): remember the size written there.
+    """
     value = mode.scalar(value)
     known = mode.values(target, partial=True)
     if not (is_symbolic(value) or (known is not None and isinstance(value, int))):

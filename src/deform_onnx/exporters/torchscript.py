@@ -61,7 +61,8 @@ def unregister() -> None:
 
 def _symbolics(method: str) -> dict:
     """TorchScript op name -> (symbolic, opsets): every op of the registry that has a binding, at every
-    opset from 11, and the ATen ops torch lacks at low opsets (:mod:`.aten_gaps`) only below torch's own."""
+    opset from 11, and the ATen ops torch lacks at low opsets (:mod:`.aten_gaps`) only below torch's own.
+    """
     every = range(TORCHSCRIPT_MIN_OPSET, MAX_OPSET + 1)
     table = {}
     for binding in bindings():

@@ -449,7 +449,8 @@ def _default_opset(proto: onnx.ModelProto) -> int | None:
 def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice, sink=None) -> bytes | str:
     """Stamp the lowest IR version the opsets need (or ``ir_version``), validate, and check the
     graph against the runtime target's known faults (issue 12's hooks). Returns what verification
-    runs: the serialized model, or (over 2 GiB, ``sink``) the path of the file beside its data."""
+    runs: the serialized model, or (over 2 GiB, ``sink``) the path of the file beside its data.
+    """
     if choice is not None:
         choice.repair_graph(proto)  # value-preserving rewrites the target needs (targets/repairs.py)
     apply_ir_version(proto, ir_version)

@@ -62,7 +62,8 @@ def static_dims(proto: onnx.ModelProto, axes: list[Axis], input_names: list[str]
 def export_time_values(axes: list[Axis]) -> dict[int, str]:
     """Integers a traced graph holds when it froze the example's dynamic sizes: each size, its quotients by
     the strides 2..64, the products of two such quotients (H'*W' of a level) and their sums over
-    consecutive strides (level start indices, total tokens). Value -> how it follows from the sizes."""
+    consecutive strides (level start indices, total tokens). Value -> how it follows from the sizes.
+    """
     values: dict[int, str] = {}
     named = [(a.name or f"input{a.index}.axis{a.axis}", a.size, a.axis) for a in axes]
     for label, size, _ in named:

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 def _module_alias(name: str, target: str) -> None:
     """Keep ``deform_onnx.ops.<name>`` importable as the module it was (``from deform_onnx.ops.ms_deform_attn
     import MSDeformAttnCore``), forwarding to ``target`` on first use, without binding the module on this
-    package: ``deform_onnx.ops.ms_deform_attn`` itself stays the function."""
+    package: ``deform_onnx.ops.ms_deform_attn`` itself stays the function.
+    """
     alias = types.ModuleType(f"{__name__}.{name}", f"Old path of ``{__name__}{target}``, kept for imports.")
 
     def forward(attr: str):

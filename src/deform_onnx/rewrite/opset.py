@@ -38,7 +38,8 @@ REPAIRS = "deform_onnx.repairs"
 
 def _convert_proto(proto: onnx.ModelProto, target: int, current: int | None) -> tuple[onnx.ModelProto, list]:
     """Down: export's :func:`deform_onnx.conversion.convert_down` (onnx's converter plus the adapters it
-    lacks: ``Split`` 18->17, ``Pad`` 18->17, ...); up: onnx's converter alone."""
+    lacks: ``Split`` 18->17, ``Pad`` 18->17, ...); up: onnx's converter alone.
+    """
     from onnx import version_converter
 
     from ..conversion import convert_down

@@ -12,9 +12,9 @@ issue number, or "measured here".
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Callable
 
 import onnx
 
@@ -93,7 +93,8 @@ class Target:
     @property
     def rules(self) -> tuple[str, ...]:
         """Every rule checked on a graph: :attr:`options`, the GridSample rules :attr:`grid_sample` implies and
-        the rules the registered ops add for this target (their rules module's ``TARGET_RULES``)."""
+        the rules the registered ops add for this target (their rules module's ``TARGET_RULES``).
+        """
         extra = [GRID_SAMPLE_RULES[kind] for kind in GRID_SAMPLE_EXTRAS if kind not in self.grid_sample]
         extra += [r for _, module in _op_rules() for r in getattr(module, "TARGET_RULES", {}).get(self.name, ())]
         return tuple(dict.fromkeys((*self.options, *extra)))
@@ -101,7 +102,8 @@ class Target:
     @property
     def all_faults(self) -> tuple[Fault, ...]:
         """:attr:`faults` and the faults the registered ops bring for this target (their rules module's
-        ``FAULTS``, each tagged with its op): every fault checked before an export or a rewrite."""
+        ``FAULTS``, each tagged with its op): every fault checked before an export or a rewrite.
+        """
         import dataclasses
 
         brought = [

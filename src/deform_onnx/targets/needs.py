@@ -13,7 +13,7 @@ opset is an :class:`~deform_onnx.core.errors.ExportError` naming that opset, bef
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

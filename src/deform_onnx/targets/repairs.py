@@ -20,7 +20,7 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import onnx
 from onnx import numpy_helper

@@ -156,7 +156,8 @@ GENERAL_RULES: dict[str, RuleFn] = {
 
 class _Rules(Mapping[str, RuleFn]):
     """Rule name (as shown in ``deform-onnx targets``) -> check: :data:`GENERAL_RULES` and the ``RULES`` of
-    every registered op's rules module (:attr:`deform_onnx.ops.registry.OpEntry.rules`), read on each use."""
+    every registered op's rules module (:attr:`deform_onnx.ops.registry.OpEntry.rules`), read on each use.
+    """
 
     def _merged(self) -> dict[str, RuleFn]:
         from ..ops.registry import rule_modules

@@ -63,7 +63,7 @@ CONFIGS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _exported(method: str, opset: int, name: str, dynamic: bool) -> tuple[DeformLayer, bytes]:
     cfg = CONFIGS[name]
     model = DeformLayer(cfg)

@@ -59,7 +59,7 @@ CONFIGS = {
 ALLOWED = [(m, o) for m in METHOD_MIN_OPSET for o in method_opsets(m)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _exported(method: str, opset: int, name: str, dynamic: bool = False) -> onnx.ModelProto:
     """One checked export per (method, opset, config), shared by the tests of this file."""
     cfg = CONFIGS[name]

@@ -71,7 +71,8 @@ def find(model: ir.Model) -> list[ir.Node]:
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
     """The nodes ``lower(model, method=method)`` replaces: every ``mmdeploy::TRTDCNv3`` node, whatever the
-    method and opset (:func:`find`)."""
+    method and opset (:func:`find`).
+    """
     return find(model)
 
 

@@ -120,7 +120,7 @@ def make_symbolic(method: str = "auto"):
     return deform_conv2d
 
 
-def _weight_shape(g, b: "TorchScriptBuilder", weight) -> tuple[int | None, ...] | None:
+def _weight_shape(g, b: TorchScriptBuilder, weight) -> tuple[int | None, ...] | None:
     """The weight's shape, completed from the trace when ONNX shape inference lost it.
 
     A weight computed in ``forward`` (``x.new_ones(C, 1, 1, 1)``, a dynamic

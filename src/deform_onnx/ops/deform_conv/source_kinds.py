@@ -9,8 +9,8 @@ extension both read these descriptions, so the attribute rules live in one place
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 #: Input roles, in torchvision's vocabulary.
 ROLES = ("input", "weight", "offset", "mask", "bias")

@@ -62,7 +62,8 @@ def find_nodes(model: ir.Model) -> list[tuple[ir.Node, SourceOp]]:
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
     """The nodes ``lower(model, method=method)`` replaces: every known deformable-convolution node,
-    whatever the method and opset (:func:`find_nodes`)."""
+    whatever the method and opset (:func:`find_nodes`).
+    """
     return [node for node, _ in find_nodes(model)]
 
 

@@ -85,7 +85,7 @@ class GridSampleSpec:
             )
 
     @classmethod
-    def from_torch(cls, interpolation_mode: int, padding_mode: int, align_corners) -> "GridSampleSpec":
+    def from_torch(cls, interpolation_mode: int, padding_mode: int, align_corners) -> GridSampleSpec:
         """From ``aten::grid_sampler``'s integer arguments (ATen's enum order)."""
         if not 0 <= interpolation_mode < len(TORCH_MODES) or not 0 <= padding_mode < len(TORCH_PADDINGS):
             raise ValueError(
@@ -94,7 +94,7 @@ class GridSampleSpec:
         return cls(TORCH_MODES[interpolation_mode], TORCH_PADDINGS[padding_mode], bool(align_corners))
 
     @classmethod
-    def from_onnx(cls, mode: str, padding_mode: str, align_corners: int) -> "GridSampleSpec":
+    def from_onnx(cls, mode: str, padding_mode: str, align_corners: int) -> GridSampleSpec:
         """From an ONNX ``GridSample`` node's attributes (defaults: linear/bilinear, zeros, 0)."""
         if mode not in ONNX_MODES:
             raise ValueError(f"unknown GridSample mode {mode!r}")

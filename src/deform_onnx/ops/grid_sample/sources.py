@@ -57,7 +57,8 @@ def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
     """The nodes ``lower(model, method=method)`` replaces at ``opset``: :func:`nodes_to_lower`; none when the
-    opset is unknown (``None``: the model imports no default domain)."""
+    opset is unknown (``None``: the model imports no default domain).
+    """
     return nodes_to_lower(model, method, opset) if opset is not None else []
 
 

@@ -68,7 +68,8 @@ def find(model: ir.Model) -> list[ir.Node]:
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
     """The nodes ``lower(model, method=method)`` replaces: every MSDA plugin node, whatever the method and
-    opset (:func:`find`)."""
+    opset (:func:`find`).
+    """
     return find(model)
 
 
