@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import onnx
@@ -32,7 +32,7 @@ from deform_onnx.ops.registry import OPS
 ATOL = 1e-4
 
 Pair = tuple[int, int]
-Bias = Union[bool, str]  # True, False or "zeros" (a bias that is present but all zero)
+Bias = bool | str  # True, False or "zeros" (a bias that is present but all zero)
 
 
 def pair(v) -> Pair:

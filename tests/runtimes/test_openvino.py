@@ -124,7 +124,7 @@ def test_extension_layout_with_groups_stride_dilation(empty_bias):
         groups=2,
         offset_groups=2,
         mask=True,
-        bias=False if empty_bias else True,
+        bias=not empty_bias,
         offset_scale=2.0,
     )
     layer = DeformLayer(cfg)

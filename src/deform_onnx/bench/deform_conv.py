@@ -164,6 +164,7 @@ class DeformConvCase:
         self._exports: dict[tuple[str, int], tuple[Path, ModelStats]] = {}
 
     def path(self, name: str) -> Path:
+        """The ONNX file of export ``name`` in the work folder."""
         return self.workdir / f"{name}.onnx"
 
     def export(self, method: str, opset: int) -> tuple[Path, ModelStats]:

@@ -57,10 +57,12 @@ class Cell:
 
     @property
     def ok(self) -> bool:
+        """Whether the contender ran and was timed."""
         return self.status == "ok" and bool(self.times)
 
     @property
     def median(self) -> float | None:
+        """The median time in seconds (``None`` unless :attr:`ok`)."""
         return statistics.median(self.times) if self.ok else None
 
 

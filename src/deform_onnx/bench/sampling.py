@@ -156,11 +156,11 @@ class GridSampleCase(_ExportingCase):
             "input": torch.randn(n, shape.channels, shape.size, shape.size, generator=g),
             "grid": torch.rand(n, gs, gs, 2, generator=g) * 2.2 - 1.1,
         }
-        self.module = _GridSample().eval()
+        self.module = _grid_sample_module().eval()
         self._setup(workdir, threads)
 
 
-def _GridSample():
+def _grid_sample_module():
     import torch
     import torch.nn.functional as F
 

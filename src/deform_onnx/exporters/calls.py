@@ -21,6 +21,7 @@ from .guards import check_guards, parameter_names
 
 
 def capture_errors() -> tuple[type[BaseException], ...]:
+    """The exception types of a torch.export capture failure (the dynamo path then falls back)."""
     from torch.onnx._internal.exporter import _errors
 
     return (_errors.TorchExportError,)

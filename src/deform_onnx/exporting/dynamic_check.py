@@ -208,6 +208,7 @@ class SizeCheck:
         return first
 
     def fill(self, report: ExportReport, verified: Verified | None) -> None:
+        """Write the second-size results, the checked shapes and the notes into ``report``."""
         report.notes = list(dict.fromkeys(self.notes))
         if verified is None:
             if self.axes:

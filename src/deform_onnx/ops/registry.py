@@ -58,7 +58,9 @@ class LowerFn(Protocol):
     MSDA: ``fn(b, value, spatial_shapes, level_start_index, sampling_locations, attention_weights)``.
     """
 
-    def __call__(self, b: Any, /, *args: Any) -> Any: ...
+    def __call__(self, b: Any, /, *args: Any) -> Any:
+        """Emit the lowering with builder ``b``; returns the output value."""
+        ...
 
 
 @dataclass(frozen=True)

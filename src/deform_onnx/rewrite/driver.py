@@ -55,6 +55,7 @@ class LowerReport:
 
     @property
     def changed(self) -> bool:
+        """Whether the result differs from the input (nodes, opset or IR version)."""
         return (
             bool(self.replaced)
             or self.opset_before != self.opset_after

@@ -37,6 +37,7 @@ def infer_shapes(model: ir.Model) -> None:
 
 
 def unique_name(name: str, names: set[str]) -> str:
+    """``name``, or ``name_1``, ``name_2``, ... : the first not in ``names`` (added to it)."""
     candidate, k = name, 1
     while candidate in names:
         candidate = f"{name}_{k}"
@@ -46,6 +47,7 @@ def unique_name(name: str, names: set[str]) -> str:
 
 
 def all_names(model: ir.Model) -> set[str]:
+    """Every value and node name of the model (graph inputs, initializers, node names and outputs)."""
     names = {v.name for v in model.graph.inputs if v.name}
     names |= set(model.graph.initializers)
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
@@ -55,6 +57,7 @@ def all_names(model: ir.Model) -> set[str]:
 
 
 def used_domains(model: ir.Model) -> set[str]:
+    """The domains of every node of the model and its functions."""
     used = {n.domain for n in ir.traversal.RecursiveGraphIterator(model.graph)}
     for function in model.functions.values():
         used.add(function.domain)

@@ -37,6 +37,7 @@ class PathResult:
 
     @property
     def ran(self) -> bool:
+        """Whether the path produced outputs."""
         return self.outputs is not None
 
 

@@ -47,6 +47,7 @@ def no_reshape_allowzero(model: onnx.ModelProto) -> list[str]:
 
 
 def no_isnan(model: onnx.ModelProto) -> list[str]:
+    """IsNaN nodes (the NaN guard's test): converters without an IsNaN layer refuse the file."""
     found = _nodes(model, "IsNaN")
     return [f"IsNaN node(s) {', '.join(found[:3])}"] if found else []
 
@@ -104,6 +105,7 @@ def ncnn_blobs(model: onnx.ModelProto) -> list[str]:
 
 
 def static_shapes(model: onnx.ModelProto) -> list[str]:
+    """Graph inputs with a dynamic dimension: runtimes that compile for one size refuse them."""
     dynamic = [
         v.name
         for v in model.graph.input

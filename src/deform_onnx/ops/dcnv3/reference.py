@@ -222,6 +222,7 @@ class DCNv3(nn.Module):
         self.output_proj = nn.Linear(channels, channels)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """``[N, H, W, C] -> [N, H, W, C]`` (channels last, as InternImage's layer)."""
         N = input.shape[0]
         x = self.input_proj(input)
         feat = F.gelu(self.norm(self.dw_conv(input.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)))

@@ -1,4 +1,4 @@
-"""Deformable convolution (torchvision ``deform_conv2d``, DCNv1/DCNv2), top to bottom:
+"""Deformable convolution (torchvision ``deform_conv2d``, DCNv1/DCNv2), top to bottom.
 
 - :mod:`.spec`: what it is (:class:`~.spec.DeformConvSpec`: shapes, argument
   checks, the source of the semantics);

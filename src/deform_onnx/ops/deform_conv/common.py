@@ -7,7 +7,6 @@ import itertools
 import numpy as np
 
 from ...builder import Builder, Dim, Value
-from ...sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype  # noqa: F401  (re-exported)
 from .spec import DeformConvSpec
 
 

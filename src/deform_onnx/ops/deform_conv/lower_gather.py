@@ -37,15 +37,13 @@ import numpy as np
 from ...builder import Builder, Dim, Value
 from ...builder.forms import wants
 from ...core.opsets import DEFORM_CONV_GATHER_MIN_OPSET
+from ...sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype
 from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
 from .common import (
     add_product,
     band_inputs,
     base_coords,
     checked_spatial,
-    coordinate_dtype,
-    in_coordinate_dtype,
-    in_input_dtype,
     output_dims,
     per_image,
     pick,

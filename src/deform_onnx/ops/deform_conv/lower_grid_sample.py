@@ -52,6 +52,7 @@ import numpy as np
 from ...builder import Builder, Value
 from ...builder.forms import wants
 from ...core.opsets import DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
+from ...sampler.coords import coordinate_dtype
 from ...sampler.gather import nan_guard
 from ..grid_sample.lower import GridSampleSpec, lower_native
 from .common import (
@@ -59,7 +60,6 @@ from .common import (
     band_inputs,
     base_coords,
     checked_spatial,
-    coordinate_dtype,
     output_dims,
     per_image,
     row_bands,

@@ -12,6 +12,7 @@ from ...targets.rules import RuleFn, _nodes  # the rules' own graph reader
 
 
 def no_deformconv(model: onnx.ModelProto) -> list[str]:
+    """DeformConv nodes: runtimes without a DeformConv kernel refuse the file."""
     found = _nodes(model, "DeformConv")
     return [f"DeformConv node(s) {', '.join(found[:3])}"] if found else []
 

@@ -61,6 +61,7 @@ class SourceOp:
 
     @property
     def key(self) -> tuple[str, str]:
+        """``(domain, op_type)``."""
         return (self.domain, self.op_type)
 
     def role_index(self, role: str) -> int | None:
@@ -78,6 +79,7 @@ class SourceOp:
         return self.parse(attrs, where)
 
     def describe(self) -> str:
+        """``domain::op_type`` (``op_type`` alone in the default domain)."""
         return f"{self.domain}::{self.op_type}" if self.domain else self.op_type
 
 
@@ -101,6 +103,7 @@ def lookup(domain: str, op_type: str) -> SourceOp | None:
 
 # -- attribute helpers shared by the node-kind modules -------------------
 def int_attr(attrs: Mapping[str, object], name: str, default: int, where: str, minimum: int = 1) -> int:
+    """An int attribute >= ``minimum`` (a 1-element list counts); ``ValueError`` naming it otherwise."""
     value = attrs.get(name, default)
     if isinstance(value, (list, tuple)) and len(value) == 1:
         value = value[0]

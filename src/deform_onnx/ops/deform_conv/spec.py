@@ -122,10 +122,12 @@ class DeformConvSpec:
 
     @property
     def channels_per_offset_group(self) -> int:
+        """Input channels per offset group."""
         return self.in_channels // self.offset_groups
 
     @property
     def channels_per_group(self) -> int:
+        """Input channels per group."""
         return self.in_channels // self.groups
 
     @property

@@ -64,6 +64,7 @@ def no_gridsample_reflection(model: onnx.ModelProto) -> list[str]:
 
 
 def no_gridsample(model: onnx.ModelProto) -> list[str]:
+    """GridSample nodes: runtimes and converters without a GridSample kernel refuse the file."""
     found = _nodes(model, "GridSample")
     return [f"GridSample node(s) {', '.join(found[:3])}"] if found else []
 
