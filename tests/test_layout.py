@@ -231,3 +231,90 @@ def test_top_level_holds_layers_not_loose_modules():
     """Issue 29 item 2: logic lives in named layers; the top holds the public names and one public path."""
     loose = {p.name for p in PACKAGE.glob("*.py")} - TOP_LEVEL_MODULES
     assert not loose, f"modules at the package top: {sorted(loose)}; move them into a layer (core/, exporting/, ...)"
+
+
+# -- short signatures, short functions (issue 29 item 3) -------------------------------------------
+#: Parameters a function may take (``self``/``cls`` not counted); settings travel as one object beyond it.
+MAX_PARAMETERS = 8
+#: Lines a function body may have (its signature and docstring not counted); longer ones are split in named steps.
+MAX_BODY_LINES = 80
+#: Functions allowed more parameters, each with the reason (``module:qualified name``).
+MANY_PARAMETERS: dict[str, str] = {
+    "deform_onnx.exporting.api:export": "the public API: torch.onnx.export's keywords and deform-onnx's own",
+    "deform_onnx.quantize.api:quantize": "the public API (keyword-only options)",
+    "deform_onnx.runtimes:run_paths": "public (deform_onnx.runtimes): keyword-only options of the paths run",
+    "deform_onnx.bench.harness:run_suite": "public (deform_onnx.bench): keyword-only timing options",
+    "deform_onnx.ops.deform_conv.spec:DeformConvSpec.from_shapes": "public: torchvision's deform_conv2d arguments",
+    "deform_onnx.ops.deform_conv.binding:emit_deform_conv2d": "torchvision::deform_conv2d's schema (14 arguments)",
+    "deform_onnx.ops.deform_conv.binding:make_symbolic.deform_conv2d": "torchvision::deform_conv2d's schema",
+    "deform_onnx.ops.deform_conv.binding:translations.deform_conv2d": "torchvision::deform_conv2d's schema",
+    "deform_onnx.ops.dcnv3.reference:dcnv3_core": "InternImage's dcnv3_core_pytorch arguments",
+    "deform_onnx.ops.dcnv3.reference:dcnv4_core": "DCNv4's arguments (InternImage's, plus softmax)",
+    "deform_onnx.ops.dcnv3.reference:DCNv3.__init__": "InternImage's DCNv3 layer arguments",
+    "deform_onnx.exporters.aten_detectors:emit_sdpa": "aten::scaled_dot_product_attention's schema",
+    "deform_onnx.exporters.aten_detectors:_sdpa_symbolic": "aten::scaled_dot_product_attention's schema",
+    "deform_onnx.exporters.size_ranges:linspace": "torch.linspace's signature (it replaces it while exporting)",
+    "deform_onnx.runtimes.references:_deform_conv_op.DeformConv._run": "onnx.reference's OpRun: DeformConv's inputs "
+    "and attributes",
+    "deform_onnx.cli.export_cmd:export_command": "the command's options (typer); the body passes them on as one "
+    "ExportArgs",
+    "deform_onnx.cli.check_cmd:check_command": "the command's options (typer); passed on as one CheckArgs",
+    "deform_onnx.cli.quantize_cmd:quantize_command": "the command's options (typer)",
+    "deform_onnx.cli.bench_cmd:bench_command": "the command's options (typer)",
+}
+#: Functions allowed a longer body, each with the reason.
+LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def _functions():
+    """``(qualified name, parameter count, body lines)`` of every function of the package."""
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = child.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args)]
+                count = len(names) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+                count -= bool(names) and names[0] in ("self", "cls") and bool(prefix)
+                body = child.body
+                if (
+                    len(body) > 1
+                    and isinstance(body[0], ast.Expr)
+                    and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)
+                ):
+                    body = body[1:]  # the docstring
+                yield f"{prefix}{child.name}", count, child.end_lineno - body[0].lineno + 1
+                yield from walk(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+
+    for module, path in MODULES.items():
+        for name, count, lines in walk(ast.parse(path.read_text()), ""):
+            yield f"{module}:{name}", count, lines
+
+
+FUNCTIONS = {name: (count, lines) for name, count, lines in _functions()}
+
+
+def test_functions_are_read():
+    """The reader sees the package's functions (one that found none would pass the next tests)."""
+    assert FUNCTIONS["deform_onnx.exporting.api:export"][0] == 18  # the public keywords
+    assert FUNCTIONS["deform_onnx.ops.registry:register"] == (1, 2)
+    assert FUNCTIONS["deform_onnx.ops.registry:_Registry.add"][0] == 1  # self not counted
+
+
+def test_no_long_signatures():
+    """No function takes more than :data:`MAX_PARAMETERS` parameters, but those of :data:`MANY_PARAMETERS`."""
+    long = {n: c for n, (c, _) in FUNCTIONS.items() if c > MAX_PARAMETERS and n not in MANY_PARAMETERS}
+    assert not long, f"functions over {MAX_PARAMETERS} parameters (pass one options object): {long}"
+    stale = [n for n in MANY_PARAMETERS if n not in FUNCTIONS or FUNCTIONS[n][0] <= MAX_PARAMETERS]
+    assert not stale, f"allowed but gone or short now: drop them from MANY_PARAMETERS: {stale}"
+
+
+def test_no_long_functions():
+    """No function body runs over :data:`MAX_BODY_LINES` lines, but those of :data:`LONG_FUNCTIONS`."""
+    long = {n: lines for n, (_, lines) in FUNCTIONS.items() if lines > MAX_BODY_LINES and n not in LONG_FUNCTIONS}
+    assert not long, f"functions over {MAX_BODY_LINES} lines (split them in named steps): {long}"
+    stale = [n for n in LONG_FUNCTIONS if n not in FUNCTIONS or FUNCTIONS[n][1] <= MAX_BODY_LINES]
+    assert not stale, f"allowed but gone or short now: drop them from LONG_FUNCTIONS: {stale}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
+from typing import TYPE_CHECKING
 
 import onnx
 import torch
@@ -18,6 +19,9 @@ from . import dynamo as _dynamo
 from . import torchscript as _torchscript
 from .examples import widen_unit_dims
 from .guards import check_guards, parameter_names
+
+if TYPE_CHECKING:
+    from ..exporting.options import ExportOptions  # what deform_onnx.export resolved (no import at run time)
 
 
 def capture_errors() -> tuple[type[BaseException], ...]:
@@ -76,20 +80,12 @@ def quiet():
 
 
 def export_dynamo(
-    model,
-    args,
-    opset,
-    method,
-    input_names,
-    output_names,
-    dynamic_shapes,
-    dynamic_axes,
-    sink=None,
-    notes=None,
-    guards=None,
+    model, args, opts: ExportOptions, sink=None, notes=None, guards=None
 ) -> tuple[onnx.ModelProto, list[Repair]]:
-    """Export with the dynamo exporter at ``opset``; below the build opset (18), export at 18 and
-    convert down with :func:`deform_onnx.conversion.convert_down` (adapters reported as repairs).
+    """Export with the dynamo exporter at ``opts.opset`` with ``opts.method``.
+
+    Below the build opset (18), export at 18 and convert down with
+    :func:`deform_onnx.conversion.convert_down` (adapters reported as repairs).
     ``notes`` (a list) receives a line when the guard check cannot run; ``guards`` (a list) the guards
     torch.export recorded.
 
@@ -104,11 +100,14 @@ def export_dynamo(
     """
     from torch.onnx._internal.exporter import _errors
 
+    opset, input_names, output_names = opts.opset, opts.input_names, opts.output_names
+    dynamic_shapes, dynamic_axes = opts.dynamic_shapes, opts.dynamic_axes
     build = max(opset, _dynamo.BUILD_MIN_OPSET)
-    table = _dynamo.translation_table(method, opset)
+    table = _dynamo.translation_table(opts.method, opset)
     if (
         dynamic_shapes is None
         and dynamic_axes is not None
+        and input_names is not None
         and _axes_skip_an_input(dynamic_axes, input_names, len(args))
     ):
         dynamic_shapes, dynamic_axes = axes_to_dynamic_shapes(dynamic_axes, input_names, len(args)), None
@@ -215,10 +214,8 @@ def _raised_here(exc: BaseException) -> bool:
     return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(package)
 
 
-def export_torchscript(
-    model, args, opset, method, input_names, output_names, dynamic_axes, sink=None
-) -> onnx.ModelProto:
-    """Export with the TorchScript exporter and the symbolic of ``method`` registered for the call.
+def export_torchscript(model, args, opts: ExportOptions, sink=None) -> onnx.ModelProto:
+    """Export with the TorchScript exporter and the symbolics of ``opts.method`` registered for the call.
 
     ``sink``: a model over 2 GiB (:class:`deform_onnx.exporting.large.ExternalSink`): torch writes it to a
     path (the exporter itself then uses external data), and the proto returned references the
@@ -227,16 +224,16 @@ def export_torchscript(
     # A str, not a Path: torch passes only a str on as the location of external data.
     path = None if sink is None else str(sink.torchscript_path())
     buffer = io.BytesIO()
-    with _torchscript.registered(method), quiet():
+    with _torchscript.registered(opts.method), quiet():
         torch.onnx.export(
             model,
             args,
             buffer if path is None else path,  # type: ignore[arg-type]  # torch's stub omits file-like objects, which it writes
             dynamo=False,
-            opset_version=opset,
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_axes=dynamic_axes,
+            opset_version=opts.opset,
+            input_names=opts.input_names,
+            output_names=opts.output_names,
+            dynamic_axes=opts.dynamic_axes,
         )
     if path is not None:
         return sink.load_torchscript(path)
