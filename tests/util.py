@@ -134,6 +134,16 @@ class DeformLayer(torch.nn.Module):
 #: groups 2, offset groups 3, mask and bias on, stride, padding and dilation different per axis.
 SMALL = Config(N=1, C_in=6, C_out=6, H=9, W=8, stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2,
                offset_groups=3, mask=True, bias=True)  # fmt: skip
+#: DCNv2 with groups 2, offset groups 3, a 3x2 kernel, stride 2 on rows, dilation 2 on rows, a batch of 2
+#: (the graph checks: tests/ops/deform_conv/test_graph_properties.py, tests/targets/test_graph_safety.py).
+DCNV2_GROUPED = Config(N=2, C_in=6, C_out=4, H=9, W=7, kernel=(3, 2), stride=(2, 1), padding=(1, 1), dilation=(2, 1),
+                       groups=2, offset_groups=3, mask=True, bias=True)  # fmt: skip
+#: The same layer on a 6x5 map with stride 2 on columns instead (edge values, dtypes).
+DCNV2_ASYMMETRIC = DCNV2_GROUPED.at(H=6, W=5, stride=(1, 2))
+#: Uneven stride, padding and dilation with groups and offset groups on a 9x11 map: a swapped (h, w),
+#: (dy, dx) or group layout fails (the mmcv / OpenVINO node tests: rewrite, runtimes).
+UNEVEN = Config(C_in=8, C_out=6, H=9, W=11, kernel=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2,
+                offset_groups=2)  # fmt: skip
 
 
 def make_inputs(cfg: Config, seed: int = 1, N=None, H=None, W=None) -> dict[str, torch.Tensor]:

@@ -66,13 +66,6 @@ def _resolved(method: str, opset: int) -> str:
     return method if method != "auto" else ("grid_sample" if opset >= 16 else "gather")
 
 
-@pytest.fixture(scope="module")
-def small():
-    model = DeformLayer(SMALL)
-    inputs = make_inputs(SMALL)
-    return model, inputs, reference(model, inputs)
-
-
 def _export(tmp_path, model, inputs, **kwargs):
     path = tmp_path / "model.onnx"
     kwargs.setdefault("input_names", list(inputs))

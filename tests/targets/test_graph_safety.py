@@ -27,7 +27,7 @@ import pytest
 
 import deform_onnx
 from deform_onnx.ops.deform_conv.register import LOWERINGS
-from util import TENSORRT_OPS, Config, DeformLayer, check, export, make_inputs, method_opsets
+from util import DCNV2_GROUPED, TENSORRT_OPS, Config, DeformLayer, check, export, make_inputs, method_opsets
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 
@@ -72,21 +72,7 @@ DIRECTML_OPS: dict[str, int] = {
 }  # fmt: skip
 
 CONFIGS = {
-    "dcnv2-grouped": Config(
-        N=2,
-        C_in=6,
-        C_out=4,
-        H=9,
-        W=7,
-        kernel=(3, 2),
-        stride=(2, 1),
-        padding=(1, 1),
-        dilation=(2, 1),
-        groups=2,
-        offset_groups=3,
-        mask=True,
-        bias=True,
-    ),
+    "dcnv2-grouped": DCNV2_GROUPED,
     "dcnv1": Config(N=1, C_in=4, C_out=4, H=6, W=8, kernel=(3, 3), padding=(1, 0), mask=False, bias=False),
 }
 METHODS = ("native", "grid_sample", "gather")
