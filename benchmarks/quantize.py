@@ -18,7 +18,10 @@ take the cores from the next), median of the rounds; ratios are to the float32
 native ``DeformConv`` file (ONNX Runtime) and to the float32 file read with the
 extension (OpenVINO). "ORT defaults": the same ONNX Runtime files with the
 default session options (thread spinning on), one session alive at a time
-(:func:`one_at_a_time`).
+(:func:`one_at_a_time`). INT8 files of the default export (grid_sample at 17)
+too: as quantize writes it (its recorded layers rebuilt as DeformConv,
+:mod:`deform_onnx.quantize.rebuild`) and, for comparison, the same file with
+its record removed (quantized as it is lowered, as before issue 31).
 """
 
 from __future__ import annotations
@@ -194,7 +197,10 @@ def one_at_a_time(paths: dict, feed: dict, threads: int, rounds: int) -> dict:
 
 def conv_case(name, model, size, tmp, threads, rounds, openvino: bool):
     """Rows for one DeformConv2d model: ORT and OpenVINO contenders, accuracy and speed."""
+    import onnx
+
     import deform_onnx
+    from deform_onnx.builder import written
     from deform_onnx.quantize import quantize
 
     cal = [photo(n, size) for n in CALIBRATION]
@@ -204,15 +210,23 @@ def conv_case(name, model, size, tmp, threads, rounds, openvino: bool):
     native, lowered = tmp / f"{name}_native.onnx", tmp / f"{name}_grid_sample.onnx"
     deform_onnx.export(model, (test,), native, method="native", opset_version=19)
     deform_onnx.export(model, (test,), lowered, method="grid_sample", opset_version=17)
+    # The default export without its record of the layers: quantized as it is (as before issue 31).
+    unrecorded = tmp / f"{name}_grid_sample_unrecorded.onnx"
+    proto = onnx.load(lowered)
+    written.stamp(proto, [])
+    onnx.save(proto, unrecorded)
     files = {}
     reports = {}
-    for key, kw in (
-        ("int8", {}),
-        ("int8 native DeformConv", {"method": "native"}),
-        ("int8 offset path quantized", {"quantize_offset_path": True}),
+    for key, src, kw in (
+        ("int8", native, {}),
+        ("int8 from default export", lowered, {}),
+        ("int8 from default export, not rebuilt", unrecorded, {}),
+        ("int8 native DeformConv", native, {"method": "native"}),
+        ("int8 offset path quantized", native, {"quantize_offset_path": True}),
     ):
-        dst = tmp / f"{name}_{key.replace(' ', '_')}.onnx"
-        reports[key] = quantize(native, dst, cal, eval_inputs=test, **kw)
+        dst = tmp / f"{name}_{key.replace(' ', '_').replace(',', '')}.onnx"
+        reports[key] = quantize(src, dst, cal, eval_inputs=test, **kw)
+        reports[key].written_opset = _opset(dst)  # read here: the folder is gone when the block is written
         files[key] = dst
     feed_name = ort_session(native, threads).get_inputs()[0].name
     x = test.numpy()
@@ -220,6 +234,8 @@ def conv_case(name, model, size, tmp, threads, rounds, openvino: bool):
         "ORT float32 native DeformConv (opset 19)": native,
         "ORT float32 grid_sample (opset 17)": lowered,
         "ORT int8 (deform_onnx.quantize)": files["int8"],
+        "ORT int8 of the default export (grid_sample@17, layers rebuilt)": files["int8 from default export"],
+        "ORT int8 of the default export, not rebuilt (no record)": files["int8 from default export, not rebuilt"],
         "ORT int8, DeformConv kept float (method='native')": files["int8 native DeformConv"],
     }
     sessions = {k: ort_session(p, threads) for k, p in contenders.items()}
@@ -269,6 +285,14 @@ def projection_case(name, model, inputs, tmp, threads, rounds):
     return accuracy, speed, {"int8": report}
 
 
+def _opset(path) -> int | None:
+    import onnx
+
+    return next(
+        (o.version for o in onnx.load(str(path), load_external_data=False).opset_import if o.domain == ""), None
+    )
+
+
 def px(value) -> str:
     return "not measured" if value is None else f"{value:.3g} px"
 
@@ -302,11 +326,19 @@ def markdown(results, meta) -> str:
             lines += [
                 "",
                 (
-                    f"int8 file: quantized {len(r.quantized)} nodes, kept {len(r.kept_float)} float; "
+                    f"int8 file: {r.form}; quantized {len(r.quantized)} nodes, kept {len(r.kept_float)} float; "
                     f"ONNX Runtime integer kernels: {fused}; largest sample shift {px(r.sample_shift_px)} "
                     f"(mean {px(r.mean_sample_shift_px)})."
                 ),
             ]
+        for key in ("int8 from default export", "int8 from default export, not rebuilt"):
+            r = reports.get(key)
+            if r is not None:
+                fused = ", ".join(f"{k} x{v}" for k, v in sorted(r.fused.items())) or "none"
+                lines.append(
+                    f"{key.replace('int8', 'int8 file', 1)}: {r.form}; {r.rebuilt} layers rebuilt; opset "
+                    f"{r.written_opset}; ONNX Runtime integer kernels: {fused}."
+                )
         r = reports.get("int8 offset path quantized")
         if r is not None:
             lines.append(

@@ -62,7 +62,8 @@ def files(tmp: Path) -> tuple[dict[str, Path], torch.Tensor, object]:
                 lowering.ort_has_deform_conv = (lambda: True) if sampler == "DeformConv" else (lambda: False)
                 path = tmp / f"int8_{sampler}_{label}.onnx"
                 quantize(out["float32 native DeformConv (opset 19)"], path, cal, eval_inputs=test)
-                out[f"int8, {sampler} samples, {label}"] = path
+                forced = " (forced)" if sampler == "GridSample" else ""
+                out[f"int8, {sampler} samples{forced}, {label}"] = path
         finally:
             common.BAND_PIXELS, common.SAMPLER_BAND_PIXELS = default, sampler_default
             lowering.ort_has_deform_conv = has_kernel
@@ -101,9 +102,9 @@ def main(argv: list[str]) -> None:
         f"the INT8 DeformConv-sampler form: `SAMPLER_BAND_PIXELS` = {common.SAMPLER_BAND_PIXELS} "
         f"({len(common.row_bands(192, 192, sampler=True))} bands)",
         "- INT8: `deform_onnx.quantize` of the native file; its columns sampled by ONNX Runtime's DeformConv "
-        "(the default from ONNX Runtime 1.25) or by GridSample (older ONNX Runtime)",
-        "- Sessions: `allow_spinning=0` (contenders interleaved in one process); ONNX Runtime's default "
-        "spinning makes the INT8 file faster still (BENCHMARKS.md, Quantization)",
+        "(the form quantize writes where ONNX Runtime has that kernel, from 1.25) or by GridSample (the form it "
+        f"writes for an older ONNX Runtime: forced here, and run on onnxruntime {onnxruntime.__version__})",
+        "- Sessions: `allow_spinning=0`, contenders interleaved in one process",
         f"- Load average {load[0]:.2f} before, {os.getloadavg()[0]:.2f} after; "
         f"{(time.time() - start) / 60:.1f} min; median of {args.rounds} interleaved rounds",
         "",

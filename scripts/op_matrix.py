@@ -9,13 +9,13 @@ its file is exported for). Per op model of :func:`op_models` and family:
 (:mod:`matrix_runners`, in the build's own cached venv), then the output against
 PyTorch's on the same inputs at the project's float32 rule (max abs error
 <= 1e-4); the bfloat16 rows (:mod:`op_matrix_bfloat16`) against the float32 model at the bfloat16
-rule. The table goes into README.md between the ``op-matrix`` markers.
+rule. The table goes into docs/support-matrix.md between the ``op-matrix`` markers.
 
 Usage::
 
-    PYTHONPATH=src python scripts/op_matrix.py [--only KEY ...] [--ops NAME ...] [--no-readme] [--timeout S]
+    PYTHONPATH=src python scripts/op_matrix.py [--only KEY ...] [--ops NAME ...] [--print] [--timeout S]
 
-With ``--only`` / ``--ops`` README's other rows stay (rows are told apart by op and runtime).
+With ``--only`` / ``--ops`` the page's other rows stay (rows are told apart by op and runtime).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The page whose generated block this script writes (between BEGIN and END).
+PAGE = ROOT / "docs" / "support-matrix.md"
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "scripts")]
 
 import op_matrix_bfloat16 as bf16  # noqa: E402
@@ -264,9 +266,9 @@ HEADER = (
 
 
 def table(rows: list[dict], command: str, old_block: str = "") -> str:
-    """The markdown block between the README markers, in :data:`LABELS` x :data:`FAMILIES` order.
+    """The markdown block between the page's markers, in :data:`LABELS` x :data:`FAMILIES` order.
 
-    Rows of ``old_block`` (README's table) that were not re-run stay; rows of ops or runtimes
+    Rows of ``old_block`` (the page's table) that were not re-run stay; rows of ops or runtimes
     no longer listed go.
     """
     today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
@@ -299,17 +301,17 @@ def table(rows: list[dict], command: str, old_block: str = "") -> str:
 
 
 def read_readme_block() -> str:
-    """The text between the markers in README.md, or "" when they are missing."""
-    text = (ROOT / "README.md").read_text()
+    """The text between the markers in docs/support-matrix.md, or "" when they are missing."""
+    text = PAGE.read_text()
     return text.split(BEGIN, 1)[1].split(END, 1)[0] if BEGIN in text and END in text else ""
 
 
 def write_readme(block: str) -> None:
-    """Replace the text between the markers in README.md (the markers must be there)."""
-    readme = ROOT / "README.md"
+    """Replace the text between the markers in docs/support-matrix.md (the markers must be there)."""
+    readme = PAGE
     text = readme.read_text()
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"README.md has no {BEGIN} ... {END} markers: add them where the table goes")
+        raise SystemExit(f"{PAGE.relative_to(ROOT)} has no {BEGIN} ... {END} markers: add them where the table goes")
     before, rest = text.split(BEGIN, 1)
     tmp = readme.with_suffix(".md.tmp")
     tmp.write_text(f"{before}{BEGIN}\n{block}\n{END}{rest.split(END, 1)[1]}")
@@ -321,7 +323,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="build keys of FAMILIES to run (default: all)")
     parser.add_argument("--ops", nargs="*", help="op keys to run (gs4d, gs5d, gs-bicubic, msda, dcnv3, ...)")
-    parser.add_argument("--no-readme", action="store_true", help="print the table instead of writing README.md")
+    parser.add_argument(
+        "--print", "--no-readme", dest="no_readme", action="store_true", help="print the table instead of writing it"
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds per venv creation step and per run")
     parser.add_argument("--work", type=Path, help="folder for the exported files (default: a temporary one)")
     args = parser.parse_args(argv)

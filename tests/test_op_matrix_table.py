@@ -1,4 +1,4 @@
-"""scripts/op_matrix.py's table logic (no runtime venv runs here): verdicts, graph forms, README merge."""
+"""scripts/op_matrix.py's table logic (no runtime venv runs here): verdicts, graph forms, the page's merge."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What differs between the torch releases pyproject accepts (README, "Torch versions")."""
+"""What differs between the torch releases pyproject accepts (docs/development.md, "Torch versions")."""
 
 from __future__ import annotations
 

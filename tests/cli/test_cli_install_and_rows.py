@@ -406,8 +406,11 @@ def test_readme_export_synopsis_lists_every_option():
 
 
 def test_readme_names_the_environment_size():
+    """README's set-up section says how big the environment is, in the block scripts/readme_blocks.py measured."""
     setup = (ROOT / "README.md").read_text().split("## Set up", 1)[1].split("\n## ", 1)[0]
-    assert re.search(r"\d+(\.\d+)? GB", setup), "README's set-up section should say how big the environment is"
+    block = re.search(r"<!-- env-size: begin .*?-->(.*?)<!-- env-size: end -->", setup, re.S)
+    assert block, "README's set-up section should hold the env-size block (scripts/readme_blocks.py env-size)"
+    assert re.search(r"\d+(\.\d+)? GiB on disk", block.group(1)), block.group(1)
 
 
 # -- items 10 and 11: packaging -----------------------------------------------------------------

@@ -37,6 +37,54 @@ def test_auto_labels_a_5d_grid_sample_row_by_the_gather_form_written(tmp_path):
     assert "GridSample" not in {n.op_type for n in onnx.load(out / "Vol_gather_op17.onnx").graph.node}
 
 
+def test_dynamic_rows_and_files_name_the_form_written(tmp_path):
+    """--dynamic --opset 17: the grid_sample row's file holds no GridSample (the dynamic map takes the exact
+    gather sampler). Both rows read "gather" and the grid_sample row's file kept its grid_sample name;
+    now the form is written once, under its own name, and a note says why (the form: report.method)."""
+    (tmp_path / "dcn.py").write_text(
+        "import torch, torchvision\n\n"
+        "class Dcn(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.offset = torch.nn.Conv2d(3, 18, 3, padding=1)\n"
+        "        self.dcn = torchvision.ops.DeformConv2d(3, 4, 3, padding=1)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.dcn(x, self.offset(x))\n"
+    )
+    out = tmp_path / "out"
+    args = ["export", f"{tmp_path / 'dcn.py'}:Dcn", "-s", "1,3,16,16", "--dynamic", "--opset", "17"]
+    result = runner.invoke(app, [*args, "-o", str(out), "--repeat", "1"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    rows = [line.split()[1] for line in result.stdout.splitlines() if " 17 " in line]
+    assert rows == ["gather"], result.stdout
+    assert [p.name for p in out.iterdir()] == ["Dcn_gather_op17.onnx"]
+    assert "grid_sample@17 wrote the gather form" in " ".join(result.output.split())
+
+
+def test_lower_rows_name_the_form_written(tmp_path):
+    """``lower -m grid_sample`` of a DeformConv with dynamic H, W writes the exact gather sampler (GridSample's
+    precision depends on the size); its row said "grid_sample"."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4, 3, 3], np.ones(144, np.float32))
+    node = helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "H", "W"]),
+            helper.make_tensor_value_info("offset", TensorProto.FLOAT, [1, 18, "H", "W"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, "H", "W"])],
+        [weight],
+    )
+    src, out = tmp_path / "dcn.onnx", tmp_path / "low.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), src)
+    result = runner.invoke(app, ["lower", str(src), "-o", str(out), "-m", "grid_sample"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    (row,) = [line for line in result.stdout.splitlines() if "DeformConv" in line and "│" in line]
+    assert row.split("│")[3].strip() == "gather", row
+    assert "GridSample" not in {n.op_type for n in onnx.load(out).graph.node}
+
+
 class Dcn(torch.nn.Module):
     def __init__(self):
         super().__init__()

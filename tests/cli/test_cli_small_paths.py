@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -31,7 +32,7 @@ def _identity_file(path, dims) -> str:
 
 
 def test_export_method_auto_takes_gather_for_5d_grid_sample_below_opset_20(tmp_path):
-    """README: under ``auto`` a 5-D call below opset 20 takes the gather form (the CLI passed 'grid_sample')."""
+    """docs/guides/grid-sample.md: under ``auto`` a 5-D call below opset 20 takes the gather form (the CLI passed 'grid_sample')."""
     (tmp_path / "vol.py").write_text(
         textwrap.dedent(
             """
@@ -98,6 +99,46 @@ def test_quantize_bad_output_and_method_are_cli_worded(tmp_path):
         assert result.exit_code == 2, result.output
         assert start in result.output and text in result.output and "dst" not in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.npz", "m.onnx"]
+
+
+def test_quantize_refuses_an_output_folder_it_cannot_write_before_any_work(tmp_path, monkeypatch):
+    """``-o DIR/x.onnx`` into a folder it cannot write ended after the work in a PermissionError traceback
+    (exit 1). Now one line, exit 2, nothing written, and quantize() raises before reading ``src``."""
+    import os
+
+    from deform_onnx.quantize import api, quantize
+
+    src = _identity_file(tmp_path / "m.onnx", [1, 3, 8, 8])
+    cal = tmp_path / "cal.npz"
+    np.savez(cal, x=np.zeros((1, 3, 8, 8), np.float32))
+    (tmp_path / "a_file").write_text("")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (tmp_path / "out.onnx").mkdir()  # a folder where the file should go
+    real_access = os.access
+    # root writes through a 0o555 mode, so the refusal is driven by what the OS answers (os.access), for
+    # every user; the folder is locked as well, which stops the probe file of a non-root run too.
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == locked else real_access(p, mode, **kw))
+    locked.chmod(0o555)
+    work = []
+    monkeypatch.setattr(api, "feeds", lambda *a, **k: work.append(1))  # reading the calibration is work
+    try:
+        cases = [
+            (locked / "q.onnx", PermissionError, "cannot write in the folder"),
+            (tmp_path / "a_file" / "q.onnx", NotADirectoryError, "is a file, not a folder"),
+            (tmp_path / "missing" / "q.onnx", FileNotFoundError, "does not exist"),
+            (tmp_path / "out.onnx", NotADirectoryError, "is a folder"),
+        ]
+        for dst, error, text in cases:
+            result = runner.invoke(app, ["quantize", src, "-c", str(cal), "-o", str(dst)])
+            assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+            assert result.output.startswith("error: -o") and text in result.output, result.output
+            with pytest.raises(error, match=text):
+                quantize(src, dst, str(cal))
+        assert not work and list(locked.iterdir()) == [] and list((tmp_path / "out.onnx").iterdir()) == []
+    finally:
+        locked.chmod(0o755)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "cal.npz", "locked", "m.onnx", "out.onnx"]
 
 
 def test_file_size_column_shows_bytes_below_one_kib():

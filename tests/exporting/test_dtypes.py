@@ -16,7 +16,7 @@ Tolerances (max abs error against torchvision in the same dtype, outputs of magn
 
 Where ONNX Runtime's CPU provider has no kernel for an op in a dtype
 (NOT_IMPLEMENTED at session creation), the test checks that the combination is
-listed in :data:`NO_ORT_CPU_KERNEL` (README's support table), and every
+listed in :data:`NO_ORT_CPU_KERNEL` (the support table of docs/targets.md), and every
 combination not listed must run: the list stays exact.
 """
 
@@ -139,7 +139,7 @@ def _session(data: bytes, key: tuple) -> ort.InferenceSession | None:
         assert key in NO_ORT_CPU_KERNEL, f"ORT has no kernel for {key}, not listed in NO_ORT_CPU_KERNEL: {text}"
         assert f"Could not find an implementation for {NO_ORT_CPU_KERNEL[key]}" in text, text
         return None
-    assert key not in NO_ORT_CPU_KERNEL, f"{key} runs in ORT now: remove it from NO_ORT_CPU_KERNEL and README"
+    assert key not in NO_ORT_CPU_KERNEL, f"{key} runs in ORT now: remove it from NO_ORT_CPU_KERNEL and docs/targets.md"
     return session
 
 

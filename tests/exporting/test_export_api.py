@@ -343,3 +343,36 @@ def test_example_at_15_through_dynamo(tmp_path, example):
     assert proto.opset_import[0].version == 15
     onnx.checker.check_model(proto, full_check=True)
     assert_close(run_ort(proto.SerializeToString(), {"image": photo}), want, what="example dynamo@15")
+
+
+class _WarpedDcn(torch.nn.Module):
+    """A deformable convolution and a 4-D ``F.grid_sample`` warp: two ops whose forms the method picks."""
+
+    def __init__(self):
+        super().__init__()
+        self.offset = torch.nn.Conv2d(3, 18, 3, padding=1)
+        self.dcn = torchvision.ops.DeformConv2d(3, 4, 3, padding=1)
+
+    def forward(self, x, grid):
+        return torch.nn.functional.grid_sample(self.dcn(x, self.offset(x)), grid, align_corners=False)
+
+
+class _Volume(torch.nn.Module):
+    def forward(self, x, grid):
+        return torch.nn.functional.grid_sample(x, grid, align_corners=False)
+
+
+def test_report_method_names_the_form_the_file_holds(tmp_path):
+    """report.method said grid_sample for a 5-D F.grid_sample file at 17 that is all gather (no 5-D
+    GridSample below 20), and for a dynamic deformable convolution (exact gather sampler) beside a GridSample."""
+    torch.manual_seed(0)
+    volume = (torch.randn(1, 2, 4, 5, 6), torch.rand(1, 3, 4, 5, 3) * 2 - 1)
+    report = deform_onnx.export(_Volume(), volume, tmp_path / "v.onnx", method="auto")
+    assert "GridSample" not in report.op_types
+    assert (report.method, report.forms) == ("gather", {"grid_sample": "gather"})
+    inputs = (torch.randn(1, 3, 16, 16), torch.rand(1, 8, 8, 2) * 2 - 1)
+    hw = {2: torch.export.Dim("h", min=4, max=64), 3: torch.export.Dim("w", min=4, max=64)}
+    report = deform_onnx.export(_WarpedDcn().eval(), inputs, tmp_path / "dynamic.onnx", dynamic_shapes=(hw, None))
+    assert "GridSample" in report.op_types  # the warp's; the dynamic deformable convolution is gather
+    assert report.forms == {"deform_conv2d": "gather", "grid_sample": "grid_sample"}
+    assert report.method == "grid_sample+gather"

@@ -1,6 +1,6 @@
 """OpenVINO runs the standard-op lowerings at every opset the TorchScript exporter writes.
 
-README's runtime table ("grid_sample 16 to 20, gather 11 to 20" on OpenVINO)
+The runtime table of docs/targets.md ("grid_sample 16 to 20, gather 11 to 20" on OpenVINO)
 rests on this sweep: case c04 lowered at each opset, compiled at f32, compared
 with torchvision's ``deform_conv2d`` on the same tensors.
 """

@@ -283,7 +283,7 @@ def test_standard_lowerings_use_only_directml_ops(gid, graph):
 
 #: The ops the default export (method "auto" at opset 17 = grid_sample) and gather at 17
 #: may use, as reviewed against DirectML and TensorRT. A new op must be checked against
-#: both lists above (and the README support table) before it is added here.
+#: both lists above (and the support tables of docs/targets.md) before it is added here.
 _GRID_SAMPLE_OPS = {"Add", "And", "Cast", "Clip", "Concat", "Constant", "Div", "Equal", "Gather", "Gemm", "GridSample",
                     "MatMul", "Mul", "Range", "Reshape", "Shape", "Slice", "Sub", "Transpose", "Where"}  # fmt: skip
 # Expand: the gather sampler's zero border (blocks of zeros concatenated to the input).

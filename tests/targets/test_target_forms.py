@@ -79,7 +79,7 @@ def test_ncnn_graph_samples_each_offset_group_on_its_own(ncnn_file, default_file
 
 
 def test_nan_offset_is_zero_with_the_guard_and_runtime_defined_without(layer, default_file, ncnn_file):
-    """What README says of NaN offsets: 0 with the guard; without it, whatever the runtime makes of NaN."""
+    """What docs/guides/deform-conv.md says of NaN offsets: 0 with the guard; without it, whatever the runtime makes of NaN."""
     module, inputs, _ = layer
     nan_inputs = {k: v.clone() for k, v in inputs.items()}
     nan_inputs["offset"][0, 0, 3, 3] = float("nan")

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .written import note
+
 Value = Any
 #: A dimension: a static Python int or a dynamic int64 tensor of shape [1].
 Dim = int | Value
@@ -55,6 +57,7 @@ class Builder:
         Attribute values: ints, floats, strings, lists of them, or numpy arrays (tensor attributes).
         """
         out = self._emit(op_type, list(inputs), attrs, domain)
+        note(op_type)  # the form a deformable call writes is read from its ops (.written)
         if op_type == "Cast" and not domain:
             # Some adapters (onnxscript's tracer) type a Cast's output only later: remember it.
             from onnx.helper import tensor_dtype_to_np_dtype

@@ -58,8 +58,8 @@ class Result:
     partial: Path | None = None
     #: (exporter, what happened, detail lines) for each exporter tried: ``--verbose``.
     attempts: list[tuple[str, str, list[str]]] = field(default_factory=list)
-    #: The written file's op types (``report.op_types``): the form it holds (:mod:`._written_forms`).
-    op_types: list[str] | None = None
+    #: The form the written file holds (``report.method``, :mod:`deform_onnx.builder.written`; :mod:`._written_forms`).
+    form: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -197,7 +197,7 @@ def _record(result: Result, report, exporter: str) -> None:
         " (fallback)" if report.fallback_reason or exporter != result.job.exporter else ""
     )
     result.nodes, result.size, result.error = report.node_count, report.file_size, report.max_error
-    result.op_types = report.op_types
+    result.form = report.method
 
 
 def _time_and_resize(job: Job, result: Result, report, ctx: RowContext) -> None:

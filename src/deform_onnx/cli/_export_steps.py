@@ -248,7 +248,7 @@ def run_rows(a: ExportArgs, loaded: Loaded, tol: tuple[float, float], resized) -
             raise
     from ._written_forms import label_written_forms
 
-    label_written_forms(results, loaded.net, inputs.tensors)  # -m auto: a 5-D grid_sample row holds the gather form
+    label_written_forms(results, loaded.notes)  # rows named by the form written (a dynamic grid_sample row: gather)
     _commit(results)
     return results
 

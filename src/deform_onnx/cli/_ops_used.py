@@ -15,13 +15,6 @@ def one_form_ops() -> set[str]:
     return {name for name, entry in OPS.items() if entry.one_form}
 
 
-def grid_sample_formed_ops() -> set[str]:
-    """The registry's ops whose ``grid_sample`` method writes another form than ``gather`` (a GridSample one)."""
-    from ..ops.registry import OPS
-
-    return {name for name, entry in OPS.items() if entry.methods["grid_sample"] != entry.methods["gather"]}
-
-
 def deformable_ops(net, tensors) -> set[str] | None:
     """The registry's ops (by :attr:`OpEntry.torch_ops`) that ``net(*tensors)`` calls (one run, no grad).
 

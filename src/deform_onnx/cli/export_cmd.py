@@ -19,7 +19,7 @@ from ._export_rows import _resized_input
 from ._export_steps import ExportArgs, check_arguments, load, plan_jobs, report, run_rows, torch_median_ms
 
 #: (atol, rtol) between ONNX Runtime and PyTorch per dtype: ``|ort - torch| <= atol + rtol*|torch|``.
-#: float32: 1e-4 absolute (README). float16: 1e-2 + 1e-2 relative, a few units in the last
+#: float32: 1e-4 absolute (docs/verification.md). float16: 1e-2 + 1e-2 relative, a few units in the last
 #: place of its 10-bit mantissa (tests/test_dtypes.py). float64: 1e-8 (summation order only).
 TOLERANCES = {"float32": (1e-4, 0.0), "float16": (1e-2, 1e-2), "float64": (1e-8, 0.0)}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from ..core.atomic_io import check_output_path
 from ._app import app
 from ._common import UserError, console, user_errors
 
@@ -63,9 +64,10 @@ def quantize_command(
 
     ONNX Runtime and TensorRT: onnxruntime.quantization (quantize_static,
     per-channel int8 weights); OpenVINO: nncf. Writes atomically. Exit code
-    2 on a missing file, bad options or calibration data the model cannot take.
+    2 on a missing file, an output folder it cannot write (checked first), bad
+    options or calibration data the model cannot take.
     """
-    with user_errors(ValueError, FileNotFoundError, ImportError):
+    with user_errors(ValueError, FileNotFoundError, NotADirectoryError, PermissionError, ImportError):
         if target not in _TARGETS:
             raise UserError(f"--target {target!r}: use one of {', '.join(_TARGETS)}")
         if layout not in ("NCHW", "NHWC"):
@@ -76,8 +78,7 @@ def quantize_command(
         want = ".xml" if target == "openvino" else ".onnx"
         if output.suffix != want:
             raise UserError(f"-o {output}: --target {target} writes a {want} file; name it {output.with_suffix(want)}")
-        if not output.parent.is_dir():
-            raise UserError(f"-o {output}: folder {output.parent} does not exist; create it first")
+        check_output_path(output, "-o")  # a folder it cannot write: one line, exit 2, before any work
         if method not in (None, "grid_sample", "gather", "native"):
             raise UserError(f"--method {method!r}: use grid_sample, gather or native")
         if not calibration.exists():

@@ -1,7 +1,7 @@
 """What differs between the torch releases the package accepts (pyproject: torch >= 2.9.1, < 2.15).
 
 Measured here with the full test suite on torch 2.9.1 / torchvision 0.24.1
-(README, "Torch versions"): everything passes except dynamic N/H/W through
+(docs/development.md, "Torch versions"): everything passes except dynamic N/H/W through
 the dynamo exporter, whose file runs at the example size but computes wrong
 reshape sizes at other sizes (the bundled example at 2x3x96x160:
 "cannot reshape {2,16,36,20} to {48,240}"). ``export()`` verifies only at

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import onnx
 import torch
 
+from ..builder import written
 from ..conversion import Repair, convert_down
 from . import dynamo as _dynamo
 from . import torchscript as _torchscript
@@ -122,7 +123,7 @@ def export_dynamo(
             found = check_guards(model, args, requested, notes)  # FixedDynamicSize: the caller falls back
         if guards is not None:
             guards.extend(found)
-    with quiet(), _lowering_value_errors(_errors.ConversionError):
+    with quiet(), _lowering_value_errors(_errors.ConversionError), written.recording() as calls:
         program = torch.onnx.export(
             model,
             args,
@@ -138,12 +139,15 @@ def export_dynamo(
         )
     if program is None:  # torch returns None only for dynamo=False
         raise RuntimeError("internal error: torch.onnx.export(dynamo=True) returned no ONNXProgram")
+    written.name_values(calls)  # the graph values of each call, named after the FX graph by now
     proto = program.model_proto if sink is None else sink.save_ir(program.model)
-    if build == opset:
-        return proto, []
-    # torch's own down-conversion writes invalid nodes (Split keeps num_outputs) or silently
-    # stays at 18: convert here, where each failure names its op (see deform_onnx.conversion).
-    return convert_down(proto, opset)
+    repairs: list[Repair] = []
+    if build != opset:
+        # torch's own down-conversion writes invalid nodes (Split keeps num_outputs) or silently
+        # stays at 18: convert here, where each failure names its op (see deform_onnx.conversion).
+        proto, repairs = convert_down(proto, opset)
+    written.stamp(proto, calls)  # each call's form (and values): labels, and quantize's rebuild
+    return proto, repairs
 
 
 def _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes):
@@ -224,7 +228,7 @@ def export_torchscript(model, args, opts: ExportOptions, sink=None) -> onnx.Mode
     # A str, not a Path: torch passes only a str on as the location of external data.
     path = None if sink is None else str(sink.torchscript_path())
     buffer = io.BytesIO()
-    with _torchscript.registered(opts.method), quiet():
+    with _torchscript.registered(opts.method), quiet(), written.recording() as calls:
         torch.onnx.export(
             model,
             args,
@@ -235,6 +239,6 @@ def export_torchscript(model, args, opts: ExportOptions, sink=None) -> onnx.Mode
             output_names=opts.output_names,
             dynamic_axes=opts.dynamic_axes,
         )
-    if path is not None:
-        return sink.load_torchscript(path)
-    return onnx.load_from_string(buffer.getvalue())
+    proto = sink.load_torchscript(path) if path is not None else onnx.load_from_string(buffer.getvalue())
+    written.stamp(proto, calls)  # each call's form (TorchScript renames every value: no names)
+    return proto

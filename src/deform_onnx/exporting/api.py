@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ..builder import written as _written
 from ..core.errors import BadModuleInput, ExportError, VerificationError
 from ..core.irversion import check_requested
 from ..core.opsets import FAMILY_MIN_OPSET as MIN_OPSET
@@ -49,7 +50,12 @@ class ExportReport:
     Attributes:
         path: the written file (``None`` when exporting to a file-like object).
         opset: default-domain opset of the model.
-        method: the lowering used (``native``, ``grid_sample`` or ``gather``).
+        method: the form the file holds (``native``, ``grid_sample`` or ``gather``; ``"grid_sample+gather"``
+            when its calls took two), read from the ops each call's lowering wrote
+            (:mod:`deform_onnx.builder.written`): under ``grid_sample`` a dynamic map is written with the
+            gather sampler, a 5-D ``F.grid_sample`` below opset 20 as gather. The method asked when the
+            model has no such call (every method writes the same graph then).
+        forms: ``{op: form}`` per deformable op of the model (``deform_conv2d``, ``grid_sample``).
         exporter: ``"dynamo"`` or ``"torchscript"`` (the one that actually ran).
         node_count: nodes in the main graph.
         file_size: bytes written.
@@ -62,7 +68,7 @@ class ExportReport:
         fallback_reason: why the dynamo exporter was abandoned, if it was.
         export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
         op_types: sorted op types of the main graph.
-        checks: output name -> :class:`OutputCheck` at the example size (reference, errors, rule: README).
+        checks: output name -> :class:`OutputCheck` at the example size (reference, errors, rule: docs/verification.md).
         checked_shapes: input shapes the file ran at, per size (the example, then each second size).
         size_checks, second_size_seconds, notes: :class:`Verified` at each second size, their cost, and
             what a check could not do or found in the reference (guard capture failed, NaN, ...).
@@ -90,6 +96,7 @@ class ExportReport:
     second_size_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     onnxruntime: str | None = None
+    forms: dict[str, str] = field(default_factory=dict)
 
 
 def export(
@@ -288,10 +295,12 @@ def _export_eval(model, args: tuple, f, opts: ExportOptions) -> ExportReport:
 def _report(produced: paths.Produced, opts: ExportOptions, sink: ExternalSink | None, seconds: float) -> ExportReport:
     """The :class:`ExportReport` of a produced file (before the second-size results and the path)."""
     proto, verified = produced.proto, produced.verified
+    calls = _written.read(proto)  # the form each call was written in (one rule for every label)
     report = ExportReport(
         path=None,
         opset=opts.opset,
-        method=opts.method,
+        method=_written.label(calls, opts.method),
+        forms=_written.per_op(calls),
         exporter=produced.exporter,
         node_count=len(proto.graph.node),
         file_size=len(produced.data) if sink is None else sink.file_size(),

@@ -90,8 +90,8 @@ def tolerance_for(dtype, rtol: float | None = None, atol: float | None = None) -
 
 
 #: A float32 file that misses the float32 tolerance passes when its error against a float64 run of
-#: the model is at most this many times PyTorch float32's own error against it (README, Verification
-#: tolerance: two float32 implementations of the same function round differently, in different
+#: the model is at most this many times PyTorch float32's own error against it (docs/verification.md,
+#: Which reference: two float32 implementations of the same function round differently, in different
 #: summation orders, but a correct one is about as far from the exact result as PyTorch is; measured on
 #: an ill-conditioned TPS layer: file 1.6e-4, PyTorch 2.3e-4. A wrong sample or mask is off by the
 #: feature's own scale, orders of magnitude above either).
@@ -179,7 +179,7 @@ def verify(
     run on :class:`deform_onnx.exporting.bfloat16.OpenVINOSession`: ONNX Runtime CPU has no bfloat16 Conv); the rules,
     the feeding by name and the :class:`Verified` checks are the same for every runtime and dtype.
 
-    The reference, per output dtype (README, Verification tolerance):
+    The reference, per output dtype (docs/verification.md):
 
     - float16/bfloat16: an upcast float32 copy of the model on upcast inputs. The output passes when
       it is within the dtype's tolerance of that result, or at least as close to it as PyTorch's own

@@ -7,7 +7,9 @@ An op's sources module (:attr:`~deform_onnx.ops.registry.OpEntry.sources`) defin
   domain); ``ValueError`` naming the node for one it cannot take (e.g. inside a model-local function);
 - ``lower_node(node, b, method, opset) -> tuple[ir.Value, str]``: emit the node's replacement with
   ``b`` (a :class:`~deform_onnx.builder.TapeBuilder` at ``opset``) and return its output value and
-  the name of the lowering used; ``ValueError`` naming the node for attributes or inputs it cannot take;
+  the form written (the lowering's name, or :func:`deform_onnx.builder.written.form_of` of the ops
+  emitted where the method does not decide it alone); ``ValueError`` naming the node for attributes
+  or inputs it cannot take;
 
 and may define
 
@@ -67,11 +69,12 @@ def needs_shapes(module: ModuleType, node: ir.Node) -> bool:
 
 def replace_nodes(
     module: ModuleType, nodes: list[ir.Node], method: str, opset: int, unique_name: Callable[[str], str]
-) -> list[tuple[str, str, str]]:
+) -> list[tuple[str, str, str, str | None]]:
     """Replace each of ``nodes`` by what ``module.lower_node`` emits at ``opset``; ``unique_name(base)`` names new values.
 
     Returns:
-        ``(node name, kind, lowering name)`` per node, in order (an unnamed node as ``<unnamed op_type #i>``).
+        ``(node name, kind, form written, output value name)`` per node, in order (an unnamed node as
+        ``<unnamed op_type #i>``; the output's name as it was before the node was replaced).
 
     Raises:
         ValueError: what ``lower_node`` raises (the message names the node).
@@ -87,7 +90,8 @@ def replace_nodes(
         prefix = node.name or f"{getattr(module, 'PREFIX', 'deform_onnx_' + node.op_type.lower())}_{index}"
         b = make(node, opset, prefix) if make is not None else TapeBuilder(opset, name_prefix=prefix)
         label, kind = node.name or f"<unnamed {node.op_type} #{index}>", kind_of(node)
-        out, lowering = module.lower_node(node, b, method, opset)
+        output = node.outputs[0].name
+        out, form = module.lower_node(node, b, method, opset)
         new_nodes = list(b.tape.nodes)
         ir.convenience.replace_nodes_and_values(
             node.graph,  # type: ignore[arg-type]  # a found node is in a graph
@@ -101,5 +105,5 @@ def replace_nodes(
             for i, value in enumerate(n.outputs):
                 if value.name is None:
                     value.name = unique_name(f"{n.name}_out{i}")
-        done.append((label, kind, lowering))
+        done.append((label, kind, form, output))
     return done

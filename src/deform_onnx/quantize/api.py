@@ -12,40 +12,29 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from ..core.atomic_io import check_output_path
 from .calibration import Preprocess, Reader, feeds
+from .from_model import is_module
 from .lowering import check_lowering, lower_for_quantization
 from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
-from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare
+from .rebuild import rebuild_deform_convs, rebuilt_note
+from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare, form_written
 from .tensorrt import tensorrt_violations as tensorrt_violations
-from .timing import median_ms, ort_session, slower_note
+from .timing import fused_kernels, median_ms, ort_session, slower_note
 from .weight_first import overrides, quantize_before_layout
 
 #: Targets and the quantizer each uses.
 TARGETS = {"onnxruntime": "onnxruntime.quantization", "tensorrt": "onnxruntime.quantization", "openvino": "nncf"}
-#: ONNX Runtime's integer kernels, counted in the optimized graph (the fusion the placement aims at).
-INTEGER_KERNELS = (
-    "QLinearConv",
-    "QLinearMatMul",
-    "MatMulIntegerToFloat",
-    "MatMulInteger",
-    "QGemm",
-    "QLinearAdd",
-    "QLinearMul",
-    "QLinearConcat",
-    "QLinearSigmoid",
-    "QLinearAveragePool",
-    "QLinearGlobalAveragePool",
-    "DynamicQuantizeMatMul",
-)
 
 Progress = Callable[[str, int, int], None]
 
 
 def quantize(
-    src: str | os.PathLike,
+    src,
     dst: str | os.PathLike,
     calibration,
     *,
+    args=None,
     target: str | None = None,
     method: str | None = None,
     preprocess: Preprocess | None = None,
@@ -54,7 +43,7 @@ def quantize(
     quantize_offset_path: bool = False,
     progress: Progress | None = None,
 ) -> QuantizeReport:
-    """Write an INT8 (QDQ) version of the float ONNX file ``src`` to ``dst``, calibrated on ``calibration``.
+    """Write an INT8 (QDQ) version of the float ONNX file (or PyTorch model) ``src`` to ``dst``, calibrated on ``calibration``.
 
     Built on the field's quantizers: ``onnxruntime.quantization``
     (``quant_pre_process``, then ``quantize_static``: QDQ format, MinMax
@@ -75,7 +64,12 @@ def quantize(
     ONNX Runtime >= 1.25). The lowered float model is checked against
     ``src`` on the evaluation sample before quantizing (where ONNX Runtime
     runs ``src``). ``method="native"`` keeps ``DeformConv`` (float) and
-    quantizes the rest.
+    quantizes the rest. An already-lowered file (a default export) reaches the
+    same form: the layers its export recorded are rebuilt as ``DeformConv``
+    first (:mod:`.rebuild`; weights read back from the file), and the INT8
+    file is then at opset 19 for the DeformConv sampler. A PyTorch model
+    (``src`` a ``torch.nn.Module``, with ``args``) is exported first for this
+    (:func:`~.from_model.export_for_quantization`).
 
     Placement (:mod:`.placement`): the contraction and the model's
     ``Conv``/``MatMul``/``Gemm`` are quantized; the offset path (offset and
@@ -97,11 +91,12 @@ def quantize(
       the offset path goes to nncf's ``IgnoredScope``.
 
     Args:
-        src: float ONNX file (float32 inputs).
+        src: float ONNX file (float32 inputs), or a ``torch.nn.Module`` calling ``deform_conv2d`` (then ``args``).
         dst: output path (``.onnx``; ``.xml`` for ``openvino``). Written atomically.
         calibration: an iterable of samples (dicts by input name, tuples in input order, or
             arrays), an ``.npz`` file, or a folder of images (with ``preprocess``);
             see :func:`deform_onnx.quantize.calibration.feeds`.
+        args: the module's example inputs (a tuple of tensors, as for :func:`deform_onnx.export`); only with a module.
         target: ``"onnxruntime"`` (default), ``"tensorrt"`` or ``"openvino"``.
         method: lowering of deformable nodes (``"grid_sample"``, ``"gather"``, ``"native"`` to keep them).
         preprocess: how a folder's images become the input (:class:`Preprocess`).
@@ -121,8 +116,20 @@ def quantize(
             bad calibration data (see :func:`~deform_onnx.quantize.calibration.feeds`), a model
             with nothing to quantize, or a TensorRT placement rule broken.
         FileNotFoundError: ``src`` or ``dst``'s folder is missing.
+        NotADirectoryError, PermissionError: ``dst`` is a folder, its folder is a file, or no file can be
+            made in its folder (checked first, before any work).
         ImportError: nncf is not installed (``target="openvino"``; ``pip install deform-onnx[quantize]``).
     """
+    if is_module(src):
+        from .from_model import quantize_model
+
+        return quantize_model(
+            src, dst, calibration, args=args, target=target, method=method, preprocess=preprocess,
+            eval_inputs=eval_inputs, per_channel=per_channel, quantize_offset_path=quantize_offset_path,
+            progress=progress,
+        )  # fmt: skip
+    if args is not None:
+        raise ValueError("args= is for a PyTorch model as src; a file's inputs come from the file")
     src, dst = Path(src), Path(dst)
     target = target or "onnxruntime"
     if target not in TARGETS:
@@ -134,8 +141,7 @@ def quantize(
         raise FileNotFoundError(f"src {src}: no such file")
     if dst.resolve() == src.resolve():
         raise ValueError(f"dst {dst} is src: give another path")
-    if not dst.parent.is_dir():
-        raise FileNotFoundError(f"dst {dst}: folder {dst.parent} does not exist")
+    check_output_path(dst, "dst")  # before any work: a folder it cannot write fails here, not after quantizing
     if method not in (None, "grid_sample", "gather", "native"):
         raise ValueError(f"method {method!r}: use grid_sample, gather or native")
     step = progress or (lambda *_: None)
@@ -215,8 +221,10 @@ def _quantize_onnx(job: _Job) -> QuantizeReport:
         ) from exc
 
     job.step("lower", 0, 1)
-    lowered, used = lower_for_quantization(job.model, job.method, job.target)
-    if used is not None:
+    # A lowered file that recorded its layers (deform_onnx.export): each back as DeformConv first (.rebuild).
+    source, rebuilt, rebuild_notes = rebuild_deform_convs(job.model, job.evaluation)
+    lowered, used = lower_for_quantization(source, job.method, job.target)
+    if used is not None or rebuilt:
         check_lowering(job.src, job.model, lowered, job.evaluation)
     with tempfile.TemporaryDirectory(prefix="deform_onnx_quantize_") as tmp:
         tmp_in, tmp_pre, tmp_q = (os.path.join(tmp, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
@@ -236,8 +244,12 @@ def _quantize_onnx(job: _Job) -> QuantizeReport:
         quantized = _checked(job, tmp_q, placement)
         report = QuantizeReport(
             src=job.src, dst=job.dst, target=job.target, quantizer=TARGETS[job.target], method=used,
-            samples=len(job.samples), notes=_notes(job, used, lowered, placement),
+            samples=len(job.samples), notes=list(rebuild_notes),
         )  # fmt: skip
+        if rebuilt:
+            report.notes.append(rebuilt_note(rebuilt, job.model, lowered))
+        report.notes += _notes(job, used, lowered, placement)
+        report.form, report.rebuilt = form_written(lowered, placement, used), rebuilt
         ops = {n.name: n.op_type for n in pre.graph.node}
         report.quantized = [(n, ops[n], placement.why_quantized.get(n, "")) for n in placement.quantize]
         report.kept_float = [(n, ops[n], why) for n, why in placement.keep_float.items()]
@@ -324,8 +336,10 @@ def _notes(job: _Job, used: str | None, lowered: onnx.ModelProto, placement: Pla
         why.startswith(("Gemm with a computed C", "weight is MatMul's first")) for why in placement.keep_float.values()
     ):
         notes.append(
-            "the contraction of this already-lowered file stays float: quantize the native file "
-            "(DeformConv), which is lowered in the integer-contraction form first"
+            "the contraction of this already-lowered file stays float (it has no record of its deformable "
+            "layers: deform_onnx.export's dynamo exporter writes one): quantize the native file (DeformConv), "
+            "or the PyTorch model (deform_onnx.quantize(model, ..., args=...)), which are lowered in the "
+            "INT8 form first"
         )
     return notes
 
@@ -387,21 +401,6 @@ def _atomic_copy(path: str, dst: Path) -> None:
 
     with atomic_path(dst) as tmp, open(path, "rb") as g:
         tmp.write_bytes(g.read())
-
-
-def fused_kernels(path: str, tmp: str) -> dict[str, int]:
-    """Integer kernels in ONNX Runtime's optimized graph of ``path`` (extended level: the QDQ fusions, no NCHWc)."""
-    import onnxruntime as ort
-
-    out = os.path.join(tmp, "ort_optimized.onnx")
-    ort_session(
-        path, graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized_model_filepath=out
-    )
-    counts: dict[str, int] = {}
-    for node in onnx.load(out).graph.node:
-        if node.op_type in INTEGER_KERNELS:
-            counts[node.op_type] = counts.get(node.op_type, 0) + 1
-    return counts
 
 
 def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:

@@ -12,22 +12,45 @@ DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "De
 def lower_for_quantization(
     model: onnx.ModelProto, method: str | None, target: str
 ) -> tuple[onnx.ModelProto, str | None]:
-    """``model`` with its deformable nodes lowered in the integer-contraction form (or as it is)."""
-    if method == "native" or not any(n.op_type in DEFORM_OPS for n in model.graph.node):
+    """``model`` with its deformable nodes lowered in the integer-contraction form (or as it is).
+
+    ``DeformConv`` nodes of a file below opset 19 (a lowered file rebuilt by :mod:`.rebuild`) take the
+    model to opset 19 where they stay ``DeformConv`` (``method="native"``) or become its sampler.
+    """
+    if not any(n.op_type in DEFORM_OPS for n in model.graph.node):
         return model, None
     from ..builder.forms import graph_forms
     from ..rewrite import lower
     from ..targets import resolve_target
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    native_below = opset is not None and opset < 19 and any(n.op_type == "DeformConv" for n in model.graph.node)
+    if method == "native":
+        return (lower(model, method="native", opset=19) if native_below else model), None
 
     if method is None:
         method = resolve_target("tensorrt").method if target == "tensorrt" else "grid_sample"
     # ONNX Runtime: the weight-first contraction (U8S8 MatMulIntegerToFloat, no transposes), its columns
     # sampled by its own DeformConv kernel where it has one; TensorRT: weight second, GridSample.
     forms = ["integer contraction"]
+    sampler = target == "onnxruntime" and ort_has_deform_conv()
     if target == "onnxruntime":
-        forms += ["weight first"] + (["DeformConv sampler"] if ort_has_deform_conv() else [])
+        forms += ["weight first"] + (["DeformConv sampler"] if sampler else [])
+    # The DeformConv sampler needs opset 19: a rebuilt opset-17 file is converted (onnx's version converter).
+    up = 19 if sampler and native_below else None
     with graph_forms(forms):
-        return lower(model, method=method, target="tensorrt" if target == "tensorrt" else None), method
+        lowered = lower(model, method=method, opset=up, target="tensorrt" if target == "tensorrt" else None)
+    _drop_unused_initializers(lowered)
+    return lowered, method
+
+
+def _drop_unused_initializers(model: onnx.ModelProto) -> None:
+    """Drop the weights the lowering read as constants and no node reads (ONNX Runtime warns about each)."""
+    used = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    kept = [t for t in model.graph.initializer if t.name in used]
+    if len(kept) < len(model.graph.initializer):
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept)
 
 
 def check_lowering(src, model: onnx.ModelProto, lowered: onnx.ModelProto, evaluation: dict) -> None:

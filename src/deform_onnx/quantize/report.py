@@ -34,7 +34,8 @@ class QuantizeReport:
     """The result of :func:`deform_onnx.quantize`.
 
     Attributes:
-        src, dst: the float input and the written quantized file.
+        src, dst: the float input (a path, or the PyTorch model's class and the form it was exported in)
+            and the written quantized file.
         target: ``"onnxruntime"``, ``"tensorrt"`` or ``"openvino"``.
         quantizer: the library that placed the Q/DQ (``onnxruntime.quantization`` or ``nncf``).
         method: the lowering the deformable nodes were lowered with (``None``: none lowered).
@@ -53,10 +54,14 @@ class QuantizeReport:
             float model where ONNX Runtime cannot run ``src``) and of the written file on this
             machine (ONNX Runtime CPU, default session options; onnxruntime target only;
             indicative: one-off timings are load-sensitive). ``None``: not timed.
+        form: the form of the INT8 file's deformable layers, read from the graph quantized
+            (:func:`form_written`), e.g. ``"DeformConv sampler, weight-first integer contraction"``.
+        rebuilt: deformable convolutions of an already-lowered ``src`` rebuilt from its export's record
+            before lowering (:mod:`deform_onnx.quantize.rebuild`); 0 for a native file.
         notes: anything the caller should know (one line each).
     """
 
-    src: Path
+    src: Path | str
     dst: Path
     target: str
     quantizer: str
@@ -72,6 +77,8 @@ class QuantizeReport:
     float_ms: float | None = None
     int8_ms: float | None = None
     notes: list[str] = field(default_factory=list)
+    form: str = ""
+    rebuilt: int = 0
 
     def reasons(self) -> dict[str, int]:
         """``{why: count}`` over quantized and kept-float nodes (what the placement decided, in short)."""
@@ -102,6 +109,7 @@ class QuantizeReport:
                 f"{self.src} -> {self.dst} ({self.target}, {self.quantizer}; lowering: {self.method or 'none'}; "
                 f"{self.samples} calibration sample(s))"
             ),
+            f"form: {self.form}",
             (
                 f"quantized {len(self.quantized)} node(s), kept {len(self.kept_float)} float; "
                 f"output cosine {self.output_cosine:.5f}; largest sample shift {shift}"
@@ -131,3 +139,44 @@ def compare(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     rms = float(np.sqrt(np.mean(a64**2))) if a64.size else 0.0
     rel = float(np.sqrt(np.mean(diff**2)) / rms) if rms else float(np.sqrt(np.mean(diff**2))) if diff.size else 0.0
     return cosine, max_abs, rel
+
+
+def form_written(lowered, placement, method: str | None) -> str:
+    """The form of the deformable layers in the float graph that was quantized (``lowered``), in words.
+
+    Samplers by op: a ``DeformConv`` is ONNX Runtime's kernel sampling the columns when quantize lowered
+    the layer (``method`` set), else a layer kept native (float); ``GridSample``; ``gather`` otherwise.
+    Contractions by the placement's reasons: weight-first integer, integer (weight second), or float.
+    """
+    ops = {n.op_type for n in lowered.graph.node}
+    if method is None:
+        if "DeformConv" in ops:
+            return "native DeformConv (float)"
+        if not placement.samplers:
+            return "no deformable layer"
+    samplers = [
+        name
+        for name, present in (
+            ("DeformConv", "DeformConv" in ops),  # here a sampler: quantize lowered the layer around it
+            ("GridSample", "GridSample" in ops),
+            ("gather", not ops & {"DeformConv", "GridSample"}),
+        )
+        if present
+    ]
+    why = list(placement.why_quantized.values())
+    contraction = [
+        name
+        for name, present in (
+            ("weight-first integer", any("weight first" in w for w in why)),
+            ("integer", "contraction of sampled columns" in why),
+            (
+                "float",
+                any(
+                    w.startswith(("Gemm with a computed C", "weight is MatMul's first"))
+                    for w in placement.keep_float.values()
+                ),
+            ),
+        )
+        if present
+    ]
+    return f"{' and '.join(samplers) or 'no'} sampler, {' and '.join(contraction) or 'float'} contraction"

@@ -20,6 +20,7 @@ from types import ModuleType
 import onnx
 import onnx_ir as ir
 
+from ..builder import written
 from ..core.atomic_io import atomic_path
 from ..ops import file_nodes
 from ..ops.registry import check_method, file_node_domains, model_method, sources
@@ -30,7 +31,11 @@ from .opset import REPAIRS, _convert
 
 @dataclass(frozen=True)
 class Replacement:
-    """One replaced node: its name, its kind (``domain::op_type``) and the lowering used."""
+    """One replaced node: its name, its kind (``domain::op_type``) and the form its lowering wrote.
+
+    The form is :func:`deform_onnx.builder.written.form_of` where the method does not decide it alone
+    (under ``grid_sample`` a deformable convolution of a dynamic map is written as gather).
+    """
 
     node: str
     op: str
@@ -126,11 +131,14 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
         report.repairs = list(model.meta.get(REPAIRS) or [])
         found = _found(model, method, to_opset)  # the converted model's nodes
     names = all_names(model)
+    written_at: dict[str, str] = {}  # output value -> form written
     for module, nodes in found:
         if any(file_nodes.needs_shapes(module, node) for node in nodes):
             infer_shapes(model)
         replaced = file_nodes.replace_nodes(module, nodes, method, to_opset, lambda base: unique_name(base, names))
-        report.replaced += [Replacement(*row) for row in replaced]
+        report.replaced += [Replacement(name, kind, form) for name, kind, form, _ in replaced]
+        written_at.update((output, form) for _, _, form, output in replaced if output)
+    written.refresh(model.metadata_props, written_at)  # an export's record of its calls stays true
     used = used_domains(model)
     for domain in sorted(file_node_domains() - used):
         if domain in model.opset_imports:
@@ -244,9 +252,12 @@ def lower_file(
     ``dst`` is ``src``). ``src`` is only written when ``dst`` is ``src``. When
     nothing changes and ``dst`` is ``src``, nothing is written.
 
+    On any error ``dst`` is left as it was.
+
     Raises:
-        ValueError: as :func:`lower`; ``OSError`` on write
-        errors. On any error ``dst`` is left as it was.
+        ModelFileError: as :func:`lower`.
+        ValueError: as :func:`lower`.
+        OSError: on write errors.
     """
     src, dst = Path(src), Path(dst)
     model = read_model(src)

@@ -143,8 +143,8 @@ def compile(model: str | os.PathLike | Any, device: str = "CPU", precision: str 
         arrays. :func:`inference_precision` tells which precision it runs at.
 
     Raises:
-        ImportError: OpenVINO is not installed. ``RuntimeError`` from
-        OpenVINO if the model does not convert or compile.
+        ImportError: OpenVINO is not installed.
+        RuntimeError: from OpenVINO, if the model does not convert or compile.
     """
     import openvino as ov
 

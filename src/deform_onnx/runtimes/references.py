@@ -7,7 +7,7 @@ In order of preference:
    (``lower(method="native")`` at opset ``max(current, 19)``): files that plain
    ONNX Runtime rejects (``DeformConv`` below opset 19, as ``torch.onnx.export``
    writes at ``opset_version=17``; mmcv nodes) then run on ORT's own kernel,
-   which matches torchvision (README, measured).
+   which matches torchvision (docs/verification.md).
 3. ``onnx.reference.ReferenceEvaluator`` (numpy) with every ``DeformConv``
    node evaluated by torchvision's ``deform_conv2d`` (the oracle of this
    package) instead of onnx's pure-Python loops, which took 89 s on a 16x16

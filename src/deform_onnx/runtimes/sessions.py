@@ -136,7 +136,7 @@ def _missing_kernel(text: str, data: bytes) -> str | None:
     return (
         f"ONNX Runtime (CPU) has no {of}kernel for {op} ({at}node {node_name!r}), so the "
         f"exported file cannot be verified here; pass verify=False (CLI: --no-verify) to write it unverified "
-        f"(runtimes with {of}{op}: see README, Runtime support), or export the model in float32"
+        f"(runtimes with {of}{op}: see docs/targets.md, Runtime support), or export the model in float32"
     )
 
 

@@ -1,7 +1,7 @@
 """Edge values: samples on pixel borders and floor boundaries, huge and non-finite offsets,
 one-pixel inputs, kernels that do not fit, and an empty batch.
 
-What comes out (README, "Edge values"):
+What comes out (docs/guides/deform-conv.md, "Edge values"):
 
 * integer offsets, samples exactly on -1, 0, H-1, H (and just inside): torchvision's numbers;
 * huge offsets (1e6 .. 3e38): the sample is 0, as in torchvision;
@@ -208,7 +208,7 @@ def test_torchvision_crashes_on_nan_offsets():
     """Why NaN has no torchvision reference: its CPU kernel kills the process (torchvision 0.29.1).
 
     If this starts passing through, torchvision gives NaN offsets a meaning:
-    compare with it and update README's "Edge values".
+    compare with it and update docs/guides/deform-conv.md's "Edge values".
     """
     code = textwrap.dedent(
         """

@@ -11,8 +11,10 @@ registry that has a binding.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
+from ...builder import IRValueBuilder, written
 from ...core.opsets import DYNAMO_BUILD_MIN_OPSET
 from ..registry import Lowering, resolve
 from .spec import DeformConvSpec
@@ -62,7 +64,14 @@ def emit_deform_conv2d(
         offset_groups=offset_groups,
         out_channels=bias_shape[0] if bias_shape and len(bias_shape) == 1 else None,
     )
-    return lowering.fn(b, spec, input, weight, offset, mask if use_mask else None, bias)
+    # The form written and, where values carry the exporter's names (onnx-ir), the graph values (.written).
+    named = isinstance(b, IRValueBuilder)
+    roles = {"input": input, "offset": offset, "mask": mask if use_mask else None} if named else {}
+    with written.call("deform_conv2d", dataclasses.asdict(spec), **roles) as record:
+        out = lowering.fn(b, spec, input, weight, offset, mask if use_mask else None, bias)
+        if record is not None and named:
+            record.handles["output"] = out
+    return out
 
 
 def make_symbolic(method: str = "auto"):

@@ -13,6 +13,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ...builder import TapeBuilder
+from ...builder.written import form_of
 from ..file_nodes import static_shape
 from ..registry import resolve
 from .source_kinds import ROLES, SourceOp, lookup
@@ -177,7 +178,12 @@ def builder(node: ir.Node, opset: int, prefix: str) -> TapeBuilder:
 
 
 def lower_node(node: ir.Node, b: TapeBuilder, method: str, opset: int) -> tuple[ir.Value, str]:
-    """Emit the lowering ``method`` resolves to at ``opset`` for one node; returns its output and the lowering's name."""
+    """Emit the lowering ``method`` resolves to at ``opset`` for one node; returns its output and the form written.
+
+    The form is read from the ops emitted (:func:`deform_onnx.builder.written.form_of`): under
+    ``grid_sample`` a dynamic map is sampled with the gather sampler.
+    """
     spec, v = spec_for_node(node, _kind(node))
     lowering = resolve("deform_conv2d", method, opset)
-    return lowering.fn(b, spec, v["input"], v["weight"], v["offset"], v["mask"], v["bias"]), lowering.name
+    out = lowering.fn(b, spec, v["input"], v["weight"], v["offset"], v["mask"], v["bias"])
+    return out, form_of(n.op_type for n in b.tape.nodes)

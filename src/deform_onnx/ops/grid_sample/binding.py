@@ -10,6 +10,7 @@ exists only from 16, and is overridden so that ``method`` is honoured).
 
 from __future__ import annotations
 
+from ...builder import written
 from .call import grid_sample_call
 from .lower import GridSampleSpec, check_shapes
 
@@ -36,7 +37,8 @@ def emit_grid_sampler(
         # different one here is the TorchScript exporter's type promotion (seen: a float64 grid
         # in Hugging Face's Deformable DETR), which ONNX Runtime's GridSample has no kernel for.
         grid = b.cast_like(grid, input)
-    return lowering.fn(b, spec, input, grid)
+    with written.call("grid_sample"):  # the form written (.written): a 5-D call below opset 20 is gather
+        return lowering.fn(b, spec, input, grid)
 
 
 def make_symbolic(method: str = "auto"):
