@@ -81,7 +81,7 @@ class MSDALayer(nn.Module):
 
     def __init__(self, shapes=((32, 32), (16, 16)), d=128, heads=8, points=4):
         super().__init__()
-        from deform_onnx.ops.ms_deform_attn import MSDeformAttnCore
+        from deform_onnx.ops import MSDeformAttnCore
 
         self.shapes, self.heads, self.points, self.levels = shapes, heads, points, len(shapes)
         self.value_proj = nn.Linear(d, d)

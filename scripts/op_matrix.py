@@ -271,7 +271,7 @@ def table(rows: list[dict], command: str, old_block: str = "") -> str:
     Rows of ``old_block`` (the page's table) that were not re-run stay; rows of ops or runtimes
     no longer listed go.
     """
-    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     new = {(LABELS.get(r["op"], r["op"]), r["runtime"]): row_line(r) for r in rows}
     old = {}
     for line in old_block.strip().splitlines():

@@ -31,7 +31,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
 
 import numpy as np
 import typer
@@ -221,8 +220,8 @@ def _error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def main(
-    method: Optional[List[str]] = typer.Option(None, "--method", "-m", help="Lowering(s) to check (repeatable)."),
-    opset: Optional[int] = typer.Option(
+    method: list[str] | None = typer.Option(None, "--method", "-m", help="Lowering(s) to check (repeatable)."),
+    opset: int | None = typer.Option(
         None, "--opset", help="One opset for every --method (default: grid_sample/gather 17, native 19)."
     ),
     dynamic: bool = typer.Option(False, "--dynamic", help="Dynamic N, H, W; also run at a second batch and size."),
@@ -230,7 +229,7 @@ def main(
     export_only: bool = typer.Option(
         False, "--export-only", help="Export and verify in ONNX Runtime only (no TensorRT)."
     ),
-    keep: Optional[Path] = typer.Option(
+    keep: Path | None = typer.Option(
         None, "--keep", help="Write the .onnx files to this folder (default: a temporary one)."
     ),
 ) -> None:

@@ -237,7 +237,7 @@ def _tensors(out):
             for v in value:
                 walk(v)
 
-    for key in out.keys():
+    for key in out:
         if key in ("last_hidden_state",) or "hidden_states" in key or "attentions" in key:
             continue
         walk(out[key])

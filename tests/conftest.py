@@ -23,6 +23,16 @@ def register():
 
 
 @pytest.fixture(scope="session")
+def small():
+    """:data:`util.SMALL`'s layer, its seeded inputs and PyTorch's output: ``(model, inputs, want)``. Read-only."""
+    from util import SMALL, DeformLayer, make_inputs, reference
+
+    model = DeformLayer(SMALL)
+    inputs = make_inputs(SMALL)
+    return model, inputs, reference(model, inputs)
+
+
+@pytest.fixture(scope="session")
 def example():
     """The bundled DCNv2 backbone (four deformable layers, BN, ReLU, pooling, residuals) on the
     real photo, and its PyTorch output: ``(model, photo [1,3,128,128] float32, output ndarray)``.

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import onnx
@@ -24,14 +24,15 @@ import onnxruntime as ort
 import torch
 import torchvision
 
+from deform_onnx.ops.deform_conv.register import LOWERINGS
 from deform_onnx.ops.deform_conv.spec import out_size
-from deform_onnx.ops.registry import LOWERINGS, OPS
+from deform_onnx.ops.registry import OPS
 
 #: float32 parity tolerance (max abs error), from the project rules.
 ATOL = 1e-4
 
 Pair = tuple[int, int]
-Bias = Union[bool, str]  # True, False or "zeros" (a bias that is present but all zero)
+Bias = bool | str  # True, False or "zeros" (a bias that is present but all zero)
 
 
 def pair(v) -> Pair:
@@ -63,11 +64,11 @@ class Config:
             object.__setattr__(self, name, pair(getattr(self, name)))
 
     @classmethod
-    def from_case(cls, case_input: dict) -> "Config":
+    def from_case(cls, case_input: dict) -> Config:
         """Build from a ``cases.json`` ``input`` object."""
         return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in case_input.items()})
 
-    def at(self, **changes) -> "Config":
+    def at(self, **changes) -> Config:
         return replace(self, **changes)
 
     def out_hw(self, H: int | None = None, W: int | None = None) -> Pair:
@@ -133,6 +134,16 @@ class DeformLayer(torch.nn.Module):
 #: groups 2, offset groups 3, mask and bias on, stride, padding and dilation different per axis.
 SMALL = Config(N=1, C_in=6, C_out=6, H=9, W=8, stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2,
                offset_groups=3, mask=True, bias=True)  # fmt: skip
+#: DCNv2 with groups 2, offset groups 3, a 3x2 kernel, stride 2 on rows, dilation 2 on rows, a batch of 2
+#: (the graph checks: tests/ops/deform_conv/test_graph_properties.py, tests/targets/test_graph_safety.py).
+DCNV2_GROUPED = Config(N=2, C_in=6, C_out=4, H=9, W=7, kernel=(3, 2), stride=(2, 1), padding=(1, 1), dilation=(2, 1),
+                       groups=2, offset_groups=3, mask=True, bias=True)  # fmt: skip
+#: The same layer on a 6x5 map with stride 2 on columns instead (edge values, dtypes).
+DCNV2_ASYMMETRIC = DCNV2_GROUPED.at(H=6, W=5, stride=(1, 2))
+#: Uneven stride, padding and dilation with groups and offset groups on a 9x11 map: a swapped (h, w),
+#: (dy, dx) or group layout fails (the mmcv / OpenVINO node tests: rewrite, runtimes).
+UNEVEN = Config(C_in=8, C_out=6, H=9, W=11, kernel=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2,
+                offset_groups=2)  # fmt: skip
 
 
 def make_inputs(cfg: Config, seed: int = 1, N=None, H=None, W=None) -> dict[str, torch.Tensor]:

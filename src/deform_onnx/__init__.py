@@ -27,9 +27,9 @@ _EXPORTS = {
     "lower": ".rewrite",
     "register": ".exporters.torchscript",
     "unregister": ".exporters.torchscript",
-    "resolve_method": ".ops.registry",
+    "resolve_method": ".ops.deform_conv.register",
     "DeformConvSpec": ".ops.deform_conv.spec",
-    "LOWERINGS": ".ops.registry",
+    "LOWERINGS": ".ops.deform_conv.register",
     "METHODS": ".ops.registry",
     "Target": ".targets",
     "TARGETS": ".targets",
@@ -51,8 +51,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from .exporters.torchscript import register, unregister
     from .exporting.api import ExportError, ExportReport, VerificationError, export
     from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
+    from .ops.deform_conv.register import LOWERINGS, resolve_method
     from .ops.deform_conv.spec import DeformConvSpec
-    from .ops.registry import LOWERINGS, METHODS, resolve_method
+    from .ops.registry import METHODS
     from .quantize import QuantizeReport, quantize
     from .rewrite import lower
     from .targets import TARGET_NAMES, TARGETS, Target, resolve_target

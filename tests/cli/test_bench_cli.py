@@ -124,7 +124,7 @@ def test_cli_spells_the_harness_names():
     """The CLI checks --op and --ort-opt-level without importing the harness; the names must stay its own."""
     from deform_onnx.cli import bench_cmd
 
-    assert bench_cmd.OPS == tuple(bench.SUITES) and bench_cmd.ORT_OPT_LEVELS == tuple(bench.ORT_OPT_LEVELS)
+    assert tuple(bench.SUITES) == bench_cmd.OPS and tuple(bench.ORT_OPT_LEVELS) == bench_cmd.ORT_OPT_LEVELS
 
 
 def test_bench_subset_of_contenders(tmp_path):

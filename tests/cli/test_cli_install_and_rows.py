@@ -26,7 +26,7 @@ runner = CliRunner()
 MODELS = textwrap.dedent(
     """
     import torch, torchvision
-    from deform_onnx.ops.ms_deform_attn import MSDeformAttnCore
+    from deform_onnx.ops import MSDeformAttnCore
 
 
     class Dcn(torch.nn.Module):

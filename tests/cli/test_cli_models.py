@@ -223,10 +223,9 @@ def test_torchscript_symbolic_error_is_one_line_with_the_ir_in_a_note(capfd):
     x, offset = torch.randn(1, 2, 5, 5), torch.randn(1, 18, 5, 5)
     deform_onnx.register("native")
     try:
-        with pytest.raises(ValueError, match=r"needs opset >= 19 but opset 17") as info:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                torch.onnx.export(layer, (x, offset), io.BytesIO(), dynamo=False, opset_version=17)
+        with pytest.raises(ValueError, match=r"needs opset >= 19 but opset 17") as info, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(layer, (x, offset), io.BytesIO(), dynamo=False, opset_version=17)
     finally:
         deform_onnx.unregister()
     captured = capfd.readouterr()

@@ -54,7 +54,7 @@ def test_probe_sees_torch_when_a_command_runs(tmp_path):
 
 
 def test_cli_method_names_are_the_lowerings():
-    """The CLI spells the method names out (no numpy at parse time); they must stay the registry's."""
+    """The CLI reads the method names from the registry, a module light enough for parse time (no numpy)."""
     from deform_onnx.cli._inputs import METHODS
     from deform_onnx.ops.registry import METHODS as REGISTRY
 

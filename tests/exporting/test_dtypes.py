@@ -32,7 +32,7 @@ import pytest
 import torch
 
 import deform_onnx
-from util import Config, DeformLayer, check, export, make_inputs, reference
+from util import DCNV2_ASYMMETRIC, DeformLayer, check, export, make_inputs, reference
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 
@@ -56,22 +56,7 @@ NO_ORT_CPU_KERNEL = {
     ("float64", "gather", 11): "Clip(11)",
 }
 
-CFG = Config(
-    N=2,
-    C_in=6,
-    C_out=4,
-    H=6,
-    W=5,
-    kernel=(3, 2),
-    stride=(1, 2),
-    padding=(1, 1),
-    dilation=(2, 1),
-    groups=2,
-    offset_groups=3,
-    mask=True,
-    bias=True,
-    offset_scale=2.0,
-)
+CFG = DCNV2_ASYMMETRIC
 #: A DCNv2 layer without bias: the native lowering then adds a zero bias of the model's dtype.
 CFG_NOBIAS = CFG.at(bias=False, groups=1, C_out=3)
 
@@ -89,7 +74,7 @@ def _tol(dtype: str) -> tuple[float, float]:
     return (1e-10, 0.0) if dtype == "float64" else (1e-2, 1e-2)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _torchscript(dtype: str, method: str, opset: int, bias: bool = True) -> bytes:
     cfg = (CFG if bias else CFG_NOBIAS).at(dtype=DTYPES[dtype])
     deform_onnx.register(method)
@@ -99,7 +84,7 @@ def _torchscript(dtype: str, method: str, opset: int, bias: bool = True) -> byte
         deform_onnx.unregister()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dynamo(dtype: str, method: str, opset: int) -> bytes:
     cfg = CFG.at(dtype=DTYPES[dtype])
     buf = io.BytesIO()

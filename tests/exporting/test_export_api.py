@@ -21,8 +21,9 @@ import torchvision
 
 import deform_onnx
 import deform_onnx.core.atomic_io
-from deform_onnx.exporting import api
-from deform_onnx.ops.registry import LOWERINGS, OPS
+from deform_onnx.exporting import api, paths
+from deform_onnx.ops.deform_conv.register import LOWERINGS
+from deform_onnx.ops.registry import OPS
 from util import (
     SMALL,
     DeformLayer,
@@ -63,13 +64,6 @@ def _grid():
 
 def _resolved(method: str, opset: int) -> str:
     return method if method != "auto" else ("grid_sample" if opset >= 16 else "gather")
-
-
-@pytest.fixture(scope="module")
-def small():
-    model = DeformLayer(SMALL)
-    inputs = make_inputs(SMALL)
-    return model, inputs, reference(model, inputs)
 
 
 def _export(tmp_path, model, inputs, **kwargs):
@@ -277,8 +271,8 @@ def test_invalid_model_is_not_written(tmp_path, small, monkeypatch):
         node.input[0] = "nowhere"  # dangling input: full_check must reject it
         return proto
 
-    original = api._export_torchscript
-    monkeypatch.setattr(api, "_export_torchscript", broken)
+    original = paths.export_torchscript
+    monkeypatch.setattr(paths, "export_torchscript", broken)
     with pytest.raises(deform_onnx.ExportError, match="not valid ONNX"):
         _export(tmp_path, model, inputs, opset_version=17, dynamo=False)
     assert list(tmp_path.iterdir()) == []

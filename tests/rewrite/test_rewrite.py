@@ -19,6 +19,7 @@ import deform_onnx
 from deform_onnx.rewrite import ModelFileError, lower_file
 from models import mmcv_model, two_node_model
 from util import (
+    UNEVEN,
     Config,
     DeformLayer,
     assert_close,
@@ -131,21 +132,7 @@ MMCV_KINDS = [
 @pytest.mark.parametrize("modulated, bias, domain", MMCV_KINDS)
 def test_mmcv_nodes_lower_and_match_torchvision(modulated, bias, domain):
     # Uneven stride/padding/dilation and groups catch a swapped (h, w) or a layout slip.
-    cfg = Config(
-        C_in=8,
-        C_out=6,
-        H=9,
-        W=11,
-        kernel=(3, 2),
-        stride=(2, 1),
-        padding=(1, 0),
-        dilation=(1, 2),
-        groups=2,
-        offset_groups=2,
-        mask=modulated,
-        bias=bias,
-        offset_scale=2.0,
-    )
+    cfg = UNEVEN.at(mask=modulated, bias=bias)
     proto, layer, feeds = mmcv_model(cfg, modulated=modulated, domain=domain)
     lowered = deform_onnx.lower(proto)
     standard_only(lowered)

@@ -18,7 +18,7 @@ pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvin
 import deform_onnx
 import deform_onnx.openvino as dov
 from models import mmcv_model
-from util import Config, DeformLayer, assert_close, case_config, make_inputs, reference, run_ov
+from util import UNEVEN, Config, DeformLayer, assert_close, case_config, make_inputs, reference, run_ov
 
 
 def test_plain_openvino_rejects_deformconv(c12_native):
@@ -111,22 +111,7 @@ def _native_node_model(cfg: Config, layer: DeformLayer, inputs, empty_bias: bool
 @pytest.mark.parametrize("empty_bias", [False, True])
 def test_extension_layout_with_groups_stride_dilation(empty_bias):
     # Uneven stride/padding/dilation, groups and offset groups: a swapped (dy, dx) or group layout fails.
-    cfg = Config(
-        N=2,
-        C_in=8,
-        C_out=6,
-        H=9,
-        W=11,
-        kernel=(3, 2),
-        stride=(2, 1),
-        padding=(1, 0),
-        dilation=(1, 2),
-        groups=2,
-        offset_groups=2,
-        mask=True,
-        bias=False if empty_bias else True,
-        offset_scale=2.0,
-    )
+    cfg = UNEVEN.at(N=2, bias=not empty_bias)
     layer = DeformLayer(cfg)
     inputs = make_inputs(cfg)
     model = _native_node_model(cfg, layer, inputs, empty_bias)

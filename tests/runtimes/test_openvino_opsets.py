@@ -13,7 +13,7 @@ pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvin
 
 import deform_onnx
 from deform_onnx.exporters.torchscript import MAX_OPSET
-from deform_onnx.ops.registry import LOWERINGS
+from deform_onnx.ops.deform_conv.register import LOWERINGS
 from util import assert_close, reference, run_ov
 
 SWEEP = [(m, o) for m in ("grid_sample", "gather") for o in range(LOWERINGS[m].min_opset, MAX_OPSET + 1)]

@@ -26,8 +26,8 @@ import onnx
 import pytest
 
 import deform_onnx
-from deform_onnx.ops.registry import LOWERINGS
-from util import TENSORRT_OPS, Config, DeformLayer, check, export, make_inputs, method_opsets
+from deform_onnx.ops.deform_conv.register import LOWERINGS
+from util import DCNV2_GROUPED, TENSORRT_OPS, Config, DeformLayer, check, export, make_inputs, method_opsets
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 
@@ -72,21 +72,7 @@ DIRECTML_OPS: dict[str, int] = {
 }  # fmt: skip
 
 CONFIGS = {
-    "dcnv2-grouped": Config(
-        N=2,
-        C_in=6,
-        C_out=4,
-        H=9,
-        W=7,
-        kernel=(3, 2),
-        stride=(2, 1),
-        padding=(1, 1),
-        dilation=(2, 1),
-        groups=2,
-        offset_groups=3,
-        mask=True,
-        bias=True,
-    ),
+    "dcnv2-grouped": DCNV2_GROUPED,
     "dcnv1": Config(N=1, C_in=4, C_out=4, H=6, W=8, kernel=(3, 3), padding=(1, 0), mask=False, bias=False),
 }
 METHODS = ("native", "grid_sample", "gather")
@@ -94,7 +80,7 @@ TORCHSCRIPT = [(m, o) for m in METHODS for o in range(11, 21) if o >= LOWERINGS[
 assert set(TORCHSCRIPT) >= {(m, o) for m in METHODS for o in method_opsets(m)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torchscript_graph(method: str, opset: int, name: str, dynamic: bool) -> onnx.ModelProto:
     cfg = CONFIGS[name]
     deform_onnx.register(method)
@@ -104,7 +90,7 @@ def torchscript_graph(method: str, opset: int, name: str, dynamic: bool) -> onnx
         deform_onnx.unregister()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dynamo_graph(method: str, opset: int, dynamic: bool) -> onnx.ModelProto:
     from torch.export import Dim
 
@@ -120,7 +106,7 @@ def dynamo_graph(method: str, opset: int, dynamic: bool) -> onnx.ModelProto:
     return check(buf.getvalue())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lowered_file(method: str, dynamic: bool) -> onnx.ModelProto:
     """``lower()`` of a native DeformConv file (the rewrite path's adapter)."""
     native = torchscript_graph("native", 19, "dcnv2-grouped", dynamic)

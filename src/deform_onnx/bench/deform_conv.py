@@ -25,9 +25,9 @@ import math
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -86,7 +86,7 @@ class BenchShape:
         return self.batch * self.out_size**2
 
     @classmethod
-    def parse(cls, text: str) -> "BenchShape":
+    def parse(cls, text: str) -> BenchShape:
         """Parse ``"N,C,H[,og=G][,stride=S][,mask=0]"`` (``x`` also separates N, C, H).
 
         Raises:
@@ -164,11 +164,13 @@ class DeformConvCase:
         self._exports: dict[tuple[str, int], tuple[Path, ModelStats]] = {}
 
     def path(self, name: str) -> Path:
+        """The ONNX file of export ``name`` in the work folder."""
         return self.workdir / f"{name}.onnx"
 
     def export(self, method: str, opset: int) -> tuple[Path, ModelStats]:
         """Export with :func:`deform_onnx.export` (TorchScript exporter, no verification), once per
-        (method, opset): later calls (the same lowering at another ORT optimisation level) reuse the file."""
+        (method, opset): later calls (the same lowering at another ORT optimisation level) reuse the file.
+        """
         from ..exporting.api import export
 
         if (method, opset) not in self._exports:

@@ -19,9 +19,10 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -56,10 +57,12 @@ class Cell:
 
     @property
     def ok(self) -> bool:
+        """Whether the contender ran and was timed."""
         return self.status == "ok" and bool(self.times)
 
     @property
     def median(self) -> float | None:
+        """The median time in seconds (``None`` unless :attr:`ok`)."""
         return statistics.median(self.times) if self.ok else None
 
 
@@ -90,7 +93,7 @@ class Contender:
     prepare: Callable[..., Prepared]  # (case) -> Prepared; ONNX Runtime ones also take opt_level=
     ort: bool = False
 
-    def at_level(self, level: str) -> "Contender":
+    def at_level(self, level: str) -> Contender:
         """This ONNX Runtime contender with ``graph_optimization_level`` = ``level``: key ``KEY@level``.
 
         Raises:
@@ -160,7 +163,7 @@ class Suite:
     inputs_note: str
     oracle: str = "PyTorch"
     limit: str | None = None
-    goals: Callable[["BenchResult"], list[Goal]] = lambda result: []
+    goals: Callable[[BenchResult], list[Goal]] = lambda result: []
 
     def select(self, keys: Sequence[str] | None, opt_levels: Sequence[str] = ()) -> tuple[Contender, ...]:
         """Contenders by key, in the suite's order (``None`` or empty: all), then each ONNX Runtime one

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from .harness import PAUSE_S, BenchResult, Goal, Suite
 from .memory import PEAK_MEMORY_METHOD
@@ -19,7 +19,8 @@ from .memory import PEAK_MEMORY_METHOD
 def write_marked_section(path: Path, text: str, begin: str, end: str) -> None:
     """Put ``text`` (which starts with ``begin`` and ends with ``end``) into ``path`` in place of the
     block between those markers, or append it; the rest of the file is left as it is. The file is
-    replaced atomically (written beside it, then renamed)."""
+    replaced atomically (written beside it, then renamed).
+    """
     path = Path(path)
     old = path.read_text()
     if begin in old:
@@ -115,7 +116,8 @@ def model_header(result: BenchResult) -> list[str]:
 
 def model_rows(result: BenchResult) -> list[list[str]]:
     """Rows ``[shape, contender, nodes, file KB, beyond reference, largest constant KB, export s, peak MB,
-    peak / reference, max err]``, for every cell that ran."""
+    peak / reference, max err]``, for every cell that ran.
+    """
     rows = []
     for s in result.shapes:
         for c in result.contenders:

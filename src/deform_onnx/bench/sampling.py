@@ -105,7 +105,8 @@ def _parse_opts(text: str) -> tuple[list[str], dict[str, str]]:
 @dataclass(frozen=True)
 class GridSampleShape:
     """``F.grid_sample`` of an ``[N, C, H, H]`` map at an ``[N, G, G, 2]`` grid (``G`` = ``grid``, default H);
-    the 5-D suites read it as an ``[N, C, H, H, H]`` volume at a ``[N, G, G, G, 3]`` grid."""
+    the 5-D suites read it as an ``[N, C, H, H, H]`` volume at a ``[N, G, G, G, 3]`` grid.
+    """
 
     batch: int
     channels: int
@@ -124,7 +125,7 @@ class GridSampleShape:
         return base if self.grid_size == self.size else f"{base} grid {self.grid_size}"
 
     @classmethod
-    def parse(cls, text: str) -> "GridSampleShape":
+    def parse(cls, text: str) -> GridSampleShape:
         """Parse ``"N,C,H[,grid=G]"`` (``x`` also separates N, C, H).
 
         Raises:
@@ -155,11 +156,11 @@ class GridSampleCase(_ExportingCase):
             "input": torch.randn(n, shape.channels, shape.size, shape.size, generator=g),
             "grid": torch.rand(n, gs, gs, 2, generator=g) * 2.2 - 1.1,
         }
-        self.module = _GridSample().eval()
+        self.module = _grid_sample_module().eval()
         self._setup(workdir, threads)
 
 
-def _GridSample():
+def _grid_sample_module():
     import torch
     import torch.nn.functional as F
 
@@ -239,7 +240,7 @@ class MSDAShape:
         return " ".join(parts)
 
     @classmethod
-    def parse(cls, text: str) -> "MSDAShape":
+    def parse(cls, text: str) -> MSDAShape:
         """Parse ``"Q[,levels=100x100/50x50/...][,heads=8][,points=4][,channels=256]"``; Q an int or ``all``.
 
         Raises:

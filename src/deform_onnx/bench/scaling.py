@@ -14,8 +14,8 @@ method to stay within 1.3x from 32x32 to 256x256.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .deform_conv import BenchShape
 from .harness import BenchResult

@@ -13,7 +13,8 @@ keep every shape path integer-only, as TensorRT requires for shape tensors.
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from .written import note
 
 Value = Any
 #: A dimension: a static Python int or a dynamic int64 tensor of shape [1].
-Dim = Union[int, Value]
+Dim = int | Value
 
 
 class Builder:
@@ -154,6 +155,7 @@ class Builder:
         return self.op("Reshape", d, self.i64(np.zeros((0,), dtype=np.int64)))
 
     def as_dim(self, d: Dim) -> Value:
+        """A dimension as a 1-element int64 value (a static int becomes a constant)."""
         return self.i64([d]) if isinstance(d, int) else d
 
     def reshape(self, value: Value, dims: Sequence[Dim]) -> Value:
@@ -181,16 +183,19 @@ class IRValueBuilder(Builder):
     """Shape and dtype queries over ``onnx_ir.Value`` (shared by the dynamo and rewrite adapters)."""
 
     def constant_array(self, value):
+        """The value's data when it is an onnx-ir constant (an initializer), else ``None``."""
         tensor = getattr(value, "const_value", None)
         return None if tensor is None else np.asarray(tensor.numpy())
 
     def static_shape(self, value):
+        """The value's shape from onnx-ir (``None`` per unknown dimension; ``None`` for an unknown rank)."""
         shape = getattr(value, "shape", None)
         if shape is None:
             return None
         return tuple(d if isinstance(d, int) else None for d in shape)
 
     def dtype(self, value):
+        """The value's numpy dtype from onnx-ir, or ``None`` when unknown."""
         dt = getattr(value, "dtype", None)
         if dt is None:
             return None

@@ -65,8 +65,8 @@ Nested blocks add their forms to the enclosing block's.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Iterator
 
 __all__ = ["EMIT_FORMS", "graph_forms", "wants"]
 

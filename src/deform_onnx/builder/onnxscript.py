@@ -29,7 +29,7 @@ class OnnxScriptBuilder(IRValueBuilder):
 
 
 def _ir_tensors(attrs: dict) -> dict:
-    """numpy attribute values (tensor attributes) as onnx-ir tensors."""
+    """Numpy attribute values (tensor attributes) as onnx-ir tensors."""
     import numpy as np
     import onnx_ir as ir
 

@@ -43,6 +43,7 @@ class TorchScriptBuilder(Builder):
         return self.g.op("Constant", value_t=torch.from_numpy(np.array(array, copy=True)))
 
     def static_shape(self, value):
+        """The traced value's sizes (``None`` per dynamic dimension; ``None`` for an unknown rank)."""
         t = value.type()
         try:
             sizes = t.varyingSizes()
@@ -53,6 +54,7 @@ class TorchScriptBuilder(Builder):
         return tuple(sizes)
 
     def dtype(self, value):
+        """The traced value's numpy dtype, or ``None`` for a type ONNX lowering does not take."""
         try:
             st = value.type().scalarType()
         except RuntimeError:
@@ -67,7 +69,7 @@ def _attr_suffix(value) -> str:
         return "t"
     if isinstance(value, str):
         return "s"
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, (bool, int)):
         return "i"
     if isinstance(value, float):
         return "f"

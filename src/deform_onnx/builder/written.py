@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 #: ``metadata_props`` key of the record.
 KEY = "deform_onnx.calls"
@@ -41,7 +42,8 @@ ROLES = ("input", "offset", "mask", "output")
 @dataclass
 class Call:
     """One lowered call: ``op`` (``deform_conv2d``/``grid_sample``), the ``form`` it was written in,
-    ``spec`` (deformable convolution's parameters) and ``values`` (role -> graph value name, where known)."""
+    ``spec`` (deformable convolution's parameters) and ``values`` (role -> graph value name, where known).
+    """
 
     op: str
     form: str = "gather"
@@ -155,7 +157,8 @@ def name_values(calls: list[Call]) -> None:
 
 def refresh(metadata: dict, forms: dict[str, str]) -> None:
     """Update the record in ``metadata`` (onnx-ir's ``metadata_props``) after a rewrite: ``forms`` maps
-    the output value of each rewritten deformable convolution to the form now written there."""
+    the output value of each rewritten deformable convolution to the form now written there.
+    """
     text = metadata.get(KEY)
     if text is None or not forms:
         return

@@ -1,9 +1,8 @@
 """The typer app every command module registers itself on (kept apart from ``cli/__init__`` so that
-the command modules import it without an import circle)."""
+the command modules import it without an import circle).
+"""
 
 from __future__ import annotations
-
-from typing import Optional
 
 import typer
 from typer.core import TyperGroup
@@ -50,7 +49,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Optional[bool] = typer.Option(
+    version: bool | None = typer.Option(
         None, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:

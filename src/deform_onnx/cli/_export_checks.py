@@ -38,8 +38,8 @@ def _plan(
     name: str, method: str | None, opset: int | None, exporter: str | None, output: Path, dynamic: bool
 ) -> list[Job]:
     """The exports to run; raises ``UserError``/``ValueError`` for arguments that cannot work (no torch needed)."""
-    from ..ops.deform_conv.spec import MIN_OPSET
-    from ..ops.registry import LOWERINGS, resolve_method
+    from ..core.opsets import FAMILY_MIN_OPSET as MIN_OPSET
+    from ..ops.registry import lowest_opset, model_method
     from . import _limits
 
     if exporter is not None and exporter not in EXPORTERS:
@@ -48,8 +48,8 @@ def _plan(
         if opset is None:
             pairs = list(DEFAULT_PLAN)
         else:
-            resolve_method("auto", opset)  # raises for an opset below 11
-            pairs = [(m, opset) for m in ("grid_sample", "gather", "native") if LOWERINGS[m].min_opset <= opset]
+            model_method("auto", opset)  # raises for an opset below 11
+            pairs = [(m, opset) for m in ("grid_sample", "gather", "native") if lowest_opset(m) <= opset]
     else:
         pairs = [(method, opset if opset is not None else dict(DEFAULT_PLAN).get(method, _limits.DEFAULT_OPSET))]
     ranges = {
@@ -60,7 +60,7 @@ def _plan(
     jobs = []
     for m, o in pairs:
         # Raises a clear ValueError for too-low opsets; with --exporter, suggests only what works on that path.
-        lowering = resolve_method(m, o, path_min_opset=ranges[exporter][0] if exporter else None)
+        resolved = model_method(m, o, path_min_opset=ranges[exporter][0] if exporter else None)
         if exporter is not None:
             lo, hi = ranges[exporter]
             if not lo <= o <= hi:
@@ -77,8 +77,8 @@ def _plan(
             chosen = "torchscript"
         else:
             raise UserError(f"opset {o} is not supported: use {MIN_OPSET}..{ranges['dynamo'][1]}")
-        path = output / f"{name}_{lowering.name}_op{o}.onnx"
-        job = Job(lowering.name, o, chosen, exporter is not None, path, asked=m if m != lowering.name else None)
+        path = output / f"{name}_{resolved}_op{o}.onnx"
+        job = Job(resolved, o, chosen, exporter is not None, path, asked=m if m != resolved else None)
         job.planned = method is None
         jobs.append(job)
     if output.suffix == ".onnx":
@@ -98,10 +98,10 @@ def _one_form(jobs: list[Job], net, tensors, method: str | None, name: str, outp
     """
     if method is not None or len(jobs) < 2:
         return jobs, ""
-    from ._ops_used import ONE_FORM, deformable_ops
+    from ._ops_used import deformable_ops, one_form_ops
 
     ops = deformable_ops(net, tensors)
-    if ops is None or (ops and not ops <= ONE_FORM):
+    if ops is None or (ops and not ops <= one_form_ops()):
         return jobs, ""
     job = jobs[0]
     if output.suffix != ".onnx":

@@ -11,11 +11,12 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ._attempts import stage_and_detail
 from ._common import one_line
 from ._inputs import InputSpec
-from ._models import from_specs
+from ._models import ExampleInputs, from_specs
 
 
 @dataclass
@@ -72,7 +73,32 @@ class _Refused(Exception):
     """A user error met while exporting (``ValueError`` of :func:`deform_onnx.export`): exit 2, one line."""
 
 
-def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task, notes, tol) -> Result:
+@dataclass(frozen=True)
+class RowContext:
+    """What every row of one ``deform-onnx export`` shares.
+
+    Attributes:
+        net: the model; ``inputs``: its example inputs (:class:`._models.ExampleInputs`).
+        resized: the first input at a second size (``--dynamic``), else ``None``.
+        dynamic_kw: exporter -> the dynamic-shape keywords of :func:`deform_onnx.export` (``--dynamic``).
+        repeat: timed runs per latency.
+        progress: the rich progress bar and ``task`` its task.
+        notes: lines printed after the table (appended to).
+        tol: ``(atol, rtol)`` of the model's dtype.
+    """
+
+    net: Any
+    inputs: ExampleInputs
+    resized: Any
+    dynamic_kw: dict
+    repeat: int
+    progress: Any
+    task: Any
+    notes: list[str]
+    tol: tuple[float, float]
+
+
+def _run_job(job: Job, ctx: RowContext) -> Result:
     """Export one job into a partial file and check it; a failed row leaves no file.
 
     The file is renamed to ``job.path`` by :func:`_commit` once every row has run.
@@ -81,7 +107,9 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
     """
     result = Result(job)
     try:
-        _export_job(job, result, net, inputs, resized, dynamic_kw, repeat, progress, task, notes, tol)
+        report = _export_job(job, result, ctx)
+        if report is not None:
+            _time_and_resize(job, result, report, ctx)
     except _Refused:
         _remove(result.partial)
         raise
@@ -94,8 +122,8 @@ def _run_job(job: Job, net, inputs, resized, dynamic_kw, repeat, progress, task,
     return result
 
 
-def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repeat, progress, task, notes, tol):
-    """Export (retrying with TorchScript when the dynamo path fails), time in ONNX Runtime, check the second size."""
+def _export_job(job: Job, result: Result, ctx: RowContext):
+    """Export (retrying with TorchScript when the dynamo path fails); the report, or ``None`` for a failed row."""
     from ..core.errors import MissingKernelError
     from ..exporting import api
 
@@ -103,80 +131,89 @@ def _export_job(job: Job, result: Result, net, inputs, resized, dynamic_kw, repe
     exporters = [job.exporter]
     if not job.exporter_chosen and job.exporter == "dynamo" and _torchscript_allows(job.opset):
         exporters.append("torchscript")
-    atol, rtol = tol
-    verify = job.extra.get("verify", True)
-    partial = _partial_path(job.path)
-    result.partial = partial
+    result.partial = _partial_path(job.path)
     for exporter in exporters:
-        progress.update(task, description=f"{label}: exporting ({exporter})")
+        ctx.progress.update(ctx.task, description=f"{label}: exporting ({exporter})")
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 report = api.export(
-                    net,
-                    tuple(inputs.tensors),
-                    partial,
-                    opset_version=job.opset,
-                    method=job.asked or job.method,
-                    dynamo=exporter == "dynamo",
-                    input_names=list(inputs.names),
-                    # The dtype's default goes as None: export() then applies its reference rules
-                    # (float16 against a float32 copy, deform_onnx.exporting.verification); a stricter bound is explicit.
-                    **_explicit_tolerance(atol, rtol, inputs.tensors),
-                    fallback=not job.exporter_chosen,  # --exporter forces that exporter
-                    # export() checks the file at the second size (and writes nothing when it fails there).
-                    verify_shapes=[tuple(resized.shape)] if resized is not None else None,
-                    **dynamic_kw[exporter] if dynamic_kw else {},
-                    **job.extra,
+                    ctx.net, tuple(ctx.inputs.tensors), result.partial, **_export_kwargs(job, exporter, ctx)
                 )
         except api.VerificationError as exc:
             result.exporter, result.problem = exporter, one_line(exc)
             result.attempts.append((exporter, *stage_and_detail(exc, verification=True)))
-            return
+            return None
         except ValueError as exc:  # the target's rules, the arguments: the same for either exporter
             result.attempts.append((exporter, *stage_and_detail(exc)))
             if job.planned and job.extra.get("target") is None:
                 result.exporter, result.problem = exporter, _cli_wording(one_line(exc))
-                return
+                return None
             raise _Refused(_cli_wording(one_line(exc))) from None
         except MissingKernelError as exc:  # the runtime lacks a kernel: the other exporter meets it too
             result.exporter, result.problem = exporter, _cli_wording(one_line(exc))
             result.attempts.append((exporter, *stage_and_detail(exc)))
-            return
+            return None
         except Exception as exc:  # noqa: BLE001 - the exporter's own failures: report, try the next exporter or give up
             result.exporter, result.problem = exporter, f"{type(exc).__name__}: {one_line(exc)}"
             result.attempts.append((exporter, *stage_and_detail(exc)))
             if exporter != exporters[-1]:
-                notes.append(f"{label}: the dynamo exporter failed ({result.problem}); trying TorchScript")
+                ctx.notes.append(f"{label}: the dynamo exporter failed ({result.problem}); trying TorchScript")
             continue
-        for w in caught:
-            if str(w.message).startswith("deform_onnx"):
-                notes.append(f"{label}: {one_line(w.message)}")
-        if report.fallback_reason:
-            result.attempts.append((exporter, f"stopped: {report.fallback_reason}", []))
-            result.attempts.append((report.exporter, "exported (deform_onnx.export's own fallback)", []))
-        else:
-            result.attempts.append((exporter, "exported", []))
-        result.problem = None
-        result.exporter = report.exporter + (
-            " (fallback)" if report.fallback_reason or exporter != job.exporter else ""
-        )
-        result.nodes, result.size, result.error = report.node_count, report.file_size, report.max_error
-        result.form = report.method
-        break
+        ctx.notes.extend(f"{label}: {one_line(w.message)}" for w in caught if str(w.message).startswith("deform_onnx"))
+        _record(result, report, exporter)
+        return report
+    return None
+
+
+def _export_kwargs(job: Job, exporter: str, ctx: RowContext) -> dict:
+    """The keywords of :func:`deform_onnx.export` for one job on one exporter."""
+    atol, rtol = ctx.tol
+    return dict(
+        opset_version=job.opset,
+        method=job.asked or job.method,
+        dynamo=exporter == "dynamo",
+        input_names=list(ctx.inputs.names),
+        # The dtype's default goes as None: export() then applies its reference rules
+        # (float16 against a float32 copy, deform_onnx.exporting.verification); a stricter bound is explicit.
+        **_explicit_tolerance(atol, rtol, ctx.inputs.tensors),
+        fallback=not job.exporter_chosen,  # --exporter forces that exporter
+        # export() checks the file at the second size (and writes nothing when it fails there).
+        verify_shapes=[tuple(ctx.resized.shape)] if ctx.resized is not None else None,
+        **ctx.dynamic_kw[exporter] if ctx.dynamic_kw else {},
+        **job.extra,
+    )
+
+
+def _record(result: Result, report, exporter: str) -> None:
+    """Fill the row from the export's report (the exporter that ran, its fallback, the file's size)."""
+    if report.fallback_reason:
+        result.attempts.append((exporter, f"stopped: {report.fallback_reason}", []))
+        result.attempts.append((report.exporter, "exported (deform_onnx.export's own fallback)", []))
     else:
-        return
-    if not verify:
+        result.attempts.append((exporter, "exported", []))
+    result.problem = None
+    result.exporter = report.exporter + (
+        " (fallback)" if report.fallback_reason or exporter != result.job.exporter else ""
+    )
+    result.nodes, result.size, result.error = report.node_count, report.file_size, report.max_error
+    result.form = report.method
+
+
+def _time_and_resize(job: Job, result: Result, report, ctx: RowContext) -> None:
+    """Time the written file in ONNX Runtime and take the second-size result of its report (unless --no-verify)."""
+    if not job.extra.get("verify", True):
         result.unverified = True
         return
-    progress.update(task, description=f"{label}: timing ONNX Runtime")
-    session = _session(partial)
+    ctx.progress.update(ctx.task, description=f"{job.method}@{job.opset}: timing ONNX Runtime")
+    session = _session(result.partial)  # type: ignore[arg-type]  # set by _export_job
     from ..runtimes.sessions import feeds_by_name  # by name, as export verified it: the graph may drop an input
 
-    feed = feeds_by_name([i.name for i in session.get_inputs()], [t.numpy() for t in inputs.tensors], inputs.names)
-    result.ort_ms = _median_ms(lambda: session.run(None, feed), repeat)
+    tensors, names = ctx.inputs.tensors, ctx.inputs.names
+    feed = feeds_by_name([i.name for i in session.get_inputs()], [t.numpy() for t in tensors], names)
+    result.ort_ms = _median_ms(lambda: session.run(None, feed), ctx.repeat)
     if (
-        resized is not None
+        ctx.resized is not None
     ):  # checked by export() (deform_onnx.exporting.dynamic_check): it raised if the file failed there
         result.resized_error = max((v.max_error for v in report.size_checks), default=None)
         result.resized_ok = bool(report.size_checks)
@@ -248,7 +285,8 @@ def _torchscript_allows(opset: int) -> bool:
 
 def _resized_input(net, x, name: str):
     """A second input for dynamic models: the size :mod:`deform_onnx.exporting.sizes` picks for dynamic N, H, W (the
-    one place that picks second sizes, shared with ``deform_onnx.export``), from the photo where it fits."""
+    one place that picks second sizes, shared with ``deform_onnx.export``), from the photo where it fits.
+    """
     from ..exporting import sizes
 
     axes = sizes.dynamic_axes_of((x,), dynamic_axes={name: {0: "N", x.dim() - 2: "H", x.dim() - 1: "W"}},

@@ -9,11 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..ops.registry import METHODS  # a light module: an argument error answers without numpy
 from ._common import UserError
-
-#: Lowering names (``deform_onnx.ops.registry.METHODS``, spelled out so that an argument error
-#: answers without importing numpy; tests/test_cli_startup.py keeps the two equal).
-METHODS = ("auto", "native", "grid_sample", "gather")
 
 
 def check_method(method: str) -> None:
@@ -75,7 +72,7 @@ class InputSpec:
     dtype: str | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "InputSpec":
+    def parse(cls, text: str) -> InputSpec:
         """``"x=1,3,64,64:float16"``, ``"1,3,64,64"``, ``"1x3x64x64:f64"``.
 
         Raises:

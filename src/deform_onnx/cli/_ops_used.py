@@ -1,32 +1,32 @@
-"""Which deformable ops a model calls: decides whether ``export``'s methods can differ at all.
+"""Which ops of the registry a model calls: decides whether ``export``'s methods can differ at all.
 
-A model that calls none of them (or only the fused multi-scale deformable
-attention op, which every method writes in one form) exports the same graph
-with every method, so ``deform-onnx export`` writes one file for it, not one per method.
+A model that calls none of them (or only ops that every method writes in one
+form, such as the fused multi-scale deformable attention op) exports the same
+graph with every method, so ``deform-onnx export`` writes one file for it, not one per method.
 """
 
 from __future__ import annotations
 
-#: ATen / custom op name prefixes (as the dispatcher names them) -> op name of
-#: ``deform_onnx.lowering.registry.OPS``. ``F.grid_sample`` reaches the dispatcher as
-#: ``aten::grid_sampler_2d`` (its ``aten::grid_sampler`` entry is composite).
-TORCH_OPS = {
-    "torchvision::deform_conv2d": "deform_conv2d",
-    "aten::grid_sampler": "grid_sample",
-    "deform_onnx::ms_deform_attn": "ms_deform_attn",
-}
-#: Ops whose every method writes one and the same form (registry: ``ms_deform_attn``'s fused gather).
-ONE_FORM = frozenset({"ms_deform_attn"})
+
+def one_form_ops() -> set[str]:
+    """The registry's ops that every method writes in one and the same form (:attr:`OpEntry.one_form`)."""
+    from ..ops.registry import OPS
+
+    return {name for name, entry in OPS.items() if entry.one_form}
 
 
 def deformable_ops(net, tensors) -> set[str] | None:
-    """The ops of :data:`TORCH_OPS` that ``net(*tensors)`` calls (one run, no grad), or ``None`` if unknown.
+    """The registry's ops (by :attr:`OpEntry.torch_ops`) that ``net(*tensors)`` calls (one run, no grad).
 
     ``None`` (the run raised, or the dispatcher hid the calls) means: assume every method may differ.
+    ``F.grid_sample`` reaches the dispatcher as ``aten::grid_sampler_2d``: a torch op name is a prefix.
     """
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from ..ops.registry import OPS
+
+    prefixes = [(prefix, name) for name, entry in OPS.items() for prefix in entry.torch_ops]
     seen: set[str] = set()
     any_op = [False]
 
@@ -34,9 +34,7 @@ def deformable_ops(net, tensors) -> set[str] | None:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             any_op[0] = True
             name = func._schema.name
-            for prefix, op in TORCH_OPS.items():
-                if name.startswith(prefix):
-                    seen.add(op)
+            seen.update(op for prefix, op in prefixes if name.startswith(prefix))
             return func(*args, **(kwargs or {}))
 
     try:

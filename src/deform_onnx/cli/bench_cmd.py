@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -35,13 +34,13 @@ def bench_command(
         "--quick",
         help=f"The op's small shape set, {QUICK_WARMUP} warm-up + {QUICK_RUNS} rounds (default: its BENCHMARKS.md shapes, {FULL_RUNS} rounds).",
     ),
-    shape: Optional[List[str]] = typer.Option(
+    shape: list[str] | None = typer.Option(
         None,
         "--shape",
         help="Shape to time instead of the default set, repeatable. deform_conv: N,C,H[,og=G][,stride=S][,mask=0]; "
         "grid_sample: N,C,H[,grid=G]; msda: Q|all[,levels=HxW/HxW/...][,heads=M][,points=P][,channels=C].",
     ),
-    contender: Optional[List[str]] = typer.Option(
+    contender: list[str] | None = typer.Option(
         None,
         "--contender",
         "-c",
@@ -50,27 +49,27 @@ def bench_command(
         "ort-grid_sample, ort-gather; msda: torch, ort-plain-grid_sample, ort-plain-gather, ort-fused. "
         "An ONNX Runtime one may carry a level: ort-gather@basic.",
     ),
-    ort_opt_level: Optional[List[str]] = typer.Option(
+    ort_opt_level: list[str] | None = typer.Option(
         None,
         "--ort-opt-level",
         help="Also time every selected ONNX Runtime contender at this graph optimisation level, as KEY@LEVEL "
         f"rows, repeatable: {', '.join(ORT_OPT_LEVELS)} (plain rows use ORT's default, all).",
     ),
-    runs: Optional[int] = typer.Option(
+    runs: int | None = typer.Option(
         None, "--runs", min=1, help=f"Timed rounds (median over them). Default {FULL_RUNS}."
     ),
-    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help=f"Untimed rounds first. Default {FULL_WARMUP}."),
+    warmup: int | None = typer.Option(None, "--warmup", min=0, help=f"Untimed rounds first. Default {FULL_WARMUP}."),
     threads: int = typer.Option(2, "--threads", min=1, help="Intra-op threads of every runtime."),
     memory: bool = typer.Option(
         True, "--memory/--no-memory", help="Measure peak memory of one inference (a fresh process per model)."
     ),
-    output: Optional[Path] = typer.Option(
+    output: Path | None = typer.Option(
         None,
         "--output",
         "-o",
         help="Also write the tables as markdown; an existing file keeps its text outside the generated block.",
     ),
-    workdir: Optional[Path] = typer.Option(
+    workdir: Path | None = typer.Option(
         None, "--workdir", help="Keep the exported models in this folder (default: temporary)."
     ),
 ) -> None:

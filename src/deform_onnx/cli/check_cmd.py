@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -48,7 +49,7 @@ def parse_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
 
 def input_roles(model) -> dict[str, str]:
     """Graph inputs that are the offset or mask of a deformable node, or named like one."""
-    from ..rewrite import find_nodes
+    from ..ops.deform_conv.sources import find_nodes
 
     roles: dict[str, str] = {}
     graph_inputs = {v.name for v in model.graph.inputs}
@@ -160,8 +161,8 @@ def check_command(
     input_shape: list[str] = typer.Option(
         [], "--input-shape", help="Shape of an input with dynamic dims, e.g. x=1,3,32,32 or x=1x3x32x32 (repeatable)."
     ),
-    inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz file with input arrays by name."),
-    method: Optional[str] = typer.Option(
+    inputs: Path | None = typer.Option(None, "--inputs", help=".npz file with input arrays by name."),
+    method: str | None = typer.Option(
         None,
         "--method",
         "-m",
@@ -170,7 +171,7 @@ def check_command(
     precision: str = typer.Option(
         "f32", "--precision", help="OpenVINO inference precision hint: f32, f16 or bf16 (OpenVINO has no f64)."
     ),
-    tolerance: Optional[float] = typer.Option(
+    tolerance: float | None = typer.Option(
         None,
         "--tolerance",
         help="Max abs error allowed against the reference. Default: the outputs' dtype's "
@@ -185,7 +186,7 @@ def check_command(
         help="Seconds each path and the reference may run; past it the row says 'timed out'.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
-    target: Optional[str] = typer.Option(
+    target: str | None = typer.Option(
         None, "--target", "-t", help="Runtime target: its method for the lowered paths, and its graph rules checked."
     ),
     force: bool = typer.Option(False, "--force", help="Run a lowering the target is known to mishandle."),
@@ -207,86 +208,18 @@ def check_command(
     was not named with --runtime is skipped (said in the table). 2 on a bad
     file or option.
     """
-    rule_notes: list[str] = []
+    a = CheckArgs(model_path, runtime, input_shape, inputs, method, precision, repeat, timeout, seed, target, force)
     with user_errors(ValueError, OSError):
-        if method is not None:
-            check_method(method)
-        if model_path.is_dir():
-            raise UserError(f"{model_path}: is a directory, not an ONNX file")
-        if not model_path.is_file():
-            raise UserError(f"{model_path}: no such file")
-        if target is not None:  # hook (issue 12): the target's method and rules
-            from ..targets import hooks as target_hooks
-
-            rule_notes, method = target_hooks.for_check(model_path, target, method, force)
-        method = method or "auto"
-        runtimes = [r.strip() for spec in runtime for r in spec.split(",") if r.strip()]
-        _check_precision(precision, runtimes)
-        shapes = parse_shapes(input_shape)
-        npz = load_npz(inputs) if inputs is not None else None
-        if model_path.is_dir():
-            raise UserError(f"{model_path}: is a directory, not an ONNX file")
-        from ..rewrite import read_model
-        from ..runtimes import RUNTIME_NAMES
-
-        # Only a runtime the user named must be installed; the default list's are skipped when missing.
-        named = {RUNTIME_NAMES.get(r, r) for r in runtimes} if _given(ctx, "runtime") else set()
-        unknown = [r for r in runtimes if r not in RUNTIME_NAMES]
-        if unknown:
-            raise UserError(f"unknown runtime {unknown[0]!r}; choose from {', '.join(sorted(RUNTIME_NAMES))}")
-        model = read_model(model_path)
-        feeds = make_feeds(model, shapes, npz, seed)
-
-    from ..rewrite import find_nodes
-    from ..runtimes import lowered_here, reference, run_paths
-    from ..runtimes.border import BAND, border_feeds
-
-    deformable = bool(find_nodes(model))
-    to_lower = bool(lowered_here(model, method, target, force))  # what run_paths and lower() decide
-    with user_errors(ValueError):
-        border, border_why = border_feeds(model, feeds, seed) if deformable else (None, "")
-    paths = functools.partial(
-        run_paths, runtimes=runtimes, method=method, target=target, force=force, precision=precision, timeout=timeout
-    )
-    with _progress() as show:
-        results = paths(model_path, feeds, repeat=repeat, progress=lambda what: show(f"{what}: running", 0, None))
-        want, ref_label = reference(model_path, feeds, results, timeout=timeout, progress=show)
-        if border is not None:  # the border input: correctness only, no timing
-            border_results = paths(
-                model_path,
-                border,
-                repeat=0,
-                progress=lambda what: show(f"{what} (border input): running", 0, None),
-            )
-            border_want, border_label = reference(model_path, border, border_results, timeout=timeout, progress=show)
-
-    table = Table(title=f"{model_path.name}: reference = {ref_label if want is not None else 'none'}")
-    for col in ("runtime", "path", "status", "precision", "max abs err", "latency ms"):
-        table.add_column(col, justify="right" if col in ("max abs err", "latency ms") else "left")
+        read = _read(a)
+    runs = _run(a, read)
+    rule_notes, want, ref_label = read.rule_notes, runs.want, runs.ref_label
     if tolerance is None:
         tolerance = dtype_tolerance(want)
-    outcomes = _add_rows(table, results, want, tolerance, named)
-    console.print(table)
-    if any(r.runtime == "onnxruntime" and r.ran for r in results):
-        from ..runtimes.ort_distribution import describe
+    from ..runtimes import RUNTIME_NAMES
 
-        console.print(f"onnxruntime rows: {describe()}, CPU execution provider", highlight=False)
-    if border is not None:  # its own rows: a border-rule mismatch shows even when the random input hides it
-        shown = border_label if border_want is not None else "none"
-        border_table = Table(title=f"border input, {BAND}: reference = {shown}")
-        for col in ("runtime", "path", "status", "precision", "max abs err"):
-            border_table.add_column(col, justify="right" if col == "max abs err" else "left")
-        for r in border_results:
-            r.path += ", border input"
-        outcomes += _add_rows(border_table, border_results, border_want, tolerance, named, border=True)
-        console.print(border_table)
-    elif deformable:
-        console.print(f"border input: none ({border_why})", highlight=False)
-    if not to_lower:
-        from ..rewrite.lowerable import nothing_to_lower  # one wording with `deform-onnx lower`
-
-        console.print(f"{nothing_to_lower(model, method)}: lower() would not change this file, so it has no "
-                      "lower() rows", highlight=False, soft_wrap=True)  # fmt: skip
+    # Only a runtime the user named must be installed; the default list's are skipped when missing.
+    named = {RUNTIME_NAMES.get(r, r) for r in read.runtimes} if _given(ctx, "runtime") else set()
+    outcomes = _print_tables(a, read, runs, tolerance, named)
     for note in rule_notes:
         console.print(f"[yellow]target:[/yellow] {note}", highlight=False)
     broken = [n for n in rule_notes if BREAKS in n]
@@ -311,9 +244,146 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 #: What each row of the check table came to: ``(label, problem)``; ``problem`` is one of
 #: :data:`PROBLEMS`, ``"skipped"`` (not installed, not named) or ``None`` (ran and matched).
-Outcome = tuple[str, Optional[str]]
+Outcome = tuple[str, str | None]
 #: The problems that fail the check (exit code 1), in the order the summary names them.
 PROBLEMS = ("did not run", "exceeded the tolerance", "had no reference")
+
+
+@dataclass(frozen=True)
+class CheckArgs:
+    """The command line of ``deform-onnx check``, as given (the options' meanings: :func:`check_command`)."""
+
+    model_path: Path
+    runtime: list[str]
+    input_shape: list[str]
+    inputs: Path | None
+    method: str | None
+    precision: str
+    repeat: int
+    timeout: float
+    seed: int
+    target: str | None
+    force: bool
+
+
+@dataclass
+class _Read:
+    """The checked arguments: the model read, its feeds, the runtimes, the method and the target's notes."""
+
+    model: Any
+    feeds: dict
+    runtimes: list[str]
+    method: str
+    rule_notes: list[str]
+
+
+@dataclass
+class _Runs:
+    """Every path's result and the reference, at the random input and (when the offsets are inputs) the border one."""
+
+    results: list
+    want: Any
+    ref_label: str
+    deformable: bool
+    to_lower: bool
+    border_why: str = ""
+    border_results: list | None = None
+    border_want: Any = None
+    border_label: str = ""
+
+
+def _read(a: CheckArgs) -> _Read:
+    """Check the options and read the file (a target's notes on it first); ``UserError`` names a bad one."""
+    method: str | None = a.method
+    rule_notes: list[str] = []
+    if method is not None:
+        check_method(method)
+    if a.model_path.is_dir():
+        raise UserError(f"{a.model_path}: is a directory, not an ONNX file")
+    if not a.model_path.is_file():
+        raise UserError(f"{a.model_path}: no such file")
+    if a.target is not None:  # hook (issue 12): the target's method and rules
+        from ..targets import hooks as target_hooks
+
+        rule_notes, method = target_hooks.for_check(a.model_path, a.target, method, a.force)
+    runtimes = [r.strip() for spec in a.runtime for r in spec.split(",") if r.strip()]
+    _check_precision(a.precision, runtimes)
+    shapes = parse_shapes(a.input_shape)
+    npz = load_npz(a.inputs) if a.inputs is not None else None
+    from ..rewrite import read_model
+    from ..runtimes import RUNTIME_NAMES
+
+    unknown = [r for r in runtimes if r not in RUNTIME_NAMES]
+    if unknown:
+        raise UserError(f"unknown runtime {unknown[0]!r}; choose from {', '.join(sorted(RUNTIME_NAMES))}")
+    model = read_model(a.model_path)
+    return _Read(model, make_feeds(model, shapes, npz, a.seed), runtimes, method or "auto", rule_notes)
+
+
+def _run(a: CheckArgs, read: _Read) -> _Runs:
+    """Run every path and the reference, under a progress line; then the same at the border input."""
+    from ..ops.deform_conv.sources import find_nodes
+    from ..runtimes import lowered_here, reference, run_paths
+    from ..runtimes.border import border_feeds
+
+    model, feeds, method = read.model, read.feeds, read.method
+    deformable = bool(find_nodes(model))
+    to_lower = bool(lowered_here(model, method, a.target, a.force))  # what run_paths and lower() decide
+    with user_errors(ValueError):
+        border, border_why = border_feeds(model, feeds, a.seed) if deformable else (None, "")
+    paths = functools.partial(
+        run_paths, runtimes=read.runtimes, method=method, target=a.target, force=a.force, precision=a.precision,
+        timeout=a.timeout,
+    )  # fmt: skip
+    with _progress() as show:
+        results = paths(a.model_path, feeds, repeat=a.repeat, progress=lambda what: show(f"{what}: running", 0, None))
+        want, ref_label = reference(a.model_path, feeds, results, timeout=a.timeout, progress=show)
+        runs = _Runs(results, want, ref_label, deformable, to_lower, border_why)
+        if border is not None:  # the border input: correctness only, no timing
+            runs.border_results = paths(
+                a.model_path, border, repeat=0, progress=lambda what: show(f"{what} (border input): running", 0, None)
+            )
+            runs.border_want, runs.border_label = reference(
+                a.model_path, border, runs.border_results, timeout=a.timeout, progress=show
+            )
+    return runs
+
+
+def _print_tables(a: CheckArgs, read: _Read, runs: _Runs, tolerance: float, named: set[str]) -> list[Outcome]:
+    """The paths' table, the border input's, and why there are no lower() rows; returns each row's outcome.
+
+    ``named``: the runtimes the user named (:func:`_add_rows`).
+    """
+    from ..runtimes.border import BAND
+
+    table = Table(title=f"{a.model_path.name}: reference = {runs.ref_label if runs.want is not None else 'none'}")
+    for col in ("runtime", "path", "status", "precision", "max abs err", "latency ms"):
+        table.add_column(col, justify="right" if col in ("max abs err", "latency ms") else "left")
+    outcomes = _add_rows(table, runs.results, runs.want, tolerance, named)
+    console.print(table)
+    if any(r.runtime == "onnxruntime" and r.ran for r in runs.results):
+        from ..runtimes.ort_distribution import describe
+
+        console.print(f"onnxruntime rows: {describe()}, CPU execution provider", highlight=False)
+    if (
+        runs.border_results is not None
+    ):  # its own rows: a border-rule mismatch shows even when the random input hides it
+        shown = runs.border_label if runs.border_want is not None else "none"
+        border_table = Table(title=f"border input, {BAND}: reference = {shown}")
+        for col in ("runtime", "path", "status", "precision", "max abs err"):
+            border_table.add_column(col, justify="right" if col == "max abs err" else "left")
+        for r in runs.border_results:
+            r.path += ", border input"
+        outcomes += _add_rows(border_table, runs.border_results, runs.border_want, tolerance, named, border=True)
+        console.print(border_table)
+    elif runs.deformable:
+        console.print(f"border input: none ({runs.border_why})", highlight=False)
+    if not runs.to_lower:
+        from ..rewrite.lowerable import nothing_to_lower  # one wording with `deform-onnx lower`
+
+        console.print(f"{nothing_to_lower(read.model, read.method)}: lower() would not change this file, so it has no "
+                      "lower() rows", highlight=False, soft_wrap=True)  # fmt: skip
+    return outcomes
 
 
 def _add_rows(table: Table, results, want, tolerance: float, named: set[str], border: bool = False) -> list[Outcome]:
@@ -377,7 +447,8 @@ def summarize(outcomes: list[Outcome], tolerance: float) -> tuple[bool, str]:
 
 def dtype_tolerance(want) -> float:
     """The max abs error allowed by the reference outputs' dtypes: per output ``atol + rtol * max|reference|``
-    with :func:`deform_onnx.exporting.verification.tolerance_for` (float16 files must not fail at float32's 1e-4)."""
+    with :func:`deform_onnx.exporting.verification.tolerance_for` (float16 files must not fail at float32's 1e-4).
+    """
     import numpy as np
 
     from ..exporting.verification import tolerance_for

@@ -79,6 +79,7 @@ class DeformBlock(nn.Module):
         return out[:, :split], torch.sigmoid(out[:, split:])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[N, Ci, H, W] -> [N, Co, Ho, Wo]``: two DCNv2 layers (offsets and masks predicted from their input), a residual."""
         offset, mask = self.offset_and_mask(self.pred1, x)
         y = torch.relu(self.bn1(self.conv1(x, offset, mask)))
         offset, mask = self.offset_and_mask(self.pred2, y)
@@ -97,6 +98,7 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[N, C, H, W] -> [N, C, H, W]``: two 3x3 convolutions and a residual."""
         y = torch.relu(self.bn1(self.conv1(x)))
         return torch.relu(self.bn2(self.conv2(y)) + x)
 
@@ -128,9 +130,11 @@ class ExampleDCNv2(nn.Module):
         self.stage3 = DeformBlock(32, 64, stride=2, groups=2, offset_groups=2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[N, 3, H, W] -> [N, 64, H/16, W/16]``: the stem and three stages."""
         return self.stage3(self.stage2(self.stage1(self.stem(x))))
 
     def deform_blocks(self) -> list[DeformBlock]:
+        """The model's deformable blocks, in order."""
         return [m for m in self.modules() if isinstance(m, DeformBlock)]
 
 

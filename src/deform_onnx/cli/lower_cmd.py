@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -20,19 +19,19 @@ def lower_command(
         ...,
         help="ONNX file with DeformConv, mmcv/OpenVINO deformable-convolution, TRTDCNv3, MSDA plugin or GridSample nodes.",
     ),
-    output: Optional[Path] = typer.Option(
+    output: Path | None = typer.Option(
         None, "--output", "-o", help="Where to write the result (its folder must exist)."
     ),
-    method: Optional[str] = typer.Option(
+    method: str | None = typer.Option(
         None, "--method", "-m", help=f"Lowering: {', '.join(METHODS)}. Default: the target's, else auto."
     ),
-    opset: Optional[int] = typer.Option(None, "--opset", help="Convert the model to this default-domain opset."),
+    opset: int | None = typer.Option(None, "--opset", help="Convert the model to this default-domain opset."),
     in_place: bool = typer.Option(False, "--in-place", help="Overwrite SRC (instead of -o)."),
-    target: Optional[str] = typer.Option(
+    target: str | None = typer.Option(
         None, "--target", "-t", help="Runtime target (deform-onnx targets): picks the method (and opset if needed)."
     ),
     force: bool = typer.Option(False, "--force", help="Write a result the target is known to mishandle (warns)."),
-    ir_version: Optional[int] = typer.Option(
+    ir_version: int | None = typer.Option(
         None, "--ir-version", help="IR version of the result. Default: the lowest its opsets need."
     ),
 ) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -48,15 +47,15 @@ def quantize_command(
         ..., "--calibration", "-c", help="An .npz (one array per input, samples stacked) or a folder of images."
     ),
     target: str = typer.Option("onnxruntime", "--target", "-t", help=f"Runtime: {', '.join(_TARGETS)}."),
-    method: Optional[str] = typer.Option(
+    method: str | None = typer.Option(
         None, "--method", "-m", help="Lowering of deformable nodes: grid_sample, gather, native (keep DeformConv)."
     ),
-    size: Optional[str] = typer.Option(None, "--size", help="Images: resize to HxW (default: the model's input size)."),
-    mean: Optional[str] = typer.Option(None, "--mean", help="Images: per-channel mean R,G,B on the [0, 1] scale."),
-    std: Optional[str] = typer.Option(None, "--std", help="Images: per-channel std R,G,B on the [0, 1] scale."),
+    size: str | None = typer.Option(None, "--size", help="Images: resize to HxW (default: the model's input size)."),
+    mean: str | None = typer.Option(None, "--mean", help="Images: per-channel mean R,G,B on the [0, 1] scale."),
+    std: str | None = typer.Option(None, "--std", help="Images: per-channel std R,G,B on the [0, 1] scale."),
     layout: str = typer.Option("NCHW", "--layout", help="Images: NCHW or NHWC."),
     scale: float = typer.Option(1.0, "--scale", help="Images: pixel range after reading, [0, SCALE] (255 for raw)."),
-    eval_npz: Optional[Path] = typer.Option(
+    eval_npz: Path | None = typer.Option(
         None, "--eval", help="A held-out .npz sample for the error table (default: the first calibration sample)."
     ),
     table: bool = typer.Option(False, "--table", help="Print the per-layer error table."),

@@ -29,7 +29,7 @@ def targets_command(
         targets = all_targets()
     rows = []
     for t in targets:
-        refused = [f"refuses {f.what}" for f in t.faults]
+        refused = [f"refuses {f.what}" for f in t.all_faults]
         rows.append((
             t.name,
             t.runtime,

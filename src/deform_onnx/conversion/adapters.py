@@ -56,6 +56,7 @@ class Adapter:
 
     @property
     def name(self) -> str:
+        """``<op>_<from>_<to>``, onnxscript's naming of version adapters."""
         return f"{self.op_type.lower()}_{self.from_opset}_{self.to_opset}"
 
 
@@ -126,6 +127,7 @@ def _given(node: ir.Node, value: ir.Value | None, what: str) -> ir.Value:
     "the sizes become an explicit split input (computed at run time when the axis is dynamic)",
 )
 def split_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
+    """``Split`` 18 -> 17: ``num_outputs`` becomes an explicit ``split`` input (the last part smaller)."""
     x_in, split = _inputs(node, 2)
     x = _given(node, x_in, "input")
     if split is not None or "num_outputs" not in node.attributes:
@@ -164,6 +166,7 @@ def split_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.V
     "pads are expanded to full-rank pads with zeros for the other axes",
 )
 def pad_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
+    """``Pad`` 18 -> 17: the ``axes`` input is folded into full-rank ``pads``."""
     data_in, pads, value, axes = _inputs(node, 4)
     data = _given(node, data_in, "data")
     if axes is None:
@@ -187,6 +190,7 @@ def pad_18_17(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Val
     "a Slice of it takes the same range",
 )
 def shape_15_14(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
+    """``Shape`` 15 -> 14: ``start``/``end`` become a ``Slice`` of the full shape."""
     (x,) = _inputs(node, 1)
     start = node.attributes["start"].as_int() if "start" in node.attributes else 0
     end = node.attributes["end"].as_int() if "end" in node.attributes else None
@@ -203,6 +207,7 @@ def shape_15_14(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.V
     "Identity-16 adds optional types to Identity-14: for a tensor it is the same op",
 )
 def identity_16_15(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
+    """``Identity`` 16 -> 15: the same op for tensors and sequences (optional types have no Identity before 16)."""
     (x_in,) = _inputs(node, 1)
     x = _given(node, x_in, "input")
     if x.type is not None and not isinstance(x.type, ir.TensorType):
@@ -258,6 +263,7 @@ for _op in _REDUCE_18:
     "float32 when stash_type=1 (the op's default) as the op specifies",
 )
 def layernormalization_17_16(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
+    """``LayerNormalization`` 17 -> 16: written out as mean, variance, normalise, scale and bias."""
     x_in, scale, bias = _inputs(node, 3)
     x = _given(node, x_in, "X")
     if len(node.outputs) > 1 and any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
@@ -293,6 +299,7 @@ def layernormalization_17_16(node: ir.Node, tape: ir_tape.Tape, target: int) -> 
     "own float types; BatchNormalization-14 takes scale and bias of the input's type: they are cast to it",
 )
 def batchnormalization_15_14(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
+    """``BatchNormalization`` 15 -> 14: scale and bias cast to the input's type (their own float type from 15)."""
     x_in, scale, bias, mean, var = _inputs(node, 5)
     x = _given(node, x_in, "X")
     inputs = [x, scale, bias, mean, var]

@@ -1,4 +1,4 @@
-"""Exceptions of :func:`deform_onnx.export`."""
+"""Exceptions of :func:`deform_onnx.export` and of the checks that run before it."""
 
 
 class ExportError(RuntimeError):
@@ -11,3 +11,22 @@ class VerificationError(ExportError):
 
 class MissingKernelError(ExportError):
     """ONNX Runtime has no kernel for a node of the exported model at its dtype, so it cannot be verified."""
+
+
+class BadModuleInput(ValueError):
+    """A module of the model got arguments or tensors its op cannot take (an op's ``module_checks``).
+
+    Raised by a forward pre-hook while the exporter runs the model; :func:`raise_bad_module_input`
+    unwraps it from the exporter's own error.
+    """
+
+
+def raise_bad_module_input(exc: BaseException) -> None:
+    """Re-raise a :class:`BadModuleInput` that an exporter wrapped (as cause or context), as a plain one-line
+    ``ValueError``; return when ``exc`` holds none.
+    """
+    inner: BaseException | None = exc
+    while inner is not None and not isinstance(inner, BadModuleInput):
+        inner = inner.__cause__ or inner.__context__
+    if inner is not None:
+        raise ValueError(str(inner)) from None

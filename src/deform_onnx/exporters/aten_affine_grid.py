@@ -140,7 +140,8 @@ def torchscript_symbolics(min_opset: int) -> dict:
 def affine_grid(mode: SizeMode, original, theta, size, align_corners=None):
     """``F.affine_grid(theta, size, align_corners)`` from an ``arange`` per spatial size when a size is
     symbolic (``torch.export``), as :func:`emit_affine_grid` writes it; ``NotImplemented`` (torch's own,
-    with its checks and messages) otherwise, or when ``theta`` does not fit ``size``."""
+    with its checks and messages) otherwise, or when ``theta`` does not fit ``size``.
+    """
     import torch
 
     size = [mode.scalar(v) for v in size]

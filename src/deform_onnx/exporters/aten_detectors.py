@@ -265,12 +265,12 @@ def _eye_symbolic(g, *args):
     from torch.onnx import symbolic_helper as sh
     from torch.onnx._internal.torchscript_exporter import symbolic_opset9
 
-    args = list(args)
-    dtype_at = len(args) - 4  # (n[, m], dtype, layout, device, pin_memory)
-    if dtype_at < 1 or sh._is_none(args[dtype_at]) or sh._maybe_get_const(args[dtype_at], "i") != 11:
-        return symbolic_opset9.eye(g, *args)  # 11: c10::ScalarType::Bool
-    args[dtype_at] = g.op("Constant", value_t=_torch_tensor(6))  # c10::ScalarType::Float
-    return g.op("Cast", symbolic_opset9.eye(g, *args), to_i=9)
+    given = list(args)
+    dtype_at = len(given) - 4  # (n[, m], dtype, layout, device, pin_memory)
+    if dtype_at < 1 or sh._is_none(given[dtype_at]) or sh._maybe_get_const(given[dtype_at], "i") != 11:
+        return symbolic_opset9.eye(g, *given)  # 11: c10::ScalarType::Bool
+    given[dtype_at] = g.op("Constant", value_t=_torch_tensor(6))  # c10::ScalarType::Float
+    return g.op("Cast", symbolic_opset9.eye(g, *given), to_i=9)
 
 
 def _torch_tensor(value):
@@ -417,7 +417,7 @@ def _make_resize_aa_symbolic(mode: str):
                 shape = b.static_shape(input)
                 if sh._is_none(output_size) and isinstance(factors, (list, tuple)) and shape and None not in shape[2:]:
                     output_size = [int(shape[2] * factors[0]), int(shape[3] * factors[1])]
-                    scale_hw = (float(factors[0]), float(factors[1]))
+                    scale_hw: tuple[float | None, float | None] = (float(factors[0]), float(factors[1]))
                 else:
                     output_size, scale_hw = sh._maybe_get_const(output_size, "is"), (None, None)
             else:

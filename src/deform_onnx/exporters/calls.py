@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
+from typing import TYPE_CHECKING
 
 import onnx
 import torch
@@ -22,8 +23,12 @@ from .examples import widen_unit_dims
 from .forward_defaults import bound
 from .guards import check_guards, parameter_names
 
+if TYPE_CHECKING:
+    from ..exporting.options import ExportOptions  # what deform_onnx.export resolved (no import at run time)
+
 
 def capture_errors() -> tuple[type[BaseException], ...]:
+    """The exception types of a torch.export capture failure (the dynamo path then falls back)."""
     from torch.onnx._internal.exporter import _errors
 
     return (_errors.TorchExportError,)
@@ -78,20 +83,12 @@ def quiet():
 
 
 def export_dynamo(
-    model,
-    args,
-    opset,
-    method,
-    input_names,
-    output_names,
-    dynamic_shapes,
-    dynamic_axes,
-    sink=None,
-    notes=None,
-    guards=None,
+    model, args, opts: ExportOptions, sink=None, notes=None, guards=None
 ) -> tuple[onnx.ModelProto, list[Repair]]:
-    """Export with the dynamo exporter at ``opset``; below the build opset (18), export at 18 and
-    convert down with :func:`deform_onnx.conversion.convert_down` (adapters reported as repairs).
+    """Export with the dynamo exporter at ``opts.opset`` with ``opts.method``.
+
+    Below the build opset (18), export at 18 and convert down with
+    :func:`deform_onnx.conversion.convert_down` (adapters reported as repairs).
     ``notes`` (a list) receives a line when the guard check cannot run; ``guards`` (a list) the guards
     torch.export recorded.
 
@@ -106,11 +103,14 @@ def export_dynamo(
     """
     from torch.onnx._internal.exporter import _errors
 
+    opset, input_names, output_names = opts.opset, opts.input_names, opts.output_names
+    dynamic_shapes, dynamic_axes = opts.dynamic_shapes, opts.dynamic_axes
     build = max(opset, _dynamo.BUILD_MIN_OPSET)
-    table = _dynamo.translation_table(method, opset)
+    table = _dynamo.translation_table(opts.method, opset)
     if (
         dynamic_shapes is None
         and dynamic_axes is not None
+        and input_names is not None
         and _axes_skip_an_input(dynamic_axes, input_names, len(args))
     ):
         dynamic_shapes, dynamic_axes = axes_to_dynamic_shapes(dynamic_axes, input_names, len(args)), None
@@ -194,7 +194,8 @@ def axes_to_dynamic_shapes(dynamic_axes: dict, input_names: list[str], n_args: i
 @contextlib.contextmanager
 def _lowering_value_errors(wrapper: type[BaseException]):
     """Re-raise a ``ValueError`` of the lowering (e.g. a kernel larger than the padded
-    input) that the exporter wrapped in ``wrapper``, as itself: its message names the fix."""
+    input) that the exporter wrapped in ``wrapper``, as itself: its message names the fix.
+    """
     try:
         yield
     except wrapper as exc:
@@ -209,7 +210,8 @@ def _lowering_value_errors(wrapper: type[BaseException]):
 def _raised_here(exc: BaseException) -> bool:
     """Whether ``exc`` was raised inside deform_onnx (a lowering's refusal), not by torch's own
     translations (e.g. OneFormer's Swin backbone: "Cannot view a tensor with shape ..." from
-    torch's ``aten.view`` translation: the TorchScript fallback exports it)."""
+    torch's ``aten.view`` translation: the TorchScript fallback exports it).
+    """
     import os
 
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -221,10 +223,8 @@ def _raised_here(exc: BaseException) -> bool:
     return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(package)
 
 
-def export_torchscript(
-    model, args, opset, method, input_names, output_names, dynamic_axes, sink=None
-) -> onnx.ModelProto:
-    """Export with the TorchScript exporter and the symbolic of ``method`` registered for the call.
+def export_torchscript(model, args, opts: ExportOptions, sink=None) -> onnx.ModelProto:
+    """Export with the TorchScript exporter and the symbolics of ``opts.method`` registered for the call.
 
     ``sink``: a model over 2 GiB (:class:`deform_onnx.exporting.large.ExternalSink`): torch writes it to a
     path (the exporter itself then uses external data), and the proto returned references the
@@ -235,7 +235,7 @@ def export_torchscript(
     buffer = io.BytesIO()
     # bound: forward's non-tensor defaults stay Python values, not traced inputs (forward_defaults.py)
     with (
-        _torchscript.registered(method),
+        _torchscript.registered(opts.method),
         quiet(),
         written.recording() as calls,
         bound(model, args),
@@ -246,13 +246,13 @@ def export_torchscript(
             args,
             buffer if path is None else path,  # type: ignore[arg-type]  # torch's stub omits file-like objects, which it writes
             dynamo=False,
-            opset_version=opset,
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_axes=dynamic_axes,
+            opset_version=opts.opset,
+            input_names=opts.input_names,
+            output_names=opts.output_names,
+            dynamic_axes=opts.dynamic_axes,
         )
     proto = sink.load_torchscript(path) if path is not None else onnx.load_from_string(buffer.getvalue())
-    if output_names is None and seen:  # hook (issue 30): the model's own output names (exporting/output_names.py)
+    if opts.output_names is None and seen:  # hook (issue 30): the model's own output names (exporting/output_names.py)
         _output_names.rename_proto(proto, seen[-1])
     written.stamp(proto, calls)  # each call's form (TorchScript renames every value: no names)
     return proto

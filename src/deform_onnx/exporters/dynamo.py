@@ -9,11 +9,9 @@ down-conversion has only ops that exist at the target.
 
 from __future__ import annotations
 
-import torchvision  # noqa: F401  (registers torch.ops.torchvision.deform_conv2d)
-
 from ..builder.onnxscript import OnnxScriptBuilder
 from ..core.opsets import DYNAMO_BUILD_MIN_OPSET, DYNAMO_DYNAMIC_MIN_OPSET, DYNAMO_MIN_OPSET
-from ..ops.registry import bindings, check_method, resolve_method
+from ..ops.registry import bindings, check_method, model_method
 
 #: The bounds of this path (:mod:`deform_onnx.core.opsets` explains each).
 BUILD_MIN_OPSET = DYNAMO_BUILD_MIN_OPSET
@@ -65,7 +63,7 @@ def translation_table(method: str = "auto", opset: int | None = None) -> dict:
                 "export at opset >= 14, or use the TorchScript exporter: deform_onnx.register(), "
                 "then torch.onnx.export(..., dynamo=False)"
             )
-        resolve_method(method, opset)  # fail now, not inside the exporter
+        model_method(method, opset)  # fail now, not inside the exporter
 
     from . import aten_detectors
 

@@ -21,7 +21,8 @@ import torch
 
 def _unbound_defaults(model: torch.nn.Module, args: tuple) -> tuple[inspect.Signature, list[str]] | None:
     """``forward``'s signature and the parameter names to keep, when a parameter that ``args`` leaves out
-    has a default that is neither ``None`` nor a tensor (``None`` when there is none, or no signature)."""
+    has a default that is neither ``None`` nor a tensor (``None`` when there is none, or no signature).
+    """
     try:
         sig = inspect.signature(model.forward)
     except (TypeError, ValueError):
@@ -43,7 +44,8 @@ def _unbound_defaults(model: torch.nn.Module, args: tuple) -> tuple[inspect.Sign
 def bound(model: torch.nn.Module, args: tuple) -> Iterator[None]:
     """Inside the block, ``model.forward`` takes only the inputs ``args`` gives (positional tensors, and a
     trailing dict of keyword arguments, as ``torch.onnx.export`` takes them); the other parameters keep
-    their Python defaults. Nothing changes for a ``forward`` without such defaults. Undone on exit."""
+    their Python defaults. Nothing changes for a ``forward`` without such defaults. Undone on exit.
+    """
     found = _unbound_defaults(model, args)
     if found is None:
         yield

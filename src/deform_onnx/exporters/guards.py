@@ -36,7 +36,8 @@ class _Sized:
         return self._shape if dim is None else self._shape[dim]
 
     def stride(self, dim=None):
-        strides, step = [], 1
+        strides: list[int] = []
+        step = 1
         for n in reversed(self._shape):
             strides.insert(0, step)
             step *= max(n, 1)

@@ -21,7 +21,7 @@ _SOURCE = "huggingface/transformers src/transformers/utils/generic.py torch_int 
 
 @register_function("transformers.utils.generic.torch_int", _SOURCE)
 def torch_int(original, x):
-    """transformers' ``torch_int(x)``; a ``SymInt`` is returned as it is (the original would specialise it)."""
+    """Transformers' ``torch_int(x)``; a ``SymInt`` is returned as it is (the original would specialise it)."""
     if isinstance(x, torch.SymInt):
         return x
     return original(x)
@@ -29,7 +29,7 @@ def torch_int(original, x):
 
 @register_function("transformers.utils.generic.torch_float", _SOURCE)
 def torch_float(original, x):
-    """transformers' ``torch_float(x)``; a symbolic number becomes a ``SymFloat`` (the original: ``float(x)``)."""
+    """Transformers' ``torch_float(x)``; a symbolic number becomes a ``SymFloat`` (the original: ``float(x)``)."""
     if isinstance(x, (torch.SymInt, torch.SymFloat)):
         return torch.sym_float(x)
     return original(x)

@@ -125,6 +125,7 @@ class Snapshot:
 
     @classmethod
     def take(cls, model: torch.nn.Module) -> Snapshot:
+        """The state of ``model``: its modules' attributes and buffers, the caches they hold, the globals its code reaches."""
         snap = cls()
         owners: list[object] = []
         for module in model.modules():
@@ -193,7 +194,8 @@ def keeping_state(fn):
 def kept(model: torch.nn.Module) -> Iterator[Snapshot]:
     """Restore the model's state (:class:`Snapshot`) after every ``torch.export.export`` /
     ``torch.export.draft_export`` capture and every ``torch.onnx.export`` call inside the block, and on
-    exit. The three functions are wrapped for the block only."""
+    exit. The three functions are wrapped for the block only.
+    """
     snap = Snapshot.take(model)
     wrapped = [(torch.export, "export"), (torch.export, "draft_export"), (torch.onnx, "export")]
     originals = [getattr(owner, name) for owner, name in wrapped]
@@ -205,7 +207,7 @@ def kept(model: torch.nn.Module) -> Iterator[Snapshot]:
             finally:
                 snap.restore()
 
-        call.__wrapped__ = fn
+        call.__wrapped__ = fn  # type: ignore[attr-defined]  # what functools.wraps sets: torch reads signatures through it
         return call
 
     for (owner, name), fn in zip(wrapped, originals):

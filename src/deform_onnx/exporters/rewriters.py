@@ -137,7 +137,8 @@ class SizeMode(TorchFunctionMode):
 
     def values(self, tensor, partial: bool = False):
         """The recorded sizes of ``tensor`` (numpy object array) or ``None``; with ``partial``, also an
-        array with :data:`UNKNOWN` entries (a size tensor being filled in place)."""
+        array with :data:`UNKNOWN` entries (a size tensor being filled in place).
+        """
         if not isinstance(tensor, torch.Tensor):
             return None
         entry = self._values.get(id(tensor))
@@ -249,7 +250,8 @@ def _functions_rewritten() -> Iterator[list[str]]:
 @contextlib.contextmanager
 def while_exporting() -> Iterator[SizeMode]:
     """Apply :data:`REWRITES` to torch calls and :data:`FUNCTION_REWRITES` to model libraries inside the block
-    (both exporters), undone on exit."""
+    (both exporters), undone on exit.
+    """
     from . import aten_affine_grid, hf_transformers, size_ranges, size_tensors  # noqa: F401  (register the patterns)
 
     with _functions_rewritten(), SizeMode() as mode:

@@ -57,7 +57,8 @@ def linspace(
 ):
     """``torch.linspace(start, end, steps)`` (1-D, ``steps`` long, floating ``dtype``) from an ``arange`` over
     ``steps`` when any argument is a symbolic or traced size; ``NotImplemented`` (torch's own) otherwise,
-    and for integer dtypes, ``out=`` or ``requires_grad``."""
+    and for integer dtypes, ``out=`` or ``requires_grad``.
+    """
     start, end, steps = mode.scalar(start), mode.scalar(end), mode.scalar(steps)
     if not any(_sized(v) for v in (start, end, steps)) or out is not None or requires_grad or kwargs:
         return NotImplemented

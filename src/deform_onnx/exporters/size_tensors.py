@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -98,7 +101,8 @@ def _from_sizes(mode: SizeMode, original, data, *args, dtype=None, device=None, 
 @register("torch.as_tensor", _SOURCE)
 def as_tensor(mode, original, data, *args, **kwargs):
     """``torch.as_tensor(data, dtype, device)``; a nested list holding sizes gives an ``[...]`` tensor stacked
-    from them (dtype as torch infers it: int64 for sizes), else ``NotImplemented`` (torch's own)."""
+    from them (dtype as torch infers it: int64 for sizes), else ``NotImplemented`` (torch's own).
+    """
     return _from_sizes(mode, original, data, *args, **kwargs)
 
 
@@ -111,7 +115,8 @@ def tensor(mode, original, data, *args, **kwargs):
 @register("torch.Tensor.__setitem__", _SOURCE + "; RT-DETR / RT-DETRv2 / D-FINE spatial_shapes[level, 0] = height")
 def setitem(mode, original, target, index, value):
     """``spatial_shapes[level, 0] = height`` into a small integer tensor (transformers' RT-DETR family builds
-    ``spatial_shapes = torch.empty((L, 2), dtype=torch.long)`` so): remember the size written there."""
+    ``spatial_shapes = torch.empty((L, 2), dtype=torch.long)`` so): remember the size written there.
+    """
     value = mode.scalar(value)
     known = mode.values(target, partial=True)
     if not (is_symbolic(value) or (known is not None and isinstance(value, int))):
@@ -190,100 +195,174 @@ def propagate(mode: SizeMode, func, args, kwargs):
     Returns ``NotImplemented`` when ``func`` is not such an op (the caller substitutes sizes and runs it).
     """
     name = getattr(func, "__name__", "")
-    first = args[0] if args else None
     if name in ("cat", "stack", "concat", "concatenate"):
-        parts = args[0] if args else kwargs.get("tensors")
-        if not isinstance(parts, (list, tuple)) or not parts:
-            return NotImplemented
-        values = [mode.values(p) for p in parts]
-        if any(v is None for v in values):
-            return NotImplemented
-        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-        out = func(*args, **kwargs)
-        joined = np.stack(values, axis=dim) if name == "stack" else np.concatenate(values, axis=dim)
-        return _record_if_integral(mode, out, joined)
-    values = mode.values(first)
+        return _join(mode, func, name, args, kwargs)
+    values = mode.values(args[0] if args else None)
     if values is None:
-        if name in _REVERSED or name in _BINARY:
-            other = mode.values(args[1]) if len(args) > 1 else None
-            if other is None:
-                return NotImplemented
-        else:
+        if not (name in _REVERSED or name in _BINARY):
             return NotImplemented
-    if name in _READ and len(args) == 1 and values.ndim == 0:
-        value = values.item()
-        if name == "__bool__":
-            return bool(value)
-        if name == "__float__":
-            return float(value) if isinstance(value, int) else torch.sym_float(value)
-        return value
-    if name in ("_is_all_true", "all", "any") and len(args) == 1 and not kwargs:
-        # torch._check_tensor_all(cond) (transformers' torch_compilable_check on spatial_shapes, RT-DETRv2,
-        # D-FINE) reads cond._is_all_true().item(): give it the size condition, and compute the tensor with
-        # aten.all/any (aten._is_all_true has no ONNX translation in torch 2.14)
-        combine = operator.or_ if name == "any" else operator.and_
-        flat = list(values.reshape(-1))
-        value = flat[0] if flat else name != "any"
-        for v in flat[1:]:
-            value = combine(value, v)
-        assert isinstance(first, torch.Tensor)  # mode.values() recorded it, so it is a tensor
-        out = torch.any(first) if name == "any" else torch.all(first)
-        return _record_if_integral(mode, out, value)
-    if name == "tolist" and len(args) == 1:
-        return values.tolist()
-    if name == "__iter__":
-        parts = list(func(*args, **kwargs))
-        for i, part in enumerate(parts):
-            mode.record(part, values[i])
-        return iter(parts)
-    if name == "unbind":
-        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-        parts = func(*args, **kwargs)
-        moved = np.moveaxis(values, dim, 0)
-        for i, part in enumerate(parts):
-            mode.record(part, moved[i])
-        return parts
-    if name == "__getitem__":
-        index = mode.substitute(args[1])
-        if any(isinstance(i, torch.Tensor) for i in (index if isinstance(index, tuple) else (index,))):
+        other = mode.values(args[1]) if len(args) > 1 else None
+        if other is None:
             return NotImplemented
-        return _record_if_integral(mode, func(first, index), values[index])
-    if name == "select":
-        dim, index = mode.substitute(args[1]), mode.substitute(args[2])
-        return _record_if_integral(mode, func(first, dim, index), np.take(values, index, axis=dim))
-    if name in _BINARY or name in _REVERSED:
-        if len(args) != 2 or kwargs:
-            return NotImplemented
-        a, b = _operand(mode, args[0]), _operand(mode, args[1])
-        if a is None or b is None:
-            return NotImplemented
-        op = np.frompyfunc(_BINARY.get(name) or _REVERSED[name], 2, 1)
-        out = func(*args)
-        return _record_if_integral(mode, out, op(b, a) if name in _REVERSED else op(a, b))
-    if name in _REDUCE or name == "cumsum":
-        dim = args[1] if len(args) > 1 else kwargs.get("dim")
-        if kwargs.get("keepdim") or (len(args) > 2 and name != "cumsum"):
-            return NotImplemented
-        ufunc = np.frompyfunc(_REDUCE.get(name, operator.add), 2, 1)
-        out = func(*args, **kwargs)
-        if name == "cumsum":
-            result = ufunc.accumulate(values, axis=dim) if values.ndim else values
-        elif dim is None:
-            result = ufunc.reduce(values.reshape(-1)) if values.size else 0
-        else:
-            result = ufunc.reduce(values, axis=dim)
-        return _record_if_integral(mode, out, result)
-    if name in ("new_zeros", "new_ones"):
-        out = func(*args, **kwargs)
-        return _record_if_integral(mode, out, np.full(tuple(out.shape), int(name == "new_ones"), dtype=object))
-    if name in _SAME:
-        return _record_if_integral(mode, func(*args, **kwargs), values)
-    if name == "flip":
-        dims = args[1] if len(args) > 1 else kwargs.get("dims")
-        return _record_if_integral(mode, func(*args, **kwargs), np.flip(values, axis=tuple(dims)))
-    if name in ("reshape", "view", "flatten"):
-        out = func(*args, **kwargs)
-        if all(isinstance(n, int) for n in out.shape):
-            return _record_if_integral(mode, out, values.reshape(tuple(out.shape)))
-        return out
+    call = _Call(mode, func, name, args, kwargs, values)
+    for names, handler in _HANDLERS:
+        if name in names:
+            return handler(call)
     return NotImplemented
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One torch call seen by :func:`propagate`: the mode, the function, its arguments, the sizes of the first."""
+
+    mode: SizeMode
+    func: Any
+    name: str
+    args: tuple
+    kwargs: Any
+    values: Any  # np.ndarray of the first argument's sizes (None for a reversed operator's)
+
+    @property
+    def first(self):
+        return self.args[0] if self.args else None
+
+    def record(self, out, values):
+        return _record_if_integral(self.mode, out, values)
+
+
+def _join(mode: SizeMode, func, name: str, args, kwargs):
+    parts = args[0] if args else kwargs.get("tensors")
+    if not isinstance(parts, (list, tuple)) or not parts:
+        return NotImplemented
+    values = [mode.values(p) for p in parts]
+    if any(v is None for v in values):
+        return NotImplemented
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    out = func(*args, **kwargs)
+    joined = np.stack(values, axis=dim) if name == "stack" else np.concatenate(values, axis=dim)
+    return _record_if_integral(mode, out, joined)
+
+
+def _read(c: _Call):
+    if len(c.args) != 1 or c.values.ndim != 0:
+        return NotImplemented
+    value = c.values.item()
+    if c.name == "__bool__":
+        return bool(value)
+    if c.name == "__float__":
+        return float(value) if isinstance(value, int) else torch.sym_float(value)
+    return value
+
+
+def _all_true(c: _Call):
+    # torch._check_tensor_all(cond) (transformers' torch_compilable_check on spatial_shapes, RT-DETRv2,
+    # D-FINE) reads cond._is_all_true().item(): give it the size condition, and compute the tensor with
+    # aten.all/any (aten._is_all_true has no ONNX translation in torch 2.14)
+    if len(c.args) != 1 or c.kwargs:
+        return NotImplemented
+    combine = operator.or_ if c.name == "any" else operator.and_
+    flat = list(c.values.reshape(-1))
+    value = flat[0] if flat else c.name != "any"
+    for v in flat[1:]:
+        value = combine(value, v)
+    assert isinstance(c.first, torch.Tensor)  # mode.values() recorded it, so it is a tensor
+    out = torch.any(c.first) if c.name == "any" else torch.all(c.first)
+    return c.record(out, value)
+
+
+def _tolist(c: _Call):
+    return c.values.tolist() if len(c.args) == 1 else NotImplemented
+
+
+def _iter(c: _Call):
+    parts = list(c.func(*c.args, **c.kwargs))
+    for i, part in enumerate(parts):
+        c.mode.record(part, c.values[i])
+    return iter(parts)
+
+
+def _unbind(c: _Call):
+    dim = c.args[1] if len(c.args) > 1 else c.kwargs.get("dim", 0)
+    parts = c.func(*c.args, **c.kwargs)
+    moved = np.moveaxis(c.values, dim, 0)
+    for i, part in enumerate(parts):
+        c.mode.record(part, moved[i])
+    return parts
+
+
+def _getitem(c: _Call):
+    index = c.mode.substitute(c.args[1])
+    if any(isinstance(i, torch.Tensor) for i in (index if isinstance(index, tuple) else (index,))):
+        return NotImplemented
+    return c.record(c.func(c.first, index), c.values[index])
+
+
+def _select(c: _Call):
+    dim, index = c.mode.substitute(c.args[1]), c.mode.substitute(c.args[2])
+    return c.record(c.func(c.first, dim, index), np.take(c.values, index, axis=dim))
+
+
+def _binary(c: _Call):
+    if len(c.args) != 2 or c.kwargs:
+        return NotImplemented
+    a, b = _operand(c.mode, c.args[0]), _operand(c.mode, c.args[1])
+    if a is None or b is None:
+        return NotImplemented
+    op = np.frompyfunc(_BINARY.get(c.name) or _REVERSED[c.name], 2, 1)
+    out = c.func(*c.args)
+    return c.record(out, op(b, a) if c.name in _REVERSED else op(a, b))
+
+
+def _reduce(c: _Call):
+    dim = c.args[1] if len(c.args) > 1 else c.kwargs.get("dim")
+    if c.kwargs.get("keepdim") or (len(c.args) > 2 and c.name != "cumsum"):
+        return NotImplemented
+    ufunc = np.frompyfunc(_REDUCE.get(c.name, operator.add), 2, 1)
+    out = c.func(*c.args, **c.kwargs)
+    values = c.values
+    if c.name == "cumsum":
+        result = ufunc.accumulate(values, axis=dim) if values.ndim else values
+    elif dim is None:
+        result = ufunc.reduce(values.reshape(-1)) if values.size else 0
+    else:
+        result = ufunc.reduce(values, axis=dim)
+    return c.record(out, result)
+
+
+def _new_filled(c: _Call):
+    out = c.func(*c.args, **c.kwargs)
+    return c.record(out, np.full(tuple(out.shape), int(c.name == "new_ones"), dtype=object))
+
+
+def _same(c: _Call):
+    return c.record(c.func(*c.args, **c.kwargs), c.values)
+
+
+def _flip(c: _Call):
+    dims = c.args[1] if len(c.args) > 1 else c.kwargs.get("dims")
+    return c.record(c.func(*c.args, **c.kwargs), np.flip(c.values, axis=tuple(dims)))
+
+
+def _reshape(c: _Call):
+    out = c.func(*c.args, **c.kwargs)
+    if all(isinstance(n, int) for n in out.shape):
+        return c.record(out, c.values.reshape(tuple(out.shape)))
+    return out
+
+
+#: (function names, handler), in the order :func:`propagate` asks them (the first that names the call).
+_HANDLERS: tuple[tuple[Any, Callable[[_Call], Any]], ...] = (
+    (_READ, _read),
+    (("_is_all_true", "all", "any"), _all_true),
+    (("tolist",), _tolist),
+    (("__iter__",), _iter),
+    (("unbind",), _unbind),
+    (("__getitem__",), _getitem),
+    (("select",), _select),
+    ((*_BINARY, *_REVERSED), _binary),
+    ((*_REDUCE, "cumsum"), _reduce),
+    (("new_zeros", "new_ones"), _new_filled),
+    (_SAME, _same),
+    (("flip",), _flip),
+    (("reshape", "view", "flatten"), _reshape),
+)

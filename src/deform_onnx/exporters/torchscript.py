@@ -1,9 +1,9 @@
-"""TorchScript exporter (``torch.onnx.export(..., dynamo=False)``): a registered symbolic.
+"""TorchScript exporter (``torch.onnx.export(..., dynamo=False)``): registered symbolics.
 
-``register()`` installs a symbolic for ``torchvision::deform_conv2d`` (and
-one for ``aten::grid_sampler``, :mod:`deform_onnx.ops.grid_sample.binding`) at every opset from 11 to
-the exporter's maximum; the symbolic drives the chosen lowering through
-:class:`~deform_onnx.builder.torchscript.TorchScriptBuilder`, an adapter over ``g.op``.
+``register()`` installs the symbolic of every op of the registry that has a torch binding
+(:attr:`deform_onnx.ops.registry.OpEntry.binding`: ``torchvision::deform_conv2d``,
+``aten::grid_sampler``, ...) at every opset from 11 to the exporter's maximum; each symbolic drives
+the chosen lowering through :class:`~deform_onnx.builder.torchscript.TorchScriptBuilder`, an adapter over ``g.op``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import contextlib
 
 import torch
 
-from ..builder.torchscript import TorchScriptBuilder, _keep_error_one_line, traced_output_dtype  # noqa: F401  (re-exported)
 from ..core.opsets import TORCHSCRIPT_MIN_OPSET
-from ..ops.deform_conv.binding import TORCHSCRIPT_OP as OP_NAME  # noqa: F401  (re-exported)
 from ..ops.registry import bindings, check_method
 from . import aten_gaps
 
@@ -63,7 +61,8 @@ def unregister() -> None:
 
 def _symbolics(method: str) -> dict:
     """TorchScript op name -> (symbolic, opsets): every op of the registry that has a binding, at every
-    opset from 11, and the ATen ops torch lacks at low opsets (:mod:`.aten_gaps`) only below torch's own."""
+    opset from 11, and the ATen ops torch lacks at low opsets (:mod:`.aten_gaps`) only below torch's own.
+    """
     every = range(TORCHSCRIPT_MIN_OPSET, MAX_OPSET + 1)
     table = {}
     for binding in bindings():

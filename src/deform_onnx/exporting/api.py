@@ -1,40 +1,38 @@
-"""One-call export: pick the exporter, lower deformable convolution, validate, verify, write atomically."""
+"""One-call export: pick the exporter, lower the op family, validate, verify, write atomically.
+
+:func:`export` resolves the user's keywords into one :class:`~.options.ExportOptions`
+(the target's picks, ``auto``, the opset) and runs the named steps: the checks that
+need no export (:func:`_check_before`), the export on the dynamo path or the
+TorchScript one (:mod:`.paths`), the report, the write (:mod:`.finish`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import onnx
 import torch
 
 from ..builder import written as _written
-from ..conversion import ConversionError
-from ..core.atomic_io import write_bytes_atomic
-from ..core.errors import ExportError, MissingKernelError, VerificationError
-from ..core.irversion import apply_ir_version, check_requested
+from ..core.errors import BadModuleInput, ExportError, VerificationError
+from ..core.irversion import check_requested
+from ..core.opsets import FAMILY_MIN_OPSET as MIN_OPSET
 from ..exporters import dynamo as _dynamo
 from ..exporters import rewriters as _rewriters
 from ..exporters import torchscript as _torchscript
-from ..exporters.calls import capture_errors as _capture_errors
-from ..exporters.calls import cause as _cause
-from ..exporters.calls import export_dynamo as _export_dynamo
-from ..exporters.calls import export_torchscript as _export_torchscript
-from ..exporters.guards import FixedDynamicSize, parameter_names
 from ..exporters.module_state import keeping_state
-from ..ops.deform_conv.module_checks import BadDeformInput, check_deform_modules, raise_bad_deform_input
-from ..ops.deform_conv.spec import MIN_OPSET
-from ..ops.registry import resolve_method
-from . import dynamic_check as _dynamic_check
-from . import paths as _paths
-from . import sizes as _sizes
+from ..ops import registry
+from . import paths
 from .bfloat16 import choose_opset as _bfloat16_opset  # bfloat16: opset 22 (verified in dynamic_check)
+from .dynamic_check import SizeCheck
+from .finish import write
 from .large import ExternalSink, is_large
+from .options import ExportOptions
 from .verification import OutputCheck, Tolerance, Verified
 
-__all__ = ["ExportError", "ExportReport", "VerificationError", "check_deform_modules", "export"]
+__all__ = ["ExportError", "ExportReport", "VerificationError", "export"]
 
 #: Default opset when none is given: the standard-op lowerings at 17 run on the
 #: widest set of runtimes (DirectML, older ONNX Runtime, OpenVINO); native needs 19.
@@ -199,133 +197,84 @@ def export(
         ExportError: with dynamic axes, the file keeps a requested dynamic dimension static or fails at a
             second size (named, with what froze and what to do; dynamo: after the fallback); nothing written.
     """
-    # Hook (issue 12): a runtime target picks method/opset; explicit values win.
-    from ..targets import hooks as _target_hooks
-
-    choice = _target_hooks.for_export(target, method, opset_version, dynamo, force)
-    from ..targets import needs as _target_needs  # hook (issue 19): opsets a model's calls need on the target
-
-    _target_needs.for_model(choice, model, args, opset_version, dynamo, dynamic_shapes or dynamic_axes)
-    method, opset_version, dynamo = choice.method, choice.opset, choice.dynamo
-    opset_version = _bfloat16_opset(model, args, opset_version, dynamo)  # bfloat16: opset 22 (bfloat16.py)
-    if opset_version is None:
-        opset_version = DEFAULT_NATIVE_OPSET if method == "native" else DEFAULT_OPSET
-    check_requested(ir_version, opset_version)  # hook (issue 12): fail before the export
-    from ..core.torch_compat import check_dynamo_dynamic  # hook (issue 12): older torch releases
-
-    check_dynamo_dynamic(dynamo, dynamic_shapes is not None or dynamic_axes is not None)
-    if not hasattr(f, "write") and not Path(f).parent.is_dir():
-        # Fail before the (slow) export, not after it.
-        raise FileNotFoundError(f"output folder {Path(f).parent} does not exist; create it first")
+    choice, opset = _choose(model, args, target, method, opset_version, dynamo, force, dynamic_shapes or dynamic_axes)
+    _check_before(choice, opset, ir_version, dynamic_shapes is not None or dynamic_axes is not None, f)
     # Suggestions name methods that work on the path that will run (the fallback reaches 11).
-    lowering = resolve_method(
-        method, opset_version, path_min_opset=DYNAMO_MIN_OPSET if dynamo and not fallback else None
+    lowest = DYNAMO_MIN_OPSET if choice.dynamo and not fallback else None
+    opts = ExportOptions(
+        opset=opset,
+        method=registry.model_method(choice.method, opset, path_min_opset=lowest),
+        dynamo=choice.dynamo,
+        input_names=input_names,
+        output_names=output_names,
+        dynamic_shapes=dynamic_shapes,
+        dynamic_axes=dynamic_axes,
+        verify=verify,
+        rtol=rtol,
+        atol=atol,
+        fallback=fallback,
+        ir_version=ir_version,
+        verify_shapes=verify_shapes,
+        choice=choice,
     )
     if not isinstance(args, tuple):
         args = (args,)
-    _check_opset_range(opset_version, dynamo)
+    _check_opset_range(opset, choice.dynamo)
+    # Hook (issue 18): sizes stay symbolic through detector code's size tensors and linspace
+    # while exporting (deform_onnx.exporters.rewriters); undone on exit. Hook (issue 12): graph forms.
+    with _eval_mode(model), choice.emitting(), _rewriters.while_exporting():
+        return _export_eval(model, args, f, opts)
+
+
+def _choose(model, args, target, method, opset, dynamo: bool, force: bool, dynamic=None):
+    """The target's :class:`~deform_onnx.targets.Choice` (explicit values win) and the opset to export at.
+
+    Opsets a model's calls need on the target (issue 19), bfloat16's 22, else 17 (19 for ``native``).
+    """
+    from ..targets import hooks as _target_hooks
+    from ..targets import needs as _target_needs
+
+    choice = _target_hooks.for_export(target, method, opset, dynamo, force)
+    _target_needs.for_model(choice, model, args, opset, dynamo, dynamic)
+    chosen = _bfloat16_opset(model, args, choice.opset, choice.dynamo)  # bfloat16: opset 22 (bfloat16.py)
+    if chosen is None:
+        chosen = DEFAULT_NATIVE_OPSET if choice.method == "native" else DEFAULT_OPSET
+    return choice, chosen
+
+
+def _check_before(choice, opset: int, ir_version: int | None, dynamic: bool, f) -> None:
+    """What fails before any export work: the IR version, dynamic shapes on an old torch, a missing folder."""
+    check_requested(ir_version, opset)  # hook (issue 12)
+    from ..core.torch_compat import check_dynamo_dynamic  # hook (issue 12): older torch releases
+
+    check_dynamo_dynamic(choice.dynamo, dynamic)
+    if not hasattr(f, "write") and not Path(f).parent.is_dir():
+        # Fail before the (slow) export, not after it.
+        raise FileNotFoundError(f"output folder {Path(f).parent} does not exist; create it first")
+
+
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module):
+    """Export and verify in eval mode; each module's own mode is restored after."""
     training = {m: m.training for m in model.modules()}
-    model.eval()  # export and verify in eval mode; each module's own mode is restored after
+    model.eval()
     try:
-        # Hook (issue 18): sizes stay symbolic through detector code's size tensors and linspace
-        # while exporting (deform_onnx.exporters.rewriters); undone on exit.
-        with choice.emitting(), _rewriters.while_exporting():  # hook (issue 12): graph forms for the target
-            return _export_eval(
-                model,
-                args,
-                f,
-                opset_version,
-                lowering.name,
-                dynamo,
-                input_names,
-                output_names,
-                dynamic_shapes,
-                dynamic_axes,
-                verify,
-                rtol,
-                atol,
-                fallback,
-                choice=choice,
-                ir_version=ir_version,
-                verify_shapes=verify_shapes,
-            )
+        yield
     finally:
         for module, mode in training.items():
             module.training = mode
 
 
-def _export_eval(
-    model,
-    args,
-    f,
-    opset_version,
-    method,
-    dynamo,
-    input_names,
-    output_names,
-    dynamic_shapes,
-    dynamic_axes,
-    verify,
-    rtol,
-    atol,
-    fallback,
-    choice=None,
-    ir_version=None,
-    verify_shapes=None,
-) -> ExportReport:
+def _export_eval(model, args: tuple, f, opts: ExportOptions) -> ExportReport:
+    """Export, check and verify the file (dynamo path first), then write it and report."""
     start = time.perf_counter()
-    fallback_reason: str | None = None
-    repairs: list = []
-    done: tuple[onnx.ModelProto, bytes | str, Verified | None, list] | None = None
-    checks = check_deform_modules(model)
-    sized = _dynamic_check.SizeCheck.plan(model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes)
-    sized.notes.extend(choice.notes if choice is not None else [])  # the opsets picked for the model's needs
+    checks = registry.check_modules(model)  # each op's checks of its modules (forward pre-hooks)
+    sized = SizeCheck.plan(model, args, opts)
+    sized.notes.extend(opts.choice.notes if opts.choice is not None else [])  # the opsets picked for the model's needs
     sink = ExternalSink(f) if is_large(model) else None  # over 2 GiB: external data (large.py)
     try:
-        if dynamo:
-            try:
-                done = _try_dynamo(
-                    model,
-                    args,
-                    opset_version,
-                    method,
-                    input_names,
-                    output_names,
-                    dynamic_shapes,
-                    dynamic_axes,
-                    verify,
-                    rtol,
-                    atol,
-                    ir_version,
-                    choice,
-                    sized,
-                    sink,
-                )
-            except _DynamoUnfit as exc:
-                fallback_reason = str(exc)
-            if fallback_reason is not None:  # outside the except: no chained traceback on the ExportError
-                _check_fallback(fallback_reason, opset_version, fallback)
-                warnings.warn(
-                    f"deform_onnx: {fallback_reason}; falling back to the TorchScript exporter "
-                    "(it records the branches taken for the example inputs)",
-                    stacklevel=4,  # the caller of export() (past keeping_state's wrapper)
-                )
-        if done is None:
-            probe = _paths.dynamo_probe(_try_dynamo, locals(), DYNAMO_MIN_OPSET)  # hook (issue 30): None if tried
-            if input_names is None:
-                input_names = parameter_names(model, len(args))  # as the dynamo exporter names them
-            if dynamic_axes is None and dynamic_shapes is not None:
-                dynamic_axes = _sizes.dynamic_shapes_to_axes(dynamic_shapes, input_names)
-            # hook (issue 30): each path's reason, dynamo's first; whether dynamo=True holds where TorchScript froze
-            with _paths.reasons_named(fallback_reason), _paths.dynamo_hint(probe):
-                proto = _export_torchscript(
-                    model, args, opset_version, method, input_names, output_names, dynamic_axes, sink=sink
-                )
-                data = _finish(proto, opset_version, method, ir_version, choice, sink)
-                verified = sized.run(model, args, data, proto, rtol, atol)
-        else:
-            proto, data, verified, repairs = done
-    except BadDeformInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
+        produced = paths.produce(model, args, opts, sized, sink)
+    except BadModuleInput as exc:  # raised by a check in the TorchScript trace: a plain ValueError
         if sink is not None:
             sink.close()
         raise ValueError(str(exc)) from None
@@ -335,18 +284,32 @@ def _export_eval(
         raise
     finally:
         checks.close()
+    report = _report(produced, opts, sink, time.perf_counter() - start)
+    sized.fill(report, produced.verified)
+    if sink is not None:
+        report.path = sink.commit()
+    elif isinstance(produced.data, bytes):  # without a sink, finish() returns the serialized model
+        report.path = write(produced.data, f)
+    else:
+        raise TypeError(f"internal error: expected the serialized model, got {type(produced.data).__name__}")
+    return report
+
+
+def _report(produced: paths.Produced, opts: ExportOptions, sink: ExternalSink | None, seconds: float) -> ExportReport:
+    """The :class:`ExportReport` of a produced file (before the second-size results and the path)."""
+    proto, verified = produced.proto, produced.verified
     calls = _written.read(proto)  # the form each call was written in (one rule for every label)
     report = ExportReport(
         path=None,
-        opset=opset_version,
-        method=_written.label(calls, method),
+        opset=opts.opset,
+        method=_written.label(calls, opts.method),
         forms=_written.per_op(calls),
-        exporter="torchscript" if (not dynamo or fallback_reason) else "dynamo",
+        exporter=produced.exporter,
         node_count=len(proto.graph.node),
-        file_size=len(data) if sink is None else sink.file_size(),
-        repairs=[str(r) for r in repairs],
-        fallback_reason=fallback_reason,
-        export_seconds=time.perf_counter() - start,
+        file_size=len(produced.data) if sink is None else sink.file_size(),
+        repairs=[str(r) for r in produced.repairs],
+        fallback_reason=produced.fallback_reason,
+        export_seconds=seconds,
         op_types=sorted({n.op_type for n in proto.graph.node}),
     )
     if verified is not None:
@@ -359,91 +322,7 @@ def _export_eval(
 
         report.onnxruntime = describe()
         report.checks = verified.checks
-    sized.fill(report, verified)
-    if sink is not None:
-        report.path = sink.commit()
-    elif isinstance(data, bytes):  # without a sink, _finish returns the serialized model
-        report.path = _write(data, f)
-    else:
-        raise TypeError(f"internal error: expected the serialized model, got {type(data).__name__}")
     return report
-
-
-class _DynamoUnfit(Exception):
-    """The dynamo path cannot serve this export (the message says why); the TorchScript one may."""
-
-
-def _try_dynamo(
-    model,
-    args,
-    opset,
-    method,
-    input_names,
-    output_names,
-    dynamic_shapes,
-    dynamic_axes,
-    verify,
-    rtol,
-    atol,
-    ir_version=None,
-    choice=None,
-    sized=None,
-    sink=None,
-) -> tuple[onnx.ModelProto, bytes | str, Verified | None, list]:
-    """Export, validate and verify on the dynamo path, or raise :class:`_DynamoUnfit` naming why not.
-
-    User errors (``ValueError``) and a runtime without a kernel (:class:`MissingKernelError`) pass
-    through: the TorchScript exporter would meet them too.
-    """
-    if opset < DYNAMO_MIN_OPSET:
-        raise _DynamoUnfit(
-            f"the dynamo exporter reaches opset {DYNAMO_MIN_OPSET} at the lowest, not {opset} "
-            "(it builds at 18 and onnx's version converter has no Reshape adapter below 14)"
-        )
-    try:
-        proto, repairs = _export_dynamo(
-            model,
-            args,
-            opset,
-            method,
-            input_names,
-            output_names,
-            dynamic_shapes,
-            dynamic_axes,
-            sink=sink,
-            notes=sized.notes if sized is not None else None,
-            guards=sized.guards if sized is not None else None,
-        )
-    except _capture_errors() as exc:
-        raise_bad_deform_input(exc)
-        raise _DynamoUnfit(f"torch.export could not capture the model ({_cause(exc)})") from None
-    except FixedDynamicSize as exc:  # the dynamo file would be wrong at other sizes (exporters/guards.py)
-        raise _DynamoUnfit(str(exc)) from None
-    except ConversionError as exc:
-        raise _DynamoUnfit(f"the dynamo export cannot be converted down to opset {opset}: {exc}") from None
-    except ValueError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any other failure of torch's exporter: TorchScript may still work
-        raise_bad_deform_input(exc)
-        raise _DynamoUnfit(f"the dynamo exporter failed ({_cause(exc)})") from None
-    try:
-        data = _finish(proto, opset, method, ir_version, choice, sink)
-        verified = sized.run(model, args, data, proto, rtol, atol)
-    except MissingKernelError:
-        raise
-    except ExportError as exc:  # VerificationError, a static dimension, a second size: TorchScript's file may hold
-        raise _DynamoUnfit(f"the dynamo export failed its check ({exc})") from None
-    return proto, data, verified, repairs
-
-
-def _check_fallback(reason: str, opset: int, fallback: bool) -> None:
-    """Raise :class:`ExportError` when the TorchScript fallback is not allowed or not possible."""
-    if not fallback:
-        raise ExportError(f"{reason}; pass fallback=True or dynamo=False to use the TorchScript exporter") from None
-    if opset > _torchscript.MAX_OPSET:
-        raise ExportError(
-            f"{reason} and the TorchScript fallback supports opset <= {_torchscript.MAX_OPSET}, not {opset}"
-        ) from None
 
 
 def _check_opset_range(opset: int, dynamo: bool) -> None:
@@ -457,42 +336,3 @@ def _check_opset_range(opset: int, dynamo: bool) -> None:
             f"opset {opset} is out of the TorchScript exporter's range {MIN_OPSET}..{_torchscript.MAX_OPSET}; "
             "use dynamo=True for higher opsets"
         )
-
-
-def _finish(proto: onnx.ModelProto, opset: int, method: str, ir_version: int | None, choice, sink=None) -> bytes | str:
-    """Stamp the lowest IR version the opsets need (or ``ir_version``), validate, and check the
-    graph against the runtime target's known faults (issue 12's hooks). Returns what verification
-    runs: the serialized model, or (over 2 GiB, ``sink``) the path of the file beside its data."""
-    if choice is not None:
-        choice.repair_graph(proto)  # value-preserving rewrites the target needs (targets/repairs.py)
-    apply_ir_version(proto, ir_version)
-    path = sink.save(proto) if sink is not None else None
-    _validate(proto, opset, method, path)
-    if choice is not None:
-        choice.check_graph(proto)
-    return proto.SerializeToString() if path is None else path
-
-
-def _validate(proto: onnx.ModelProto, opset: int, method: str, path: str | None = None) -> None:
-    got = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    if got != opset:
-        raise ExportError(
-            f"the exporter produced opset {got}, not the requested {opset} (its down-conversion failed); "
-            f"export at opset {got} or use dynamo=False"
-        )
-    if method != "native":
-        left = [n.name or n.op_type for n in proto.graph.node if n.op_type == "DeformConv"]
-        if left:
-            raise ExportError(f"DeformConv nodes remain after lowering with {method!r}: {left}")
-    try:
-        onnx.checker.check_model(proto if path is None else path, full_check=True)  # a path: external data
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        raise ExportError(f"the exported model is not valid ONNX: {str(exc).splitlines()[0]}") from None
-
-
-def _write(data: bytes, f) -> Path | None:
-    """Write ``data`` atomically: a temporary file in the same folder, then rename."""
-    if hasattr(f, "write"):
-        f.write(data)
-        return None
-    return write_bytes_atomic(f, data)

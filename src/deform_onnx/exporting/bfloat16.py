@@ -167,12 +167,15 @@ class OpenVINOSession:
         return next(p for p in ports if name in p.get_names())
 
     def get_inputs(self) -> list[_Port]:
+        """The compiled model's inputs, as ONNX Runtime's sessions list them."""
         return [_Port(n) for n in self._inputs]
 
     def get_outputs(self) -> list[_Port]:
+        """The compiled model's outputs, as ONNX Runtime's sessions list them."""
         return [_Port(n) for n in self._outputs]
 
     def run(self, output_names, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run the compiled model on ``feeds`` (ONNX Runtime's ``run`` signature); outputs as numpy arrays."""
         from ..runtimes import _ov_input, _ov_output
 
         self._request.infer({self._port(self._compiled.inputs, n): _ov_input(a) for n, a in feeds.items()})

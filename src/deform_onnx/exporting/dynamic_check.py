@@ -21,6 +21,7 @@ from .verification import Verified, make_session, run_pytorch, verify
 
 if TYPE_CHECKING:
     from .api import ExportReport
+    from .options import ExportOptions
 
 
 #: What to do when a size froze (the end of every second-size error).
@@ -48,22 +49,13 @@ def static_dims_error(
 
 
 def check_dynamic_file(
-    model,
-    args: tuple,
-    data: bytes,
-    proto: onnx.ModelProto,
-    axes: list[Axis],
-    second: list[tuple],
-    rtol: float | None,
-    atol: float | None,
-    pytorch_ran: bool = False,
-    input_names: list[str] | None = None,
+    model, args: tuple, data: bytes, proto: onnx.ModelProto, plan: SizeCheck, rtol: float | None, atol: float | None
 ) -> tuple[Verified, list[Verified], float]:
-    """Verify ``data`` at the example ``args`` and at each of ``second`` (``[(args, shapes), ...]``).
+    """Verify ``data`` at the example ``args`` and at each second size of ``plan`` (:attr:`SizeCheck.second`).
 
     Returns the example's :class:`Verified`, one per second size, and the seconds the second sizes took.
-    ``pytorch_ran``: the sizes were picked by running the model there (else a PyTorch failure at a
-    user-given size is reported as such, not as the file's). ``input_names``: the file's names for the
+    ``plan.picked``: the sizes were picked by running the model there (else a PyTorch failure at a
+    user-given size is reported as such, not as the file's). ``plan.names``: the file's names for the
     tensors of ``args`` (:func:`deform_onnx.runtimes.sessions.run_file`).
 
     Raises:
@@ -80,19 +72,19 @@ def check_dynamic_file(
     session = bfloat16.make_session(data) if low else make_session(data)
     # Second sizes run with ONNX Runtime's graph optimisations off (runtimes.sessions.make_session): they
     # hid a size the exporter froze into a Reshape's shape.
-    spec_session = session if low or not second else make_session(data, optimize=False)
+    spec_session = session if low or not plan.second else make_session(data, optimize=False)
 
     def check(a, where=""):
         run_on = spec_session if where else session
-        return verify(model, a, data, rtol, atol, session=run_on, where=where, input_names=input_names)
+        return verify(model, a, data, rtol, atol, session=run_on, where=where, input_names=plan.names)
 
     first = check(args)
     done = []
     start = time.perf_counter()
-    for new_args, shapes in second:
+    for new_args, shapes in plan.second:
         where = f" at {shown(shapes)}"
         try:
-            if not pytorch_ran:
+            if not plan.picked:
                 run_pytorch(model, new_args)  # a bfloat16 DCN as its float32 copy, as verification runs it
         except Exception as exc:  # noqa: BLE001 - user code, at a size the user gave (verify_shapes)
             text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
@@ -106,12 +98,12 @@ def check_dynamic_file(
             raise
         except VerificationError as exc:
             problem = str(exc).removesuffix("; no file was written")
-            raise ExportError(_second_size_message(proto, axes, shapes, problem, model=model)) from None
+            raise ExportError(_second_size_message(proto, plan.axes, shapes, problem, model=model)) from None
         except ExportError:
             raise
         except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own failure at that size (broadcast, reshape)
             problem, node = ort_failure(str(exc))
-            raise ExportError(_second_size_message(proto, axes, shapes, problem, node, model)) from None
+            raise ExportError(_second_size_message(proto, plan.axes, shapes, problem, node, model)) from None
     return first, done, time.perf_counter() - start
 
 
@@ -152,12 +144,13 @@ class SizeCheck:
         self.done: list[Verified] = []
 
     @classmethod
-    def plan(cls, model, args, input_names, dynamic_shapes, dynamic_axes, verify, verify_shapes) -> SizeCheck:
+    def plan(cls, model, args: tuple, opts: ExportOptions) -> SizeCheck:
         """Pick the second sizes before the (slow) export; bad ``verify_shapes`` raise ``ValueError`` here."""
         start = time.perf_counter()
+        verify, verify_shapes = opts.verify, opts.verify_shapes
         forward = parameter_names(model, len(args))
-        names = input_names or forward
-        axes = sizes.dynamic_axes_of(args, dynamic_shapes, dynamic_axes, names, forward)
+        names = opts.input_names or forward
+        axes = sizes.dynamic_axes_of(args, opts.dynamic_shapes, opts.dynamic_axes, names, forward)
         second: list[tuple] = []
         why: str | None = None
         if verify_shapes is not None and not axes:
@@ -176,33 +169,25 @@ class SizeCheck:
         check.seconds = time.perf_counter() - start
         return check
 
-    def run(self, model, args, data, proto, rtol, atol) -> Verified | None:
+    def run(self, model, args, data, proto, opts: ExportOptions) -> Verified | None:
         """Static-dimension check, then verify at the example and the second sizes (``None`` without verify).
 
-        When this was a TorchScript fallback, :func:`deform_onnx.exporting.paths.reasons_named` adds why the
-        dynamo exporter was abandoned to the error.
+        ``opts``: the export's tolerances (``rtol``, ``atol``). When this was a TorchScript fallback,
+        :func:`deform_onnx.exporting.fallback_errors.reasons_named` adds why the dynamo exporter was
+        abandoned to the error.
         """
+        rtol, atol = opts.rtol, opts.atol
         problem = static_dims_error(proto, self.axes, self.guards, self.names)
         if problem is not None:
             raise ExportError(problem + "; no file was written")
         if not self.verify:
             return None
-        first, self.done, seconds = check_dynamic_file(
-            model,
-            args,
-            data,
-            proto,
-            self.axes,
-            self.second,
-            rtol,
-            atol,
-            pytorch_ran=self.picked,
-            input_names=self.names,
-        )
+        first, self.done, seconds = check_dynamic_file(model, args, data, proto, self, rtol, atol)
         self.seconds += seconds
         return first
 
     def fill(self, report: ExportReport, verified: Verified | None) -> None:
+        """Write the second-size results, the checked shapes and the notes into ``report``."""
         report.notes = list(dict.fromkeys(self.notes))
         if verified is None:
             if self.axes:

@@ -62,7 +62,8 @@ def static_dims(proto: onnx.ModelProto, axes: list[Axis], input_names: list[str]
 def export_time_values(axes: list[Axis]) -> dict[int, str]:
     """Integers a traced graph holds when it froze the example's dynamic sizes: each size, its quotients by
     the strides 2..64, the products of two such quotients (H'*W' of a level) and their sums over
-    consecutive strides (level start indices, total tokens). Value -> how it follows from the sizes."""
+    consecutive strides (level start indices, total tokens). Value -> how it follows from the sizes.
+    """
     values: dict[int, str] = {}
     named = [(a.name or f"input{a.index}.axis{a.axis}", a.size, a.axis) for a in axes]
     for label, size, _ in named:
@@ -109,7 +110,8 @@ def _constants(proto: onnx.ModelProto) -> dict[str, tuple[np.ndarray, str, onnx.
 def scope_origin(node: onnx.NodeProto | None, model=None) -> str:
     """Where a TorchScript node comes from: its name holds the module scope (``/model/backbone/layers.0/Reshape_5``),
     which names a submodule of ``model``; ``" (in SwinLayer.forward, transformers/models/swin/modeling_swin.py:612)"``
-    (the class, and the file and first line of its ``forward``), or ``""`` when the scope names no submodule."""
+    (the class, and the file and first line of its ``forward``), or ``""`` when the scope names no submodule.
+    """
     import inspect
 
     if node is None or model is None or not node.name.startswith("/"):
@@ -136,7 +138,8 @@ def scope_origin(node: onnx.NodeProto | None, model=None) -> str:
 
 def _origin(node: onnx.NodeProto | None, model=None) -> str:
     """The torch op and source line the dynamo exporter recorded on ``node`` (metadata_props); for a TorchScript
-    node (no metadata), the module its scope names (:func:`scope_origin`)."""
+    node (no metadata), the module its scope names (:func:`scope_origin`).
+    """
     if node is None:
         return ""
     meta = {m.key: m.value for m in node.metadata_props}
@@ -248,7 +251,8 @@ def frozen_sizes(
 
 def describe(proto: onnx.ModelProto, axes: list[Axis], near: str | None = None, model=None) -> str:
     """One sentence naming what froze (static input dims first, else constants holding export-time sizes, with
-    the source they come from: the dynamo exporter's stack trace, or the module of a TorchScript node's scope)."""
+    the source they come from: the dynamo exporter's stack trace, or the module of a TorchScript node's scope).
+    """
     static = static_dims(proto, axes)
     if static:
         return "the file keeps a requested dynamic dimension static: " + "; ".join(static)

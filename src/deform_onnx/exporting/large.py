@@ -117,12 +117,14 @@ class ExternalSink:
         return str(model)
 
     def check(self, model_path: str) -> None:
+        """Run onnx's full checker on the file beside its data; ``ExportError`` naming the first problem."""
         try:
             onnx.checker.check_model(model_path, full_check=True)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
             raise ExportError(f"the exported model is not valid ONNX: {str(exc).splitlines()[0]}") from None
 
     def file_size(self) -> int:
+        """Bytes of the model file and its data file."""
         return sum(p.stat().st_size for p in (self.folder / self.path.name, self.folder / self.data_name) if p.exists())
 
     def commit(self) -> Path:
@@ -142,4 +144,5 @@ class ExternalSink:
         return self.path
 
     def close(self) -> None:
+        """Remove the temporary folder (nothing of the model is left)."""
         shutil.rmtree(self.folder, ignore_errors=True)

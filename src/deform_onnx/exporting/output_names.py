@@ -110,7 +110,8 @@ def _ir_values(graph):
 
 def rename_proto(proto: onnx.ModelProto, names: list[str] | None) -> None:
     """Name the graph outputs of ``proto`` ``names`` (in place, main graph and subgraphs' references);
-    nothing when the counts differ or an output is a graph input or initializer itself."""
+    nothing when the counts differ or an output is a graph input or initializer itself.
+    """
     graph = proto.graph
     if not names or len(names) != len(graph.output):
         return

@@ -8,7 +8,7 @@ two outputs swapped is refused here, with both sides named.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch

@@ -129,7 +129,8 @@ def _dim_name_range(dim) -> tuple[str | None, int | None, int | None]:
 def _groups(axes: list[Axis]) -> list[list[Axis]]:
     """Axes that move together: same name, or (unnamed, e.g. ``Dim.AUTO``) the same axis of the same example
     size (an image's H and its offset's Ho); an unnamed H and W stay apart, so a square example gets a
-    non-square second size as it does with named dims."""
+    non-square second size as it does with named dims.
+    """
     groups: dict[tuple, list[Axis]] = {}
     for a in axes:
         key = ("name", a.name) if a.name is not None else ("size", a.size, a.axis)
@@ -200,7 +201,8 @@ def resized_tensor(x: torch.Tensor, shape: tuple[int, ...], seed: int = 0) -> to
     interpolated along each resized axis (an image stays an image, masks stay in [0, 1], offsets keep
     their smoothness; no exact duplicates that would tie a top-k), integer and bool values are taken by
     nearest index; extra batch items are earlier ones flipped along the last axis (so a batch-mixing
-    fault shows), in ``x``'s dtype. ``seed`` is kept for the signature (the result is deterministic)."""
+    fault shows), in ``x``'s dtype. ``seed`` is kept for the signature (the result is deterministic).
+    """
     del seed
     if tuple(shape) == tuple(x.shape):
         return x

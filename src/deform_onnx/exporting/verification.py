@@ -131,7 +131,8 @@ class OutputCheck:
 class Verified:
     """What :func:`verify` found: the worst error (against the reference used), its output, each output's
     tolerance and check, the input shapes it ran at, and the runtime it ran on (``"ONNX Runtime"``, or
-    ``"OpenVINO"`` for a bfloat16 file ONNX Runtime's CPU provider cannot run)."""
+    ``"OpenVINO"`` for a bfloat16 file ONNX Runtime's CPU provider cannot run).
+    """
 
     max_error: float
     worst_output: str | None

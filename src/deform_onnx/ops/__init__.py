@@ -5,7 +5,9 @@
 - :mod:`.msda`: multi-scale deformable attention, and :func:`ms_deform_attn`, the
   torch op deform-onnx defines and exports in one piece;
 - :mod:`.dcnv3`: DCNv3/DCNv4, PyTorch reference forms written so that they export;
-- :mod:`.registry`: op -> lowerings -> min opsets, and the one method/opset check.
+- :mod:`.registry`: the op registry (each folder's ``register.py`` adds its entry; the registry
+  imports none) and the one method/opset check;
+- :mod:`.file_nodes`: the one interface between ``lower`` and each op's file nodes.
 
 The torch-side names below are loaded on first use (PEP 562): defining the op
 imports torch, and the file rewriter and CLI import this package without it.
@@ -14,8 +16,6 @@ imports torch, and the file rewriter and CLI import this package without it.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING
 
 #: Public name -> submodule that defines it.
@@ -30,24 +30,6 @@ __all__ = ["ms_deform_attn", "ms_deform_attn_reference", "MSDeformAttnCore", "MS
 
 if TYPE_CHECKING:
     from .msda.op import MSDeformAttnCore, MSDeformAttnReference, ms_deform_attn, ms_deform_attn_reference
-
-
-def _module_alias(name: str, target: str) -> None:
-    """Keep ``deform_onnx.ops.<name>`` importable as the module it was (``from deform_onnx.ops.ms_deform_attn
-    import MSDeformAttnCore``), forwarding to ``target`` on first use, without binding the module on this
-    package: ``deform_onnx.ops.ms_deform_attn`` itself stays the function."""
-    alias = types.ModuleType(f"{__name__}.{name}", f"Old path of ``{__name__}{target}``, kept for imports.")
-
-    def forward(attr: str):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return getattr(importlib.import_module(target, __name__), attr)
-
-    alias.__getattr__ = forward  # type: ignore[method-assign]  # PEP 562 on the alias module
-    sys.modules.setdefault(alias.__name__, alias)
-
-
-_module_alias("ms_deform_attn", ".msda.op")
 
 
 def __getattr__(name: str):

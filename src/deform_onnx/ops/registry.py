@@ -1,9 +1,19 @@
-"""Op -> lowerings -> min opsets: which torch ops and ONNX nodes each op covers, and one method check.
+"""The op registry: each op folder registers one :class:`OpEntry`; the rest of the package loops over them.
 
-One :class:`OpEntry` per op. A ``method`` (``auto``, ``native``,
-``grid_sample``, ``gather``) is the user's single choice for a whole model;
-each op resolves it for itself with :func:`resolve`, the one method/opset
-check every entry point calls (exporters, rewriter, targets, CLI):
+An op is a plugin, onnx2torch- and torchlib-style: its folder under
+``deform_onnx/ops/`` holds what the op is and brings (spec, lowerings, torch
+binding, file nodes, target rules and faults, reference) and a ``register.py``
+that builds its :class:`OpEntry` and calls :func:`register`. This module
+imports no op: on first use, :data:`OPS` imports ``deform_onnx.ops.<name>.register``
+for every subpackage that has one (:func:`discover`). A registration from
+elsewhere (a test's toy op, a user's own op) calls :func:`register` the same way
+and :func:`unregister` to take it back; a second entry for a name, a torch op
+or a file node kind raises ``ValueError``.
+
+A ``method`` (``auto``, ``native``, ``grid_sample``, ``gather``) is the user's
+single choice for a whole model; each op resolves it for itself with
+:func:`resolve`, the one method/opset check every entry point calls
+(exporters, rewriter, targets, CLI). The ops of the package:
 
 - ``deform_conv2d`` (torchvision): ``native`` = ONNX ``DeformConv`` (19+),
   ``grid_sample`` = standard ops on GridSample (16+), ``gather`` (11+);
@@ -24,16 +34,20 @@ from here (``OPS[op].lowerings[name].min_opset``, ``OPS[op].min_opset``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
+import pkgutil
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, Mapping, Protocol
+from types import ModuleType
+from typing import Any, Protocol
 
-from ..core.opsets import GRID_SAMPLE_ND_MIN_OPSET
-from .dcnv3.lower import lower_dcnv3
-from .deform_conv import lower_gather, lower_grid_sample, lower_native
-from .grid_sample import lower as grid_sampler
-from .msda import lower as msda
+#: Every method a user can choose for a whole model (the CLI keeps a copy that a test compares with this one).
+METHODS = ("auto", "native", "grid_sample", "gather")
+#: What ``auto`` means for a whole model: the first of these methods that every op holds at the opset
+#: (:func:`model_method`); ``native`` is used only when asked for.
+AUTO_METHODS = ("grid_sample", "gather")
 
 
 class LowerFn(Protocol):
@@ -44,159 +58,224 @@ class LowerFn(Protocol):
     MSDA: ``fn(b, value, spatial_shapes, level_start_index, sampling_locations, attention_weights)``.
     """
 
-    def __call__(self, b: Any, /, *args: Any) -> Any: ...
+    def __call__(self, b: Any, /, *args: Any) -> Any:
+        """Emit the lowering with builder ``b``; returns the output value."""
+        ...
 
 
 @dataclass(frozen=True)
 class Lowering:
-    """One lowering of one op: its name (the method), the lowest opset its graph is valid at, its function."""
+    """One lowering of one op.
+
+    Attributes:
+        name: the lowering's name (a method, or the op's own name for its forms).
+        min_opset: the lowest opset its graph is valid at.
+        fn: the function that emits it (:class:`LowerFn`).
+        node: the one default-domain ONNX node it writes when it is the op's native form
+            (``"DeformConv"``, ``"GridSample"``), else ``None``; such nodes must not remain in a
+            file lowered with another of the op's lowerings, and a file that has them runs this form.
+    """
 
     name: str
     min_opset: int
     fn: LowerFn
-    summary: str
+    node: str | None = None
 
 
 @dataclass(frozen=True)
 class OpEntry:
-    """One op of the family.
+    """One op of the family, as its folder registers it.
 
     Attributes:
-        name: the op's name here.
+        name: the op's name here (the key of :data:`OPS`).
         title: the op's name in error messages.
-        torch_ops: the TorchScript op names its symbolic is registered for.
-        onnx_nodes: ``(domain, op_type)`` of file nodes ``lower`` rewrites into it.
         lowerings: lowering name -> :class:`Lowering` (``fn``'s signature is the op's own).
-        methods: method -> lowering name, for every method but ``auto``.
+        methods: method -> lowering name, for every method of :data:`METHODS` but ``auto``.
         auto: the lowering names ``auto`` tries, in order: the first the opset holds.
-        binding: the module that holds its torch bindings (``make_symbolic``,
-            ``translations``), or ``None`` (DCNv3 exports through ``F.grid_sample``).
+        torch_ops: the dispatcher names of the torch ops it lowers (``"torchvision::deform_conv2d"``);
+            a prefix matches overloads (``"aten::grid_sampler"`` covers ``aten::grid_sampler_2d``).
+        onnx_nodes: ``(domain, op_type)`` of the file nodes ``lower`` rewrites into it.
+        order: where ``lower`` replaces its nodes among the other ops' (lower first), and the order of
+            ``lower``'s report. Every op's nodes are found before any op's are replaced (the
+            deformable-convolution and DCNv3 lowerings write GridSample nodes, which stay), so the order
+            decides the report and the names of new values, not which nodes are lowered.
         spells: how an error names what a lowering writes (``{}`` is the method).
-        sources: the module of the file nodes that mean it; its ``nodes_lowered(model, method, opset)``
-            lists the nodes ``lower`` replaces (:func:`sources`).
+        binding: the module of its torch bindings, ``None`` when it has none (DCNv3 exports through
+            ``F.grid_sample``): ``TORCHSCRIPT_OP``, ``make_symbolic(method)`` and
+            ``translations(method, opset, build_opset, builder)``; the exporters install them all.
+        sources: the module of its file nodes (the interface of :mod:`deform_onnx.ops.file_nodes`):
+            ``nodes_lowered(model, method, opset)`` and ``lower_node(node, b, method, opset)``.
+        rules: the module of the target rules and faults it brings (:mod:`deform_onnx.targets`):
+            ``RULES`` (graph rule name -> check), and optionally ``FAULTS`` (target name -> faults) and
+            ``TARGET_RULES`` (target name -> rule names that target also checks).
+        module_checks: the module that checks a torch model's use of it before export (imports torch):
+            ``check_modules(model) -> contextlib.ExitStack`` (forward pre-hooks, removed on close),
+            raising :class:`deform_onnx.core.errors.BadModuleInput`.
+        decompositions: the module of its torch-level decompositions into core ATen ops (for
+            torch.export stacks), or ``None``; filled by the torch.export formats.
     """
 
     name: str
     title: str
-    torch_ops: tuple[str, ...]
-    onnx_nodes: tuple[tuple[str, str], ...]
     lowerings: Mapping[str, Lowering]
     methods: Mapping[str, str]
     auto: tuple[str, ...]
-    binding: str | None = None
+    torch_ops: tuple[str, ...] = ()
+    onnx_nodes: tuple[tuple[str, str], ...] = ()
+    order: int = 100
     spells: str = "method {!r}"
+    binding: str | None = None
     sources: str | None = None
+    rules: str | None = None
+    module_checks: str | None = None
+    decompositions: str | None = None
+
+    def __post_init__(self) -> None:
+        missing = [m for m in METHODS[1:] if m not in self.methods]
+        unknown = sorted({*self.methods.values(), *self.auto} - set(self.lowerings))
+        if missing or unknown or not self.auto:
+            raise ValueError(
+                f"op {self.name!r}: methods must map each of {', '.join(METHODS[1:])} to a lowering "
+                f"(missing: {missing or 'none'}), auto must name at least one, and both only its lowerings "
+                f"(unknown: {unknown or 'none'})"
+            )
 
     @property
     def min_opset(self) -> int:
         """The lowest opset any lowering of this op holds."""
         return min(low.min_opset for low in self.lowerings.values())
 
-
-#: Deformable convolution's lowerings (``deform_onnx.LOWERINGS``).
-LOWERINGS: dict[str, Lowering] = {
-    "native": Lowering("native", lower_native.MIN_OPSET, lower_native.lower_native, "ONNX DeformConv op"),
-    "grid_sample": Lowering(
-        "grid_sample", lower_grid_sample.MIN_OPSET, lower_grid_sample.lower_grid_sample, "standard ops on GridSample"
-    ),
-    "gather": Lowering("gather", lower_gather.MIN_OPSET, lower_gather.lower_gather, "standard ops on Gather"),
-}
-
-#: Every method a user can choose (the CLI keeps a copy that a test compares with this one).
-METHODS = ("auto", *LOWERINGS)
-
-GRID_SAMPLE_LOWERINGS: dict[str, Lowering] = {
-    "native": Lowering("native", grid_sampler.NATIVE_MIN_OPSET, grid_sampler.lower_native, "ONNX GridSample op"),
-    "gather": Lowering("gather", grid_sampler.GATHER_MIN_OPSET, grid_sampler.lower_gather, "standard ops on Gather"),
-}
-
-MSDA_LOWERINGS: dict[str, Lowering] = {
-    "gather": Lowering("gather", msda.MIN_OPSET, msda.lower_gather, "standard ops on Gather, all levels at once"),
-}
+    @property
+    def one_form(self) -> bool:
+        """Whether every method writes this op in one and the same form (multi-scale deformable attention)."""
+        return len({*self.methods.values(), *self.auto}) == 1
 
 
-# -- DCNv3 (InternImage): a model-level op, sampled with the grid_sample lowerings ------------
-def _dcnv3_lowering(sampler: Lowering) -> Lowering:
-    return Lowering(
-        sampler.name, sampler.min_opset, partial(lower_dcnv3, sampler=sampler.fn), f"DCNv3 on {sampler.summary}"
-    )
+class _Registry(Mapping[str, OpEntry]):
+    """:data:`OPS`: name -> :class:`OpEntry`, in :attr:`OpEntry.order`; the op packages load on first use."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, OpEntry] = {}
+        self._state = "new"  # "loading" while discover() runs, "done" after
+
+    def _load(self) -> None:
+        if self._state != "new":
+            return
+        self._state = "loading"
+        try:
+            discover()
+        except BaseException:
+            self._state = "new"
+            raise
+        self._state = "done"
+
+    def __getitem__(self, name: str) -> OpEntry:
+        self._load()
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self._load()
+        return iter(sorted(self._entries, key=lambda n: (self._entries[n].order, n)))
+
+    def __len__(self) -> int:
+        self._load()
+        return len(self._entries)
+
+    def add(self, entry: OpEntry) -> None:
+        taken: dict[str, dict[Any, str]] = {
+            "name": {e.name: e.name for e in self._entries.values()},
+            "torch op": {t: e.name for e in self._entries.values() for t in e.torch_ops},
+            "file node": {k: e.name for e in self._entries.values() for k in e.onnx_nodes},
+        }
+        asked: dict[str, list[Any]] = {
+            "name": [entry.name],
+            "torch op": list(entry.torch_ops),
+            "file node": list(entry.onnx_nodes),
+        }
+        for what, keys in asked.items():
+            for key in keys:
+                if key in taken[what]:
+                    raise ValueError(
+                        f"op {entry.name!r}: {what} {key!r} is already registered by op {taken[what][key]!r}; "
+                        "unregister it first (deform_onnx.ops.registry.unregister)"
+                    )
+        self._entries[entry.name] = entry
+
+    def remove(self, name: str) -> OpEntry:
+        if name not in self._entries:
+            raise KeyError(f"no op {name!r} is registered")
+        return self._entries.pop(name)
 
 
-DCNV3_LOWERINGS: dict[str, Lowering] = {name: _dcnv3_lowering(low) for name, low in GRID_SAMPLE_LOWERINGS.items()}
-
-#: ``grid_sample`` (and DCNv3, sampled with it): both GridSample methods mean one GridSample node.
-_SAMPLER_METHODS = {"native": "native", "grid_sample": "native", "gather": "gather"}
-
-OPS: dict[str, OpEntry] = {
-    "deform_conv2d": OpEntry(
-        "deform_conv2d",
-        "deformable convolution",
-        ("torchvision::deform_conv2d",),
-        (("", "DeformConv"),),
-        LOWERINGS,
-        {m: m for m in LOWERINGS},
-        ("grid_sample", "gather"),
-        binding="deform_onnx.ops.deform_conv.binding",
-        sources="deform_onnx.ops.deform_conv.sources",
-    ),
-    "grid_sample": OpEntry(
-        "grid_sample",
-        "grid_sample",
-        ("aten::grid_sampler",),
-        (("", "GridSample"),),
-        GRID_SAMPLE_LOWERINGS,
-        _SAMPLER_METHODS,
-        ("native", "gather"),
-        binding="deform_onnx.ops.grid_sample.binding",
-        sources="deform_onnx.ops.grid_sample.sources",
-        spells="method {!r} writes F.grid_sample as GridSample, which",
-    ),
-    "ms_deform_attn": OpEntry(
-        "ms_deform_attn",
-        "ms_deform_attn",
-        ("deform_onnx::ms_deform_attn",),
-        (
-            ("mmdeploy", "MMCVMultiScaleDeformableAttention"),
-            ("mmcv", "MMCVMultiScaleDeformableAttention"),
-            ("", "MultiscaleDeformableAttnPlugin_TRT"),
-            ("trt", "MultiscaleDeformableAttnPlugin_TRT"),
-        ),
-        MSDA_LOWERINGS,
-        {m: "gather" for m in LOWERINGS},
-        ("gather",),
-        binding="deform_onnx.ops.msda.binding",
-        sources="deform_onnx.ops.msda.sources",
-    ),
-    "dcnv3": OpEntry(
-        "dcnv3",
-        "DCNv3",
-        (),
-        (("mmdeploy", "TRTDCNv3"),),
-        DCNV3_LOWERINGS,
-        _SAMPLER_METHODS,
-        ("native", "gather"),
-        spells="method {!r} samples DCNv3 with GridSample, which",
-        sources="deform_onnx.ops.dcnv3.sources",
-    ),
-}
+#: Every registered op, by name, in :attr:`OpEntry.order` (loaded on first use: :func:`discover`).
+OPS: Mapping[str, OpEntry] = _Registry()
 
 
-def bindings() -> list:
-    """The binding module of every op that has one (:attr:`OpEntry.binding`; importing them imports torch).
+def register(entry: OpEntry) -> OpEntry:
+    """Add ``entry`` to :data:`OPS` and return it (an op's ``register.py`` calls this once).
 
-    Each has ``TORCHSCRIPT_OP``, ``make_symbolic(method)`` and
-    ``translations(method, opset, build_opset, builder)``; the exporters install them all.
+    Raises:
+        ValueError: its name, one of its torch ops or one of its file node kinds is already registered.
     """
-    return [importlib.import_module(entry.binding) for entry in OPS.values() if entry.binding is not None]
+    OPS.add(entry)  # type: ignore[attr-defined]  # OPS is the _Registry; typed as a read-only mapping
+    return entry
 
 
-def sources() -> list:
-    """The file-node module of every op that has one (:attr:`OpEntry.sources`), in :data:`OPS` order.
+def unregister(name: str) -> OpEntry:
+    """Remove the op ``name`` from :data:`OPS` and return its entry (``KeyError`` if it is not registered)."""
+    return OPS.remove(name)  # type: ignore[attr-defined]  # see register()
 
-    Each has ``nodes_lowered(model, method, opset)``: the nodes of an onnx-ir model that
-    ``lower`` replaces (:func:`deform_onnx.rewrite.lowerable.nodes_lowered` asks them all).
+
+def discover() -> None:
+    """Import ``deform_onnx.ops.<name>.register`` for every op package that has one (they call :func:`register`)."""
+    package = importlib.import_module(__package__ or "deform_onnx.ops")
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.ispkg:
+            continue
+        module = f"{package.__name__}.{info.name}.register"
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+
+
+def _modules(part: str) -> list[ModuleType]:
+    names = [getattr(entry, part) for entry in OPS.values()]
+    return [importlib.import_module(name) for name in names if name is not None]
+
+
+def bindings() -> list[ModuleType]:
+    """The binding module of every op that has one (:attr:`OpEntry.binding`; importing them imports torch)."""
+    return _modules("binding")
+
+
+def sources() -> list[ModuleType]:
+    """The file-node module of every op that has one (:attr:`OpEntry.sources`), in :data:`OPS` order."""
+    return _modules("sources")
+
+
+def rule_modules() -> list[ModuleType]:
+    """The target rules module of every op that brings one (:attr:`OpEntry.rules`)."""
+    return _modules("rules")
+
+
+def check_modules(model: Any) -> contextlib.ExitStack:
+    """Every op's checks on a torch model (:attr:`OpEntry.module_checks`), undone when the stack is closed.
+
+    Raises:
+        ValueError: a module with bad arguments (the message names it); nothing stays installed.
     """
-    return [importlib.import_module(entry.sources) for entry in OPS.values() if entry.sources is not None]
+    stack = contextlib.ExitStack()
+    try:
+        for module in _modules("module_checks"):
+            stack.enter_context(module.check_modules(model))
+    except BaseException:
+        stack.close()
+        raise
+    return stack
+
+
+def file_node_domains() -> set[str]:
+    """The non-default domains of every op's file nodes (``lower`` drops them from the imports once unused)."""
+    return {domain for entry in OPS.values() for domain, _ in entry.onnx_nodes if domain not in ("", "ai.onnx")}
 
 
 def check_method(method: str) -> None:
@@ -225,7 +304,7 @@ def resolve(op: str, method: str, opset: int, *, path_min_opset: int | None = No
         return next(entry.lowerings[n] for n in entry.auto if entry.lowerings[n].min_opset <= opset)
     lowering = entry.lowerings[entry.methods[method]]
     if opset < lowering.min_opset:
-        usable = [m for m in LOWERINGS if entry.lowerings[entry.methods[m]].min_opset <= opset]
+        usable = [m for m in METHODS[1:] if entry.lowerings[entry.methods[m]].min_opset <= opset]
         if path_min_opset is not None and opset < path_min_opset:
             usable = []  # no method works at this opset on the caller's path
         fix = (
@@ -239,57 +318,24 @@ def resolve(op: str, method: str, opset: int, *, path_min_opset: int | None = No
     return lowering
 
 
-def grid_sample_call(method: str, opset: int, spec: grid_sampler.GridSampleSpec, rank: int) -> Lowering:
-    """The lowering of one ``F.grid_sample`` call (``rank`` 4 or 5, the input's): :func:`resolve`, then per call.
-
-    The method's GridSample form is kept unless the call cannot be one at
-    ``opset`` (5-D below GridSample-20) or the active target's forms
-    (:mod:`.forms`) say its runtime does not run it: ``"GridSample 4-D only"``
-    (5-D calls), ``"no GridSample cubic"`` (bicubic calls), ``"no GridSample reflection"``
-    (``padding_mode="reflection"`` calls). Those calls take
-    the gather form when the method is ``auto`` or a target is active
-    (``"gather where GridSample cannot"``, set by every target).
+def model_method(method: str, opset: int, *, path_min_opset: int | None = None) -> str:
+    """The method a whole model is lowered with at ``opset``: ``method``, or for ``auto`` the first of
+    :data:`AUTO_METHODS` that every op holds there (grid_sample at 16+, gather below).
 
     Raises:
-        ValueError: what :func:`resolve` raises; an explicit ``native``/``grid_sample`` for 5-D input below
-            opset 20 without a target; 5-D bicubic with the gather form.
+        ValueError: what :func:`resolve` raises for the first op (in :data:`OPS` order) that cannot hold it.
     """
-    from ..builder.forms import wants
-
-    lowering = resolve("grid_sample", method, opset)
-    if lowering.name == "native":
-        if rank == 5 and wants("GridSample 4-D only"):
-            return GRID_SAMPLE_LOWERINGS["gather"]
-        if spec.mode == "bicubic" and wants("no GridSample cubic"):
-            return GRID_SAMPLE_LOWERINGS["gather"]
-        if spec.padding_mode == "reflection" and wants("no GridSample reflection"):
-            return GRID_SAMPLE_LOWERINGS["gather"]
-        if rank == 5 and opset < GRID_SAMPLE_ND_MIN_OPSET:
-            if method == "auto" or wants("gather where GridSample cannot"):
-                return GRID_SAMPLE_LOWERINGS["gather"]
-            raise ValueError(
-                f"method {method!r} writes 5-D F.grid_sample as GridSample, which needs opset >= "
-                f"{GRID_SAMPLE_ND_MIN_OPSET} (GridSample-20) but opset {opset} was requested; "
-                f"export at opset {GRID_SAMPLE_ND_MIN_OPSET} or use method 'gather' (or 'auto')"
-            )
-    if rank == 5 and spec.mode == "bicubic" and lowering.name == "gather":
-        raise ValueError(
-            "grid_sample: mode 'bicubic' is 4-D only (PyTorch and ONNX Runtime have no 5-D cubic); "
-            "keep the GridSample node with method 'native' at opset >= 20"
-        )
-    return lowering
+    check_method(method)
+    if method == "auto":
+        method = next((m for m in AUTO_METHODS if lowest_opset(m) <= opset), AUTO_METHODS[-1])
+    for op in OPS:
+        resolve(op, method, opset, path_min_opset=path_min_opset)
+    return method
 
 
-def resolve_method(method: str, opset: int, *, path_min_opset: int | None = None) -> Lowering:
-    """Pick deformable convolution's lowering for ``method`` at ``opset`` (:func:`resolve` for ``deform_conv2d``).
-
-    ``"auto"`` is grid_sample at opset >= 16 and gather below.
-    ``path_min_opset``: the lowest opset the caller's export path reaches
-    (e.g. 14 on the dynamo path); below it, the error suggests no other
-    method, since none would work on that path either.
-
-    Raises:
-        ValueError: unknown method, opset below 11, or a method whose ops the
-            opset does not have (e.g. ``native`` below 19).
-    """
-    return resolve("deform_conv2d", method, opset, path_min_opset=path_min_opset)
+def lowest_opset(method: str) -> int:
+    """The lowest opset at which every op holds ``method`` (``auto``: every op's lowest)."""
+    check_method(method)
+    if method == "auto":
+        return max(entry.min_opset for entry in OPS.values())
+    return max(entry.lowerings[entry.methods[method]].min_opset for entry in OPS.values())

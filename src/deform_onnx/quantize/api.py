@@ -6,6 +6,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,26 +20,11 @@ from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
 from .rebuild import rebuild_deform_convs, rebuilt_note
 from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare, form_written
 from .tensorrt import tensorrt_violations as tensorrt_violations
-from .timing import median_ms, ort_session, slower_note
+from .timing import fused_kernels, median_ms, ort_session, slower_note
 from .weight_first import overrides, quantize_before_layout
 
 #: Targets and the quantizer each uses.
 TARGETS = {"onnxruntime": "onnxruntime.quantization", "tensorrt": "onnxruntime.quantization", "openvino": "nncf"}
-#: ONNX Runtime's integer kernels, counted in the optimized graph (the fusion the placement aims at).
-INTEGER_KERNELS = (
-    "QLinearConv",
-    "QLinearMatMul",
-    "MatMulIntegerToFloat",
-    "MatMulInteger",
-    "QGemm",
-    "QLinearAdd",
-    "QLinearMul",
-    "QLinearConcat",
-    "QLinearSigmoid",
-    "QLinearAveragePool",
-    "QLinearGlobalAveragePool",
-    "DynamicQuantizeMatMul",
-)
 
 Progress = Callable[[str, int, int], None]
 
@@ -189,19 +175,9 @@ def quantize(
 
         return quantize_openvino(src, dst, model, samples, evaluation, step, eval_given=eval_inputs is not None)
     return _quantize_onnx(
-        src,
-        dst,
-        model,
-        samples,
-        evaluation,
-        target=target,
-        method=method,
-        per_channel=per_channel,
-        quantize_offset_path=quantize_offset_path,
-        skip_lowering_check=skip_lowering_check,
-        step=step,
-        eval_given=eval_inputs is not None,
-    )
+        _Job(src, dst, model, samples, evaluation, target, method, per_channel, quantize_offset_path,
+             skip_lowering_check, step, eval_given=eval_inputs is not None)
+    )  # fmt: skip
 
 
 def _inputs(model: onnx.ModelProto) -> list[tuple[str, list]]:
@@ -217,143 +193,176 @@ def _inputs(model: onnx.ModelProto) -> list[tuple[str, list]]:
     return out
 
 
-def _quantize_onnx(
-    src,
-    dst,
-    model,
-    samples,
-    evaluation,
-    *,
-    target,
-    method,
-    per_channel,
-    quantize_offset_path,
-    skip_lowering_check,
-    step,
-    eval_given,
-) -> QuantizeReport:
+@dataclass(frozen=True)
+class _Job:
+    """One ONNX Runtime / TensorRT quantization, as :func:`quantize` checked it.
+
+    Attributes:
+        src: the float file; ``dst``: the output path; ``model``: ``src`` read.
+        samples: the calibration feeds; ``evaluation``: the feed the report measures on.
+        target: ``"onnxruntime"`` or ``"tensorrt"``; ``method``: the lowering (``None``: the default).
+        per_channel, quantize_offset_path, skip_lowering_check: as :func:`quantize` takes them.
+        step: the progress callback; ``eval_given``: the evaluation feed was given (held out).
+    """
+
+    src: Path
+    dst: Path
+    model: onnx.ModelProto
+    samples: list
+    evaluation: dict
+    target: str
+    method: str | None
+    per_channel: bool
+    quantize_offset_path: bool
+    skip_lowering_check: bool
+    step: Progress
+    eval_given: bool
+
+
+def _quantize_onnx(job: _Job) -> QuantizeReport:
+    """Lower, pre-process, place, quantize (``quantize_static``), check, measure and write one file."""
     try:
-        from onnxruntime.quantization import (
-            CalibrationMethod,
-            QuantFormat,
-            QuantType,
-            quantize_static,
-        )
+        from onnxruntime.quantization.shape_inference import quant_pre_process
     except ImportError as exc:
         raise ImportError(
             "deform_onnx.quantize needs ONNX Runtime's quantizer: pip install 'deform-onnx[quantize]' "
             "(or any onnxruntime distribution)"
         ) from exc
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    step("lower", 0, 1)
+    job.step("lower", 0, 1)
     # A lowered file that recorded its layers (deform_onnx.export): each back as DeformConv first (.rebuild).
-    source, rebuilt, rebuild_notes = rebuild_deform_convs(model, evaluation)
-    lowered, used = lower_for_quantization(source, method, target)
+    source, rebuilt, rebuild_notes = rebuild_deform_convs(job.model, job.evaluation)
+    lowered, used = lower_for_quantization(source, job.method, job.target)
     checked = used is not None or bool(rebuilt)
-    if checked and not skip_lowering_check:
-        check_lowering(src, model, lowered, evaluation)
+    if checked and not job.skip_lowering_check:
+        check_lowering(job.src, job.model, lowered, job.evaluation)
     with tempfile.TemporaryDirectory(prefix="deform_onnx_quantize_") as tmp:
         tmp_in, tmp_pre, tmp_q = (os.path.join(tmp, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
         onnx.save(lowered, tmp_in)
-        step("pre-process", 0, 1)
+        job.step("pre-process", 0, 1)
         quant_pre_process(tmp_in, tmp_pre)
         pre = onnx.load(tmp_pre)
         _name_nodes(pre)
         onnx.save(pre, tmp_pre)
-        placement = place(pre, quantize_offset_path=quantize_offset_path, allow_computed_bias=target == "tensorrt")
-        if not placement.quantize:
-            raise ValueError(f"{src}: no Conv, MatMul or Gemm outside the offset path: nothing to quantize")
-        trt = target == "tensorrt"
-        extra = {
-            # No Q on the weighted ops' outputs: MatMulIntegerToFloat for ONNX Runtime; TensorRT's recommended placement.
-            "OpTypesToExcludeOutputQuantization": list(LINEAR_OPS) if trt else ["MatMul", "Gemm"],
-            "ActivationSymmetric": trt,
-            "WeightSymmetric": True,
-            # TensorRT's DequantizeLinear takes INT8/FP8/INT4/FP4, not int32: biases stay float there.
-            "QuantizeBias": not trt,
-            # Per output channel: the last axis of a MatMul weight ([C, Co], or [groups, C/g, Co/g] batched).
-            "QDQOpTypePerChannelSupportToAxis": {"MatMul": -1},
-        }
-        if placement.weight_first and not trt:
-            extra["TensorQuantOverrides"] = overrides(placement)
-        total = len(samples)
-        done = [0]
-
-        def on_sample():
-            done[0] += 1
-            step("calibrate", done[0], total)
-
-        root = logging.getLogger()  # the quantizer logs a warning per float Gemm it skips, on the root logger
-        level = root.level
-        root.setLevel(max(level, logging.ERROR))
-        try:
-            quantize_static(
-                tmp_pre,
-                tmp_q,
-                Reader(samples, on_sample),
-                quant_format=QuantFormat.QDQ,
-                per_channel=per_channel,
-                activation_type=QuantType.QInt8 if trt else QuantType.QUInt8,
-                weight_type=QuantType.QInt8,
-                op_types_to_quantize=list(LINEAR_OPS + LAYOUT_OPS),
-                nodes_to_quantize=placement.quantize,
-                calibrate_method=CalibrationMethod.MinMax,
-                extra_options=extra,
-            )
-        finally:
-            root.setLevel(level)
-        step("check", 0, 1)
-        quantized = onnx.load(tmp_q)
-        if not quantize_offset_path:
-            float_reads(quantized, set(placement.keep_float) | placement.offset_path)
-        quantize_before_layout(quantized, placement)
-        onnx.save(quantized, tmp_q)
-        onnx.checker.check_model(quantized)
-        notes: list[str] = list(rebuild_notes)
-        if rebuilt:
-            notes.append(rebuilt_note(rebuilt, model, lowered))
-        if trt:
-            found = tensorrt_violations(quantized, placement)
-            if found:
-                raise ValueError(f"target 'tensorrt': {found[0]}")
-        if not eval_given:
-            notes.append(HELD_OUT_NOTE)
-        if checked and skip_lowering_check:
-            notes.append(skipped_note(src))
-        if used is not None and any(n.op_type == "DeformConv" for n in lowered.graph.node):
-            notes.append(
-                "the columns are sampled by ONNX Runtime's DeformConv kernel (float; depthwise, one-hot weight, "
-                "one per row band of a large map) and contracted on integers: the file needs ONNX Runtime >= 1.25"
-            )
-        if used is None and any(
-            why.startswith(("Gemm with a computed C", "weight is MatMul's first"))
-            for why in placement.keep_float.values()
-        ):
-            notes.append(
-                "the contraction of this already-lowered file stays float (it has no record of its deformable "
-                "layers: deform_onnx.export's dynamo exporter writes one): quantize the native file (DeformConv), "
-                "or the PyTorch model (deform_onnx.quantize(model, ..., args=...)), which are lowered in the "
-                "INT8 form first"
-            )
-        report = QuantizeReport(
-            src=src, dst=dst, target=target, quantizer=TARGETS[target], method=used, samples=len(samples), notes=notes
+        placement = place(
+            pre, quantize_offset_path=job.quantize_offset_path, allow_computed_bias=job.target == "tensorrt"
         )
+        if not placement.quantize:
+            raise ValueError(f"{job.src}: no Conv, MatMul or Gemm outside the offset path: nothing to quantize")
+        _quantize_static(job, tmp_pre, tmp_q, placement)
+        job.step("check", 0, 1)
+        quantized = _checked(job, tmp_q, placement)
+        report = QuantizeReport(
+            src=job.src, dst=job.dst, target=job.target, quantizer=TARGETS[job.target], method=used,
+            samples=len(job.samples), notes=list(rebuild_notes),
+        )  # fmt: skip
+        if rebuilt:
+            report.notes.append(rebuilt_note(rebuilt, job.model, lowered))
+        report.notes += _notes(job, used, lowered, placement)
+        if checked and job.skip_lowering_check:
+            report.notes.append(skipped_note(job.src))
         report.form, report.rebuilt = form_written(lowered, placement, used), rebuilt
         ops = {n.name: n.op_type for n in pre.graph.node}
         report.quantized = [(n, ops[n], placement.why_quantized.get(n, "")) for n in placement.quantize]
         report.kept_float = [(n, ops[n], why) for n, why in placement.keep_float.items()]
-        step("measure", 0, 1)
-        _measure(report, pre, quantized, placement, evaluation)
-        if target == "onnxruntime":
-            report.fused = fused_kernels(tmp_q, tmp)
-            report.float_ms = median_ms(model, evaluation) or median_ms(pre, evaluation)
-            report.int8_ms = median_ms(tmp_q, evaluation)
-            if report.float_ms and report.int8_ms and (note := slower_note(report.float_ms, report.int8_ms)):
-                report.notes.append(note)
-        _atomic_copy(tmp_q, dst)
-    step("done", 1, 1)
+        job.step("measure", 0, 1)
+        _measure(report, pre, quantized, placement, job.evaluation)
+        if job.target == "onnxruntime":
+            _time(report, job, pre, tmp_q, tmp)
+        _atomic_copy(tmp_q, job.dst)
+    job.step("done", 1, 1)
     return report
+
+
+def _quantize_static(job: _Job, tmp_pre: str, tmp_q: str, placement: Placement) -> None:
+    """``onnxruntime.quantization.quantize_static`` with the placement and the target's options (QDQ, MinMax)."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    trt = job.target == "tensorrt"
+    extra = {
+        # No Q on the weighted ops' outputs: MatMulIntegerToFloat for ONNX Runtime; TensorRT's recommended placement.
+        "OpTypesToExcludeOutputQuantization": list(LINEAR_OPS) if trt else ["MatMul", "Gemm"],
+        "ActivationSymmetric": trt,
+        "WeightSymmetric": True,
+        # TensorRT's DequantizeLinear takes INT8/FP8/INT4/FP4, not int32: biases stay float there.
+        "QuantizeBias": not trt,
+        # Per output channel: the last axis of a MatMul weight ([C, Co], or [groups, C/g, Co/g] batched).
+        "QDQOpTypePerChannelSupportToAxis": {"MatMul": -1},
+    }
+    if placement.weight_first and not trt:
+        extra["TensorQuantOverrides"] = overrides(placement)
+    total = len(job.samples)
+    done = [0]
+
+    def on_sample():
+        done[0] += 1
+        job.step("calibrate", done[0], total)
+
+    root = logging.getLogger()  # the quantizer logs a warning per float Gemm it skips, on the root logger
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))
+    try:
+        quantize_static(
+            tmp_pre,
+            tmp_q,
+            Reader(job.samples, on_sample),
+            quant_format=QuantFormat.QDQ,
+            per_channel=job.per_channel,
+            activation_type=QuantType.QInt8 if trt else QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=list(LINEAR_OPS + LAYOUT_OPS),
+            nodes_to_quantize=placement.quantize,
+            calibrate_method=CalibrationMethod.MinMax,
+            extra_options=extra,
+        )
+    finally:
+        root.setLevel(level)
+
+
+def _checked(job: _Job, tmp_q: str, placement: Placement) -> onnx.ModelProto:
+    """The quantized file with the float reads wired back and Q moved above the layout ops, checked (TensorRT's rules)."""
+    quantized = onnx.load(tmp_q)
+    if not job.quantize_offset_path:
+        float_reads(quantized, set(placement.keep_float) | placement.offset_path)
+    quantize_before_layout(quantized, placement)
+    onnx.save(quantized, tmp_q)
+    onnx.checker.check_model(quantized)
+    if job.target == "tensorrt":
+        found = tensorrt_violations(quantized, placement)
+        if found:
+            raise ValueError(f"target 'tensorrt': {found[0]}")
+    return quantized
+
+
+def _notes(job: _Job, used: str | None, lowered: onnx.ModelProto, placement: Placement) -> list[str]:
+    """The report's notes: not held out, the DeformConv sampler's runtime need, a contraction left float."""
+    notes: list[str] = []
+    if not job.eval_given:
+        notes.append(HELD_OUT_NOTE)
+    if used is not None and any(n.op_type == "DeformConv" for n in lowered.graph.node):
+        notes.append(
+            "the columns are sampled by ONNX Runtime's DeformConv kernel (float; depthwise, one-hot weight, "
+            "one per row band of a large map) and contracted on integers: the file needs ONNX Runtime >= 1.25"
+        )
+    if used is None and any(
+        why.startswith(("Gemm with a computed C", "weight is MatMul's first")) for why in placement.keep_float.values()
+    ):
+        notes.append(
+            "the contraction of this already-lowered file stays float (it has no record of its deformable "
+            "layers: deform_onnx.export's dynamo exporter writes one): quantize the native file (DeformConv), "
+            "or the PyTorch model (deform_onnx.quantize(model, ..., args=...)), which are lowered in the "
+            "INT8 form first"
+        )
+    return notes
+
+
+def _time(report: QuantizeReport, job: _Job, pre: onnx.ModelProto, tmp_q: str, tmp: str) -> None:
+    """ONNX Runtime's fused integer kernels and the float and INT8 files' times (a note when INT8 is slower)."""
+    report.fused = fused_kernels(tmp_q, tmp)
+    report.float_ms = median_ms(job.model, job.evaluation) or median_ms(pre, job.evaluation)
+    report.int8_ms = median_ms(tmp_q, job.evaluation)
+    if report.float_ms and report.int8_ms and (note := slower_note(report.float_ms, report.int8_ms)):
+        report.notes.append(note)
 
 
 def float_reads(model: onnx.ModelProto, keep: set[str]) -> int:
@@ -404,21 +413,6 @@ def _atomic_copy(path: str, dst: Path) -> None:
 
     with atomic_path(dst) as tmp, open(path, "rb") as g:
         tmp.write_bytes(g.read())
-
-
-def fused_kernels(path: str, tmp: str) -> dict[str, int]:
-    """Integer kernels in ONNX Runtime's optimized graph of ``path`` (extended level: the QDQ fusions, no NCHWc)."""
-    import onnxruntime as ort
-
-    out = os.path.join(tmp, "ort_optimized.onnx")
-    ort_session(
-        path, graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized_model_filepath=out
-    )
-    counts: dict[str, int] = {}
-    for node in onnx.load(out).graph.node:
-        if node.op_type in INTEGER_KERNELS:
-            counts[node.op_type] = counts.get(node.op_type, 0) + 1
-    return counts
 
 
 def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:

@@ -217,10 +217,12 @@ class Reader:
         self._on_sample = on_sample
 
     def get_next(self) -> dict | None:
+        """The next calibration sample (input name -> array), ``None`` after the last."""
         sample = next(self._it, None)
         if sample is not None and self._on_sample is not None:
             self._on_sample()
         return sample
 
     def rewind(self) -> None:
+        """Start again from the first sample."""
         self._it = iter(self._samples)

@@ -141,25 +141,80 @@ def place(
     Returns:
         A :class:`Placement`.
     """
-    graph = model.graph
-    inits = {t.name for t in graph.initializer}
-    producer, consumers = _graph_maps(graph)
-    names = [n.name for n in graph.node]
+    g = _Graph.of(model)
     out = Placement()
+    per_sampler = _samplers(g, out)
+    sampler_ids = set(per_sampler)
+    float_side, products = _offset_side(g, per_sampler)
+    out.offset_path = {g.names[i] for i in float_side}
+    for i in sampler_ids:
+        out.keep_float[g.names[i]] = "sampler: no integer kernel; samples must stay exact"
+    for i in products:
+        out.keep_float[g.names[i]] = "mask / corner-weight product: rescales each sample"
+    floats = _Floats(sampler_ids, products, float_side)
+    linear = [
+        i
+        for i, node in enumerate(g.graph.node)
+        if _linear(
+            g, i, node, floats, out, quantize_offset_path=quantize_offset_path, allow_computed_bias=allow_computed_bias
+        )
+    ]
+    layout = _layout_chains(g, linear, floats, out)
+    out.quantize = [g.names[i] for i in sorted(set(linear) | layout)]
+    return out
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """The model's graph with its lookups: initializer names, producer and consumers by tensor, node names."""
+
+    graph: onnx.GraphProto
+    inits: set[str]
+    producer: dict
+    consumers: dict
+    names: list[str]
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto) -> _Graph:
+        producer, consumers = _graph_maps(model.graph)
+        return cls(model.graph, {t.name for t in model.graph.initializer}, producer, consumers,
+                   [n.name for n in model.graph.node])  # fmt: skip
+
+    def constant(self, tensor: str) -> bool:
+        return _constant(self.graph, self.producer, tensor, self.inits)
+
+
+@dataclass(frozen=True)
+class _Floats:
+    """Node indices that stay float: the samplers, the mask / corner-weight products, the offset and weight side."""
+
+    samplers: set[int]
+    products: set[int]
+    float_side: set[int]
+
+
+def _samplers(g: _Graph, out: Placement) -> dict[int, set[int]]:
+    """Sampler node index -> its offset path (the nodes its coordinates depend on and its data does not)."""
     per_sampler: dict[int, set[int]] = {}
-    for i, node in enumerate(graph.node):
+    for i, node in enumerate(g.graph.node):
         if node.op_type not in SAMPLERS:
             continue
         data, coords = SAMPLERS[node.op_type]
         coord_names = [node.input[c] for c in coords if c < len(node.input) and node.input[c]]
-        if node.op_type.startswith("Gather") and all(_constant(graph, producer, t, inits) for t in coord_names):
+        if node.op_type.startswith("Gather") and all(g.constant(t) for t in coord_names):
             continue  # constant indices: a slice, not a sampler
-        if node.op_type.startswith("Gather") and _integer_data(graph, producer, node.input[data]):
+        if node.op_type.startswith("Gather") and _integer_data(g.graph, g.producer, node.input[data]):
             continue  # shape arithmetic (Gather of a Shape)
-        per_sampler[i] = _upstream(graph, producer, coord_names) - _upstream(graph, producer, [node.input[data]])
+        per_sampler[i] = _upstream(g.graph, g.producer, coord_names) - _upstream(
+            g.graph, g.producer, [node.input[data]]
+        )
         out.samplers.append(node.name)
         out.grids.extend((node.name, t) for t in coord_names)
-    sampler_ids = set(per_sampler)
+    return per_sampler
+
+
+def _offset_side(g: _Graph, per_sampler: dict[int, set[int]]) -> tuple[set[int], set[int]]:
+    """``(float side, products)``: each layer's offset path and weight side, and the products of its samples."""
     # One deformable layer = the samplers whose offset paths overlap (kernel rows, MSDA levels share a predictor).
     layers: list[tuple[set[int], set[int]]] = []  # (samplers, offset path)
     for i, path in per_sampler.items():
@@ -171,83 +226,72 @@ def place(
     float_side: set[int] = set()
     products: set[int] = set()
     for samplers_l, offset_l in layers:
-        sampled_l = _downstream(graph, consumers, samplers_l)
-        weight_l = _downstream(graph, consumers, offset_l) - sampled_l - offset_l
+        sampled_l = _downstream(g.graph, g.consumers, samplers_l)
+        weight_l = _downstream(g.graph, g.consumers, offset_l) - sampled_l - offset_l
         float_side |= offset_l | weight_l
         products |= {
             i
             for i in sampled_l - samplers_l
-            if any(producer.get(t) in offset_l | weight_l for t in graph.node[i].input)
+            if any(g.producer.get(t) in offset_l | weight_l for t in g.graph.node[i].input)
         }
-    products -= float_side
-    sampled = _downstream(graph, consumers, sampler_ids)
-    out.offset_path = {names[i] for i in float_side}
-    for i in sampler_ids:
-        out.keep_float[names[i]] = "sampler: no integer kernel; samples must stay exact"
-    for i in products:
-        out.keep_float[names[i]] = "mask / corner-weight product: rescales each sample"
-    linear = []
-    for i, node in enumerate(graph.node):
-        if node.op_type not in LINEAR_OPS or i in sampler_ids or i in products:
-            continue
-        if i in float_side and not quantize_offset_path:
-            out.keep_float[node.name] = "offset path: its rounding moves the samples"
-            continue
-        weight_first = (
-            node.op_type == "MatMul"
-            and _constant(graph, producer, node.input[0], inits)
-            and not _constant(graph, producer, node.input[1], inits)
-        )
-        if (
-            weight_first
-            and not allow_computed_bias
-            and _columns(graph, producer, node.input[1], products | sampler_ids)
-        ):
+    return float_side, products - float_side
+
+
+def _linear(
+    g: _Graph, i: int, node, floats: _Floats, out: Placement, *, quantize_offset_path: bool, allow_computed_bias: bool
+) -> bool:
+    """Whether the weighted op ``node`` (index ``i``) is quantized; records why it is, or why it stays float."""
+    if node.op_type not in LINEAR_OPS or i in floats.samplers or i in floats.products:
+        return False
+    if i in floats.float_side and not quantize_offset_path:
+        out.keep_float[node.name] = "offset path: its rounding moves the samples"
+        return False
+    weight_first = node.op_type == "MatMul" and g.constant(node.input[0]) and not g.constant(node.input[1])
+    if weight_first and not allow_computed_bias:
+        if _columns(g.graph, g.producer, node.input[1], floats.products | floats.samplers):
             out.weight_first[node.name] = (node.input[0], node.input[1])
             out.why_quantized[node.name] = (
                 "contraction of sampled columns, weight first (uint8 per-tensor weight of normalised rows, "
                 "int8 columns: MatMulIntegerToFloat, no transposes)"
             )
-            linear.append(i)
-            continue
-        if weight_first and not allow_computed_bias:
-            out.keep_float[node.name] = (
-                "weight is MatMul's first input: ONNX Runtime fuses no int8 first input on x86 "
-                "(QDQIsInt8Allowed), so Q/DQ would only add work"
-            )
-            continue
-        if (
-            node.op_type == "Gemm"
-            and not allow_computed_bias
-            and len(node.input) > 2
-            and node.input[2]
-            and not _constant(graph, producer, node.input[2], inits)
-        ):
-            out.keep_float[node.name] = (
-                "Gemm with a computed C (accumulation): ONNX Runtime's QDQ Gemm needs a constant bias"
-            )
-            continue
-        linear.append(i)
-        out.why_quantized[node.name] = (
-            "offset path, quantized on request" if i in float_side else "model convolution / projection"
+            return True
+        out.keep_float[node.name] = (
+            "weight is MatMul's first input: ONNX Runtime fuses no int8 first input on x86 "
+            "(QDQIsInt8Allowed), so Q/DQ would only add work"
         )
-    # Layout ops carrying the columns from a product (or sampler) into a quantized contraction.
+        return False
+    computed_c = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2] and not g.constant(node.input[2])
+    if computed_c and not allow_computed_bias:
+        out.keep_float[node.name] = (
+            "Gemm with a computed C (accumulation): ONNX Runtime's QDQ Gemm needs a constant bias"
+        )
+        return False
+    out.why_quantized[node.name] = (
+        "offset path, quantized on request" if i in floats.float_side else "model convolution / projection"
+    )
+    return True
+
+
+def _layout_chains(g: _Graph, linear: list[int], floats: _Floats, out: Placement) -> set[int]:
+    """Layout ops carrying the columns from a product (or sampler) into a quantized contraction."""
+    sampled = _downstream(g.graph, g.consumers, floats.samplers)
     layout: set[int] = set()
     for i in linear:
-        if i not in sampled or names[i] in out.weight_first:
+        if i not in sampled or g.names[i] in out.weight_first:
             continue
         chain: list[int] = []
-        j = producer.get(graph.node[i].input[0])
-        while j is not None and graph.node[j].op_type in LAYOUT_OPS and j not in float_side and j not in layout:
+        j = g.producer.get(g.graph.node[i].input[0])
+        while (
+            j is not None and g.graph.node[j].op_type in LAYOUT_OPS and j not in floats.float_side and j not in layout
+        ):
             chain.append(j)
-            j = producer.get(graph.node[j].input[0])
-        if j in products or j in sampler_ids or j in layout:  # the columns of a deformable layer
-            out.why_quantized[names[i]] = "contraction of sampled columns"
+            j = g.producer.get(g.graph.node[j].input[0])
+        if j in floats.products or j in floats.samplers or j in layout:  # the columns of a deformable layer
+            out.why_quantized[g.names[i]] = "contraction of sampled columns"
             for k in chain:
                 layout.add(k)
-                out.why_quantized[names[k]] = "layout op of the columns: moves uint8"
-    out.quantize = [names[i] for i in sorted(set(linear) | layout)]
-    return out
+                out.why_quantized[g.names[k]] = "layout op of the columns: moves uint8"
+    return layout
 
 
 def _columns(graph, producer, tensor: str, sources: set[int]) -> bool:

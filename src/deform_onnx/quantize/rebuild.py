@@ -204,7 +204,8 @@ def _recover(sub: onnx.ModelProto, spec: DeformConvSpec, c, values: dict) -> tup
 
 def _columns(x: np.ndarray, spec: DeformConvSpec, Wo: int, pixels: np.ndarray) -> np.ndarray:
     """im2col of ``x [C, H, W]`` at zero offsets for the flat output ``pixels``: ``[len(pixels), C, K]``
-    (zero padding; taps row-major, as the weight ``[Co, C, kh, kw]`` orders them)."""
+    (zero padding; taps row-major, as the weight ``[Co, C, kh, kw]`` orders them).
+    """
     _, H, W = x.shape
     (sh, sw), (ph, pw), (dh, dw) = spec.stride, spec.padding, spec.dilation
     ki, kj = np.divmod(np.arange(spec.taps), spec.kernel[1])

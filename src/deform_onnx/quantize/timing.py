@@ -1,7 +1,8 @@
-"""quantize's ONNX Runtime sessions, and how fast the written INT8 file runs against its float file here."""
+"""quantize's ONNX Runtime sessions: how fast the INT8 file runs against its float file, and its fused kernels."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -11,6 +12,21 @@ import onnx
 SLOWER = 1.05
 #: Seconds of timed calls per file at most (after one warm-up call), and the most calls.
 BUDGET_S, MAX_CALLS = 2.0, 7
+#: ONNX Runtime's integer kernels, counted in the optimized graph (the fusion the placement aims at).
+INTEGER_KERNELS = (
+    "QLinearConv",
+    "QLinearMatMul",
+    "MatMulIntegerToFloat",
+    "MatMulInteger",
+    "QGemm",
+    "QLinearAdd",
+    "QLinearMul",
+    "QLinearConcat",
+    "QLinearSigmoid",
+    "QLinearAveragePool",
+    "QLinearGlobalAveragePool",
+    "DynamicQuantizeMatMul",
+)
 
 
 def ort_session(model: onnx.ModelProto | str, **options):
@@ -51,3 +67,18 @@ def slower_note(float_ms: float, int8_ms: float) -> str | None:
         f"{float_ms:.3g} ms -> {int8_ms:.3g} ms; one-off timing): small layers gain less from integer "
         "kernels than the extra nodes cost, so keep the float file where speed matters"
     )
+
+
+def fused_kernels(path: str, tmp: str) -> dict[str, int]:
+    """Integer kernels in ONNX Runtime's optimized graph of ``path`` (extended level: the QDQ fusions, no NCHWc)."""
+    import onnxruntime as ort
+
+    out = os.path.join(tmp, "ort_optimized.onnx")
+    ort_session(
+        path, graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized_model_filepath=out
+    )
+    counts: dict[str, int] = {}
+    for node in onnx.load(out).graph.node:
+        if node.op_type in INTEGER_KERNELS:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts

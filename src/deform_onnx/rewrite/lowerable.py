@@ -1,17 +1,16 @@
 """Which nodes of a file a method lowers: the one decision ``lower``, ``check`` and ``run_paths`` share.
 
-Deformable-convolution nodes (DeformConv, mmcv's, OpenVINO's) and the MSDA and
-DCNv3 plugin nodes are lowered by every method; default-domain ``GridSample``
-nodes only by the methods that resolve ``F.grid_sample`` to its gather form
-(``gather``, and ``auto`` below opset 16: :mod:`deform_onnx.ops.grid_sample.sources`).
-Each op's file-node module (:attr:`deform_onnx.ops.registry.OpEntry.sources`) answers for its nodes.
+Each op's file-node module (:attr:`deform_onnx.ops.registry.OpEntry.sources`) answers for its nodes:
+for the package's ops, deformable-convolution nodes (DeformConv, mmcv's, OpenVINO's) and the MSDA and
+DCNv3 plugin nodes are lowered by every method; default-domain ``GridSample`` nodes only by the
+methods that resolve ``F.grid_sample`` to its gather form (``gather``, and ``auto`` below opset 16).
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
-from ..ops.registry import sources
+from ..ops.registry import OPS, sources
 from .model_io import default_opset
 
 
@@ -41,6 +40,8 @@ def nothing_to_lower(model: ir.Model, method: str) -> str:
         others = []
     head = f"no node that lower(method={method!r}) replaces"
     if not others:
-        return f"{head} (nor would any method: the file has no deformable-convolution, GridSample, MSDA or DCNv3 node)"
+        titles = [entry.title for entry in OPS.values() if entry.onnx_nodes]
+        kinds = ", ".join(titles[:-1]) + f" or {titles[-1]}" if len(titles) > 1 else "".join(titles)
+        return f"{head} (nor would any method: the file has no {kinds} node)"
     kinds = ", ".join(sorted({n.op_type for n in others}))
     return f"{head} (method 'gather' would replace {len(others)}: {kinds})"

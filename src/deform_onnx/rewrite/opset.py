@@ -6,7 +6,6 @@ import onnx
 import onnx_ir as ir
 
 from .model_io import _VALUE_INFO, _first_line
-from .nodes import find_nodes
 
 #: Private domain that hides default-domain deformable nodes from the version converter.
 _HIDDEN = "deform_onnx.hidden"
@@ -39,7 +38,8 @@ REPAIRS = "deform_onnx.repairs"
 
 def _convert_proto(proto: onnx.ModelProto, target: int, current: int | None) -> tuple[onnx.ModelProto, list]:
     """Down: export's :func:`deform_onnx.conversion.convert_down` (onnx's converter plus the adapters it
-    lacks: ``Split`` 18->17, ``Pad`` 18->17, ...); up: onnx's converter alone."""
+    lacks: ``Split`` 18->17, ``Pad`` 18->17, ...); up: onnx's converter alone.
+    """
     from onnx import version_converter
 
     from ..conversion import convert_down
@@ -53,26 +53,16 @@ def _default_opset(proto: onnx.ModelProto) -> int | None:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
-def _convert(model: ir.Model, target: int, current: int | None, hide_grid_samples: bool = False) -> ir.Model:
+def _convert(model: ir.Model, target: int, current: int | None, lowered: list[ir.Node]) -> ir.Model:
     """Convert the default domain to ``target`` with onnx's version converter.
 
-    The deformable nodes are moved to a private domain for the conversion
-    (the converter has no DeformConv adapter below 19) and back afterwards;
-    they are lowered at ``target`` later, so no lowering op is ever converted
+    The default-domain nodes of ``lowered`` (the nodes ``lower`` replaces: ``DeformConv``, TensorRT's
+    MSDA plugin node, GridSample nodes that take the gather form) are moved to a private domain for
+    the conversion (the converter has no DeformConv adapter below 19, no GridSample adapter below 16)
+    and back afterwards; they are lowered at ``target`` later, so no lowering op is ever converted
     (the converter lacks e.g. the GridSample 20->19 and Reshape 14->13 adapters).
     """
-
-    from ..ops.msda import sources as msda_nodes
-
-    hidden = [node for node, _ in find_nodes(model) if node.domain in ("", "ai.onnx")]
-    # TensorRT's MSDA plugin node may sit in the default domain; lowered at ``target`` afterwards.
-    hidden += [n for n in msda_nodes.find(model) if n.domain in ("", "ai.onnx")]
-    if hide_grid_samples:  # lowered to gather at ``target`` afterwards (no GridSample adapter below 16)
-        hidden += [
-            n
-            for n in ir.traversal.RecursiveGraphIterator(model.graph)
-            if n.op_type == "GridSample" and n.domain in ("", "ai.onnx")
-        ]
+    hidden = [node for node in lowered if node.domain in ("", "ai.onnx")]
     for node in hidden:
         node.domain = _HIDDEN
     if hidden:

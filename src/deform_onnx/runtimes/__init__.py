@@ -12,8 +12,8 @@ import os
 import re
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -42,6 +42,7 @@ class PathResult:
 
     @property
     def ran(self) -> bool:
+        """Whether the path produced outputs."""
         return self.outputs is not None
 
 
@@ -153,7 +154,8 @@ def run_paths(
     Raises:
         ValueError: an unknown runtime name.
     """
-    from ..rewrite import find_nodes, lower, read_model
+    from ..ops.deform_conv.sources import find_nodes
+    from ..rewrite import lower, read_model
 
     wanted = []
     for name in runtimes:

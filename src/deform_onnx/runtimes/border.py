@@ -68,8 +68,7 @@ def border_feeds(model, feeds: dict[str, np.ndarray], seed: int = 0) -> tuple[di
     Returns:
         ``(feeds, "")``, or ``(None, why)`` when no node's offset is a graph input.
     """
-    from ..rewrite import find_nodes
-    from ..rewrite.nodes import spec_for_node
+    from ..ops.deform_conv.sources import find_nodes, spec_for_node
 
     rng = np.random.default_rng(seed + 1)
     out = dict(feeds)

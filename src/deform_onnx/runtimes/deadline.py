@@ -29,6 +29,7 @@ class Deadline:
         return None if self.end is None else max(0.0, self.end - time.monotonic())
 
     def passed(self) -> bool:
+        """Whether the deadline has passed (never without a timeout)."""
         return self.end is not None and time.monotonic() >= self.end
 
     def check(self, what: str) -> None:
@@ -37,6 +38,7 @@ class Deadline:
             raise self.error(what)
 
     def error(self, what: str) -> DeadlineExceeded:
+        """The :class:`DeadlineExceeded` naming ``what`` and the timeout."""
         return DeadlineExceeded(f"timed out: {what} ran longer than --timeout {self.seconds:g} s")
 
 

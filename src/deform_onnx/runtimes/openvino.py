@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ops.deform_conv.sources import SOURCE_OPS, SourceOp
+from ..ops.deform_conv import SOURCE_OPS, SourceOp
 
 __all__ = ["extension", "read_model", "compile", "inference_precision", "available"]
 
@@ -90,7 +90,7 @@ def extension() -> list:
 
     Returns:
         A list of ``openvino.frontend.onnx.ConversionExtension``, one per
-        (domain, op_type) of :data:`deform_onnx.ops.deform_conv.sources.SOURCE_OPS`:
+        (domain, op_type) of :data:`deform_onnx.ops.deform_conv.SOURCE_OPS`:
         ``DeformConv`` (default domain) and ``MMCVDeformConv2d`` /
         ``MMCVModulatedDeformConv2d`` (domains ``mmcv``, ``mmdeploy``). Add them
         with ``core.add_extension(...)`` before ``core.read_model``.

@@ -26,7 +26,7 @@ own corner code.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import onnx
 

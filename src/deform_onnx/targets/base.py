@@ -12,8 +12,9 @@ issue number, or "measured here".
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from types import ModuleType
 
 import onnx
 
@@ -25,14 +26,18 @@ class Fault:
     Attributes:
         what: the combination, e.g. ``"GridSample at opset >= 20"``.
         why: what the runtime does with it, with the source.
-        hits: ``hits(method, opset) -> bool`` on the resolved method (never ``"auto"``).
+        hits: ``hits(lowering, opset) -> bool``: ``lowering`` is the name of the lowering :attr:`op`
+            resolves the method to (never ``"auto"``); without an op, the method as given.
         fix: what to pass instead.
+        op: the op (a key of :data:`deform_onnx.ops.registry.OPS`) whose lowering ``hits`` reads;
+            ``None`` for a fault of the opset alone. A fault an op's rules module brings is that op's.
     """
 
     what: str
     why: str
     hits: Callable[[str, int], bool]
     fix: str
+    op: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,35 @@ class Target:
 
     @property
     def rules(self) -> tuple[str, ...]:
-        """:attr:`options` and the GridSample rules :attr:`grid_sample` implies: every rule checked on a graph."""
+        """Every rule checked on a graph: :attr:`options`, the GridSample rules :attr:`grid_sample` implies and
+        the rules the registered ops add for this target (their rules module's ``TARGET_RULES``).
+        """
         extra = [GRID_SAMPLE_RULES[kind] for kind in GRID_SAMPLE_EXTRAS if kind not in self.grid_sample]
-        return (*self.options, *(r for r in extra if r not in self.options))
+        extra += [r for _, module in _op_rules() for r in getattr(module, "TARGET_RULES", {}).get(self.name, ())]
+        return tuple(dict.fromkeys((*self.options, *extra)))
+
+    @property
+    def all_faults(self) -> tuple[Fault, ...]:
+        """:attr:`faults` and the faults the registered ops bring for this target (their rules module's
+        ``FAULTS``, each tagged with its op): every fault checked before an export or a rewrite.
+        """
+        import dataclasses
+
+        brought = [
+            fault if fault.op is not None else dataclasses.replace(fault, op=entry)
+            for entry, module in _op_rules()
+            for fault in getattr(module, "FAULTS", {}).get(self.name, ())
+        ]
+        return (*self.faults, *brought)
+
+
+def _op_rules() -> list[tuple[str, ModuleType]]:
+    """``(op name, rules module)`` of every registered op that brings target rules (:attr:`OpEntry.rules`)."""
+    import importlib
+
+    from ..ops.registry import OPS
+
+    return [(e.name, importlib.import_module(e.rules)) for e in OPS.values() if e.rules is not None]
 
 
 #: GridSample kinds beyond 4-D bilinear/nearest -> the lowering form that avoids them

@@ -4,19 +4,33 @@ from __future__ import annotations
 
 import warnings
 
-from .base import Choice, Target
+from .base import Choice, Fault, Target
+
+
+def _hits(fault: Fault, method: str, opset: int) -> bool:
+    """Whether ``fault`` hits ``method`` at ``opset``: on the lowering its op resolves the method to."""
+    from ..ops.registry import resolve
+
+    return fault.hits(resolve(fault.op, method, opset).name if fault.op is not None else method, opset)
 
 
 def _check_faults(target: Target, method: str, opset: int, force: bool) -> None:
-    from ..ops.registry import resolve_method
+    from ..ops.registry import model_method
 
-    concrete = resolve_method(method, opset).name  # raises for unknown methods / too-low opsets
-    for fault in target.faults:
-        if fault.hits(concrete, opset):
+    model_method(method, opset)  # raises for unknown methods / opsets some op cannot hold
+    for fault in target.all_faults:
+        if _hits(fault, method, opset):
             text = f"target {target.name!r} mishandles {fault.what}: {fault.why}; {fault.fix}"
             if not force:
                 raise ValueError(f"{text} (force=True / --force writes it anyway)")
             warnings.warn(f"deform_onnx: {text}", stacklevel=4)
+
+
+def _lowest_opset(method: str) -> int:
+    """The lowest opset every op holds ``method`` at (an unknown method: 0, :func:`_check_faults` names it)."""
+    from ..ops.registry import METHODS, lowest_opset
+
+    return lowest_opset(method) if method in METHODS else 0
 
 
 def for_export(
@@ -38,10 +52,7 @@ def for_export(
     chosen_opset = opset if opset is not None else (t.opset if method is None or method == t.method else None)
     chosen_method = method or t.method
     if chosen_opset is None:  # the user's method with the target's opset when that holds it
-        from ..ops.registry import LOWERINGS
-
-        lowest = LOWERINGS[chosen_method].min_opset if chosen_method in LOWERINGS else t.opset
-        chosen_opset = max(t.opset, lowest)
+        chosen_opset = max(t.opset, _lowest_opset(chosen_method))
     if opset is None and dynamo:
         from ..exporters.dynamo import MIN_OPSET as DYNAMO_MIN
 
@@ -61,20 +72,20 @@ def for_lower(
     """
     if target is None:
         return Choice(None, method or "auto", opset, True, force)
-    from ..ops.registry import LOWERINGS
     from . import resolve_target
 
     t = resolve_target(target)
     chosen_method = method or t.method
     chosen_opset = opset
     if chosen_opset is None:
-        keep = (
-            model_opset is not None and chosen_method in LOWERINGS and model_opset >= LOWERINGS[chosen_method].min_opset
-        )
-        if keep and not any(f.hits(chosen_method, model_opset) for f in t.faults):  # type: ignore[arg-type]  # keep: model_opset is not None
+        from ..ops.registry import METHODS
+
+        lowest = _lowest_opset(chosen_method)
+        keep = model_opset is not None and chosen_method in METHODS[1:] and model_opset >= lowest
+        if keep and not any(_hits(f, chosen_method, model_opset) for f in t.all_faults):  # type: ignore[arg-type]  # keep: model_opset is not None
             chosen_opset = model_opset
         else:
-            chosen_opset = max(t.opset, LOWERINGS[chosen_method].min_opset) if chosen_method in LOWERINGS else t.opset
+            chosen_opset = max(t.opset, lowest)
     _check_faults(t, chosen_method, chosen_opset, force)  # type: ignore[arg-type]  # set above
     return Choice(t, chosen_method, chosen_opset, True, force, spec=str(target))
 
@@ -98,9 +109,23 @@ def for_check(path, target: str | Target, method: str | None, force: bool = Fals
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     choice = for_lower(t, method, None, opset, force)
     found = violations(model, t.rules)
-    deform = sum(n.op_type == "DeformConv" for n in model.graph.node)
-    refused = [f for f in t.faults if f.hits("native", opset or 19)] if deform else []
-    found += [f"{deform} DeformConv node(s): {f.why}" for f in refused[:1]]
+    found += _native_nodes_refused(model, t, opset)
     notes = [f"{t.name}: the file as is breaks {v}" for v in found] or [f"{t.name}: the file as is passes its rules"]
     notes.append(f"{t.name}: lowered paths use {choice.method} (target picks {t.method}@{t.opset}; {t.reason})")
     return notes, choice.method
+
+
+def _native_nodes_refused(model, t: Target, opset: int | None) -> list[str]:
+    """One line per op native form (``DeformConv``, ``GridSample``) the file holds and the target refuses."""
+    from ..ops.registry import OPS
+
+    lines = []
+    for entry in OPS.values():
+        for lowering in entry.lowerings.values():
+            count = sum(n.op_type == lowering.node and n.domain in ("", "ai.onnx") for n in model.graph.node)
+            if lowering.node is None or not count:
+                continue
+            at = opset or lowering.min_opset
+            refused = [f for f in t.all_faults if f.op == entry.name and f.hits(lowering.name, at)]
+            lines += [f"{count} {lowering.node} node(s): {f.why}" for f in refused[:1]]
+    return lines

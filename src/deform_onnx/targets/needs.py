@@ -13,7 +13,7 @@ opset is an :class:`~deform_onnx.core.errors.ExportError` naming that opset, bef
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +25,8 @@ from .base import Choice
 
 class _CallScan(TorchFunctionMode):
     """Records what the model calls while it runs: each ``F.grid_sample`` input rank, and each antialiased
-    ``F.interpolate`` mode."""
+    ``F.interpolate`` mode.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -79,7 +80,8 @@ def model_calls(model: torch.nn.Module, args: tuple) -> _CallScan:
 
 def grid_sample_ranks(model: torch.nn.Module, args: tuple) -> set[int]:
     """Input ranks (4: ``(N, C, H, W)``, 5: ``(N, C, D, H, W)``) of the model's ``F.grid_sample`` calls
-    (:func:`model_calls`)."""
+    (:func:`model_calls`).
+    """
     return model_calls(model, args).ranks
 
 

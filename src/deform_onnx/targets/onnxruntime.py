@@ -27,6 +27,7 @@ _NO_KERNEL = Fault(
     why="ONNX Runtime has no DeformConv kernel before 1.25 (session creation fails: NOT_IMPLEMENTED; measured on 1.24.4)",
     hits=lambda method, opset: method == "native",
     fix="use method grid_sample (opset >= 16) or gather, or target onnxruntime>=1.25",
+    op="deform_conv2d",
 )
 
 

@@ -7,7 +7,7 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 
 - ``"Reshape allowzero 0"``: torch's dynamo exporter writes every ``view`` /
   ``reshape`` as ``Reshape(allowzero=1)``; onnx2torch 1.5.15 refuses it
-  ("\"allowzero=1\" is not implemented", measured here with
+  ('"allowzero=1" is not implemented', measured here with
   scripts/op_matrix.py on Deformable DETR's MSDA core and the DCNv3 layer).
   ``allowzero`` only matters when the shape holds a 0 (ONNX ``Reshape``-14:
   with 0 a dimension is copied from the input, with allowzero=1 it is set to 0),
@@ -20,7 +20,7 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import onnx
 from onnx import numpy_helper

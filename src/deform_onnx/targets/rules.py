@@ -2,12 +2,13 @@
 
 Each rule reads a finished ``onnx.ModelProto`` and returns its violations,
 one line each naming the node or value. Rules look at the main graph (the
-lowerings write no subgraphs).
+lowerings write no subgraphs). The rules about one op's nodes live in its folder
+(``deform_onnx/ops/<op>/rules.py``) and join :data:`RULES` through the op registry.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Iterator, Mapping
 
 import onnx
 
@@ -26,65 +27,12 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
 }  # fmt: skip
 
 
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
 def _nodes(model: onnx.ModelProto, op_type: str) -> list[str]:
     return [
         n.name or f"#{i}"
         for i, n in enumerate(model.graph.node)
         if n.op_type == op_type and n.domain in ("", "ai.onnx")
     ]
-
-
-def no_gridsample_20(model: onnx.ModelProto) -> list[str]:
-    """GridSample-20 spells bilinear ``mode="linear"``; readers that know only ``"bilinear"`` sample nearest."""
-    if _opset(model) < 20:
-        return []
-    found = _nodes(model, "GridSample")
-    return [f"GridSample-20 node(s) {', '.join(found[:3])} (mode 'linear') at opset {_opset(model)}"] if found else []
-
-
-def _gridsamples(model: onnx.ModelProto) -> list[tuple[str, str, int | None]]:
-    """``(name, mode, input rank or None)`` of the main graph's GridSample nodes."""
-    found = [n for n in model.graph.node if n.op_type == "GridSample" and n.domain in ("", "ai.onnx")]
-    if not found:
-        return []
-    g = _inferred(model).graph
-    ranks = {
-        v.name: len(v.type.tensor_type.shape.dim)
-        for v in (*g.input, *g.value_info)
-        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")
-    }
-    ranks.update({t.name: len(t.dims) for t in g.initializer})
-    out = []
-    for i, n in enumerate(found):
-        mode = next((a.s.decode() for a in n.attribute if a.name == "mode"), "linear")
-        out.append((n.name or f"#{i}", mode, ranks.get(n.input[0])))
-    return out
-
-
-def no_5d_gridsample(model: onnx.ModelProto) -> list[str]:
-    """5-D GridSample (GridSample-20 N-D): OpenVINO rejects it (openvinotoolkit/openvino#37770), TensorRT's is 4-D."""
-    found = [name for name, _, rank in _gridsamples(model) if rank is not None and rank > 4]
-    return [f"5-D GridSample node(s) {', '.join(found[:3])}"] if found else []
-
-
-def no_gridsample_cubic(model: onnx.ModelProto) -> list[str]:
-    """GridSample mode cubic / bicubic: wrong or missing where the target has not been measured to match PyTorch."""
-    found = [name for name, mode, _ in _gridsamples(model) if mode in ("cubic", "bicubic")]
-    return [f"GridSample cubic node(s) {', '.join(found[:3])}"] if found else []
-
-
-def no_gridsample_reflection(model: onnx.ModelProto) -> list[str]:
-    """GridSample ``padding_mode="reflection"``: MNN 3.6.1 samples it wrong (measured here, scripts/op_matrix.py)."""
-    found = [
-        n.name or f"#{i}"
-        for i, n in enumerate(x for x in model.graph.node if x.op_type == "GridSample" and x.domain in ("", "ai.onnx"))
-        if any(a.name == "padding_mode" and a.s == b"reflection" for a in n.attribute)
-    ]
-    return [f"GridSample reflection node(s) {', '.join(found[:3])}"] if found else []
 
 
 def no_reshape_allowzero(model: onnx.ModelProto) -> list[str]:
@@ -104,6 +52,7 @@ def no_reshape_allowzero(model: onnx.ModelProto) -> list[str]:
 
 
 def no_isnan(model: onnx.ModelProto) -> list[str]:
+    """IsNaN nodes (the NaN guard's test): converters without an IsNaN layer refuse the file."""
     found = _nodes(model, "IsNaN")
     return [f"IsNaN node(s) {', '.join(found[:3])}"] if found else []
 
@@ -131,16 +80,6 @@ def no_nan_guard(model: onnx.ModelProto) -> list[str]:
     found = _nodes(model, "IsNaN")
     found += [n.name or "Where" for n in nan_guards(model)]
     return [f"NaN guard node(s) {', '.join(found[:3])}"] if found else []
-
-
-def no_gridsample(model: onnx.ModelProto) -> list[str]:
-    found = _nodes(model, "GridSample")
-    return [f"GridSample node(s) {', '.join(found[:3])}"] if found else []
-
-
-def no_deformconv(model: onnx.ModelProto) -> list[str]:
-    found = _nodes(model, "DeformConv")
-    return [f"DeformConv node(s) {', '.join(found[:3])}"] if found else []
 
 
 def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -171,6 +110,7 @@ def ncnn_blobs(model: onnx.ModelProto) -> list[str]:
 
 
 def static_shapes(model: onnx.ModelProto) -> list[str]:
+    """Graph inputs with a dynamic dimension: runtimes that compile for one size refuse them."""
     dynamic = [
         v.name
         for v in model.graph.input
@@ -182,7 +122,8 @@ def static_shapes(model: onnx.ModelProto) -> list[str]:
 def integer_shape_tensors(model: onnx.ModelProto) -> list[str]:
     """Shape inputs (TensorRT's shape tensors, :data:`SHAPE_INPUTS`) computed from integers only: no float value
     on the path that reaches them (through every producer but ``Shape``/``Size``, ``Range`` included).
-    A value is judged by where it flows: a float ``Range`` whose output feeds only data is no shape tensor."""
+    A value is judged by where it flows: a float ``Range`` whose output feeds only data is no shape tensor.
+    """
     inferred = _inferred(model)
     g = inferred.graph
     types = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.value_info, *g.output)}
@@ -209,21 +150,47 @@ def integer_shape_tensors(model: onnx.ModelProto) -> list[str]:
     return bad[:1] + ([f"... and {len(bad) - 1} more"] if len(bad) > 1 else [])
 
 
-#: Rule name (as shown in ``deform-onnx targets``) -> check.
-RULES: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
-    "no GridSample-20": no_gridsample_20,
+#: A graph rule: a finished model -> its violations, one line each.
+RuleFn = Callable[[onnx.ModelProto], list[str]]
+
+#: Rules of no one op (the runtimes' own graph limits); each op brings its own (:class:`_Rules`).
+GENERAL_RULES: dict[str, RuleFn] = {
     "no IsNaN": no_isnan,
     "no NaN guard": no_nan_guard,
-    "no DeformConv": no_deformconv,
-    "no GridSample": no_gridsample,
-    "no 5-D GridSample": no_5d_gridsample,
-    "no GridSample cubic": no_gridsample_cubic,
-    "no GridSample reflection": no_gridsample_reflection,
     "no Reshape allowzero": no_reshape_allowzero,
     "ncnn blobs": ncnn_blobs,
     "static shapes": static_shapes,
     "integer-only shape tensors": integer_shape_tensors,
 }
+
+
+class _Rules(Mapping[str, RuleFn]):
+    """Rule name (as shown in ``deform-onnx targets``) -> check: :data:`GENERAL_RULES` and the ``RULES`` of
+    every registered op's rules module (:attr:`deform_onnx.ops.registry.OpEntry.rules`), read on each use.
+    """
+
+    def _merged(self) -> dict[str, RuleFn]:
+        from ..ops.registry import rule_modules
+
+        merged = dict(GENERAL_RULES)
+        for module in rule_modules():
+            for name, check in module.RULES.items():
+                if merged.setdefault(name, check) is not check:
+                    raise ValueError(f"graph rule {name!r} of {module.__name__} is already defined")
+        return merged
+
+    def __getitem__(self, name: str) -> RuleFn:
+        return self._merged()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._merged())
+
+    def __len__(self) -> int:
+        return len(self._merged())
+
+
+#: Every graph rule by name: the general ones and the ops' (see :class:`_Rules`).
+RULES: Mapping[str, RuleFn] = _Rules()
 
 
 def violations(model: onnx.ModelProto, options: tuple[str, ...]) -> list[str]:

@@ -23,6 +23,7 @@ _GRIDSAMPLE_20 = Fault(
     "(onnx-tensorrt PR #1060, NVIDIA/TensorRT #4646)",
     hits=lambda method, opset: method == "grid_sample" and opset >= 20,
     fix="use method gather, or grid_sample at opset 16 to 19",
+    op="deform_conv2d",
 )
 _WEBGPU_GRIDSAMPLE_20 = Fault(
     what="grid_sample at opset >= 20 (GridSample-20)",
@@ -30,6 +31,7 @@ _WEBGPU_GRIDSAMPLE_20 = Fault(
     "(onnxruntime-web 1.24.3, lib/wasm/jsep/webgpu/ops/grid-sample.ts)",
     hits=lambda method, opset: method == "grid_sample" and opset >= 20,
     fix="use grid_sample at opset 16 to 19, or gather",
+    op="deform_conv2d",
 )
 
 
@@ -39,6 +41,7 @@ def _no_kernel(runtime: str, source: str, fix: str = "use method grid_sample or 
         why=f"{runtime} has no DeformConv kernel ({source})",
         hits=lambda method, opset: method == "native",
         fix=fix,
+        op="deform_conv2d",
     )
 
 
@@ -60,6 +63,7 @@ TABLE: tuple[Target, ...] = (
                 "bilinear_interpolation_pad=false (off by 2-6 at borders, measured here)",
                 hits=lambda method, opset: method == "native",
                 fix="use target openvino-extension (native with deform_onnx.openvino.extension()), or grid_sample",
+                op="deform_conv2d",
             ),
         ),
         status="measured here",
@@ -225,6 +229,7 @@ TABLE: tuple[Target, ...] = (
                 "measured here)",
                 hits=lambda method, opset: method == "grid_sample",
                 fix="use method gather",
+                op="deform_conv2d",
             ),
             Fault(
                 what="opset >= 18",

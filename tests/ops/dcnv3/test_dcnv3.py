@@ -345,7 +345,8 @@ def test_lower_trt_dcnv3_runs_on_plain_onnxruntime(name, method, opset):
 
 def test_lower_trt_dcnv3_reports_and_refuses_bad_nodes():
     cfg = _configs()["c24"]
-    from deform_onnx.rewrite import _from_proto, lower_model
+    from deform_onnx.rewrite import lower_model
+    from deform_onnx.rewrite.model_io import _from_proto
 
     _, report = lower_model(_from_proto(_trt_dcnv3_model(cfg, 1.0)), method="gather", opset=11)
     assert [(r.node, r.op, r.lowering) for r in report.replaced] == [("dcnv3_0", "mmdeploy::TRTDCNv3", "gather")]

@@ -66,7 +66,7 @@ def test_c17_dynamic_export_made_small_run_wide(method, opset):
     assert_close(run_ort(data, wide), reference(layer, wide), what=f"{method}@{opset} dynamic, run at 6x4096")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _float16_errors(W: int, scale: float) -> tuple[dict[str, float], float]:
     """Max error against the float32 torchvision result of each standard-op lowering of the float16
     model, and the error float16 cannot avoid: torchvision in float32 on the float16-rounded
@@ -258,7 +258,7 @@ def test_static_offset_size_mismatch_is_an_export_error():
 
 
 # -- c20: asymmetric pads ------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _c20() -> tuple[onnx.ModelProto, dict[str, np.ndarray], np.ndarray]:
     """c20's DeformConv-19 (pads [0, 0, 1, 1], bias from a Constant node), inputs, and ONNX Runtime's
     own DeformConv output on it (the reference: torchvision has no asymmetric padding)."""

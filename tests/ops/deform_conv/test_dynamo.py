@@ -15,7 +15,6 @@ import deform_onnx
 from deform_onnx.exporters import dynamo as dynamo_exporter
 from util import (
     SMALL,
-    DeformLayer,
     assert_close,
     assert_lowering,
     default_opset,
@@ -26,13 +25,6 @@ from util import (
 
 #: Sizes other than the export size (N=1, 9x8) that a dynamic model must run at.
 NEW_SIZES = [(2, 13, 11), (3, 6, 15)]
-
-
-@pytest.fixture(scope="module")
-def small():
-    model = DeformLayer(SMALL)
-    inputs = make_inputs(SMALL)
-    return model, inputs, reference(model, inputs)
 
 
 def _torch_export(model, inputs, opset, table, **kwargs) -> bytes:

@@ -31,7 +31,7 @@ import torchvision
 from onnx import helper, numpy_helper
 
 import deform_onnx
-from util import Config, DeformLayer, assert_close, check, export, make_inputs, reference, run_ort
+from util import DCNV2_ASYMMETRIC, Config, DeformLayer, assert_close, check, export, make_inputs, reference, run_ort
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 
@@ -42,28 +42,14 @@ TARGET_IDS = [f"{m}-op{o}" for m, o in TARGETS]
 
 CONFIGS = {
     # DCNv2 with groups, offset groups, asymmetric kernel/stride/dilation.
-    "dcnv2": Config(
-        N=2,
-        C_in=6,
-        C_out=4,
-        H=6,
-        W=5,
-        kernel=(3, 2),
-        stride=(1, 2),
-        padding=(1, 1),
-        dilation=(2, 1),
-        groups=2,
-        offset_groups=3,
-        mask=True,
-        bias=True,
-    ),
+    "dcnv2": DCNV2_ASYMMETRIC,
     # One pixel high / wide (case c11), DCNv1.
     "H1": Config(N=1, C_in=4, C_out=3, H=1, W=5, kernel=(1, 3), padding=(0, 1), mask=False, bias=True),
     "W1": Config(N=1, C_in=4, C_out=3, H=4, W=1, kernel=(3, 1), padding=(1, 0), offset_groups=2, mask=True, bias=False),
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _exported(method: str, opset: int, name: str, dynamic: bool) -> tuple[DeformLayer, bytes]:
     cfg = CONFIGS[name]
     model = DeformLayer(cfg)

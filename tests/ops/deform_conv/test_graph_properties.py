@@ -18,8 +18,10 @@ import pytest
 import torch
 
 import deform_onnx
-from deform_onnx.ops.registry import LOWERINGS, OPS
+from deform_onnx.ops.deform_conv.register import LOWERINGS
+from deform_onnx.ops.registry import OPS
 from util import (
+    DCNV2_GROUPED,
     METHOD_MIN_OPSET,
     Config,
     DeformLayer,
@@ -38,27 +40,13 @@ from util import (
 pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor to a Python boolean:torch.jit.TracerWarning")
 
 CONFIGS = {
-    "dcnv2-grouped": Config(
-        N=2,
-        C_in=6,
-        C_out=4,
-        H=9,
-        W=7,
-        kernel=(3, 2),
-        stride=(2, 1),
-        padding=(1, 1),
-        dilation=(2, 1),
-        groups=2,
-        offset_groups=3,
-        mask=True,
-        bias=True,
-    ),
+    "dcnv2-grouped": DCNV2_GROUPED,
     "dcnv1-nobias": Config(N=1, C_in=6, C_out=6, H=6, W=8, kernel=(3, 3), padding=(1, 0), mask=False, bias=False),
 }
 ALLOWED = [(m, o) for m in METHOD_MIN_OPSET for o in method_opsets(m)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _exported(method: str, opset: int, name: str, dynamic: bool = False) -> onnx.ModelProto:
     """One checked export per (method, opset, config), shared by the tests of this file."""
     cfg = CONFIGS[name]

@@ -2,7 +2,7 @@
 
 The same computation as :func:`deform_onnx.ops.dcnv3.dcnv3_core` (see there
 for the formula and sources), written against the :class:`~.builder.Builder`
-so the file rewriter (mmdeploy's ``TRTDCNv3`` node, :mod:`deform_onnx.rewrite.dcnv3_nodes`)
+so the file rewriter (mmdeploy's ``TRTDCNv3`` node, :mod:`deform_onnx.ops.dcnv3.sources`)
 emits it: zero-pad the NHWC input, per group and kernel point the pixel
 position ``centre + (spread + offset) * offset_scale``, normalised for
 ``grid_sample`` (``align_corners=False``), one sampler call on the

@@ -80,7 +80,7 @@ def dcnv3_core(
     """
     points = kernel_points(kernel_h, kernel_w, dilation_h, dilation_w, remove_center)
     N, H, W, C = input.shape
-    if C != group * group_channels:
+    if group * group_channels != C:
         raise ValueError(f"DCNv3: input has {C} channels but group * group_channels = {group * group_channels}")
     P = len(points)
     x = F.pad(input, (0, 0, pad_w, pad_w, pad_h, pad_h))  # NHWC: (C, W, H) pairs
@@ -146,7 +146,7 @@ def dcnv4_core(
     """
     P = len(kernel_points(kernel_h, kernel_w, dilation_h, dilation_w, remove_center))
     N, Ho, Wo, D = offset_mask.shape
-    if D < group * P * 3:
+    if group * P * 3 > D:
         raise ValueError(f"DCNv4: offset_mask has {D} channels, fewer than group * points * 3 = {group * P * 3}")
     packed = offset_mask[..., : group * P * 3].reshape(N, Ho, Wo, group, 3 * P)
     offset = packed[..., : 2 * P].reshape(N, Ho, Wo, group * P * 2)
@@ -222,6 +222,7 @@ class DCNv3(nn.Module):
         self.output_proj = nn.Linear(channels, channels)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """``[N, H, W, C] -> [N, H, W, C]`` (channels last, as InternImage's layer)."""
         N = input.shape[0]
         x = self.input_proj(input)
         feat = F.gelu(self.norm(self.dw_conv(input.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)))

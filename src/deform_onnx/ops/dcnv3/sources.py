@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from ...builder import TapeBuilder
 from ..registry import resolve
 from .lower import DCNv3Spec
 
 DOMAIN, OP_TYPE = "mmdeploy", "TRTDCNv3"
+#: Name prefix of the new nodes of an unnamed node.
+PREFIX = "deform_onnx_dcnv3"
 _INTS = (
     "kernel_h",
     "kernel_w",
@@ -67,8 +70,9 @@ def find(model: ir.Model) -> list[ir.Node]:
 
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
-    """The nodes ``lower(model, method=method)`` replaces (:attr:`~deform_onnx.ops.registry.OpEntry.sources`):
-    every ``mmdeploy::TRTDCNv3`` nodes, whatever the method and opset (:func:`find`)."""
+    """The nodes ``lower(model, method=method)`` replaces: every ``mmdeploy::TRTDCNv3`` node, whatever the
+    method and opset (:func:`find`).
+    """
     return find(model)
 
 
@@ -107,31 +111,11 @@ def spec_for_node(node: ir.Node) -> DCNv3Spec:
         raise ValueError(f"{_where(node)}: {e}") from None
 
 
-def replace_all(nodes: list[ir.Node], method: str, opset: int, unique_name) -> str | None:
-    """Replace each node by the DCNv3 lowering that ``method`` resolves to at ``opset``; returns its name.
+def lower_node(node: ir.Node, b: TapeBuilder, method: str, opset: int) -> tuple[ir.Value, str]:
+    """Emit the DCNv3 lowering that ``method`` resolves to at ``opset`` for one node; returns its output and name.
 
-    ``unique_name(base)`` names the new values. Raises ``ValueError`` as :func:`spec_for_node`, or for a
-    method the opset cannot hold.
+    Raises:
+        ValueError: as :func:`spec_for_node`.
     """
-    from ...builder import TapeBuilder
-
-    if not nodes:
-        return None
     lowering = resolve("dcnv3", method, opset)
-    for index, node in enumerate(nodes):
-        spec = spec_for_node(node)
-        b = TapeBuilder(opset, name_prefix=node.name or f"deform_onnx_dcnv3_{index}")
-        out = lowering.fn(b, spec, *node.inputs)
-        ir.convenience.replace_nodes_and_values(
-            node.graph,  # type: ignore[arg-type]  # a found node is in a graph
-            insertion_point=node,
-            old_nodes=[node],
-            new_nodes=list(b.tape.nodes),
-            old_values=[node.outputs[0]],
-            new_values=[out],
-        )
-        for n in b.tape.nodes:
-            for i, value in enumerate(n.outputs):
-                if value.name is None:
-                    value.name = unique_name(f"{n.name}_out{i}")
-    return lowering.name
+    return lowering.fn(b, spec_for_node(node), *node.inputs), lowering.name

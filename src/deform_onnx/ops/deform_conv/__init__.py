@@ -1,4 +1,4 @@
-"""Deformable convolution (torchvision ``deform_conv2d``, DCNv1/DCNv2), top to bottom:
+"""Deformable convolution (torchvision ``deform_conv2d``, DCNv1/DCNv2), top to bottom.
 
 - :mod:`.spec`: what it is (:class:`~.spec.DeformConvSpec`: shapes, argument
   checks, the source of the semantics);
@@ -6,16 +6,20 @@
   three lowerings (ONNX ``DeformConv``; standard ops on ``GridSample``; standard
   ops on ``Gather``), with the pieces they share in :mod:`.common`;
 - :mod:`.binding`: the TorchScript symbolic and the dynamo translation;
-- :mod:`.sources`: the file nodes that mean it (:class:`~.sources.SourceOp`),
+  :mod:`.module_checks`: the checks of ``DeformConv2d`` modules before export;
+- :mod:`.source_kinds`: the file nodes that mean it (:class:`~.source_kinds.SourceOp`),
   one module per kind: :mod:`.source_onnx` (``DeformConv``), :mod:`.source_mmcv`
-  (mmcv / mmdeploy plugin nodes), :mod:`.source_openvino` (OpenVINO's node).
+  (mmcv / mmdeploy plugin nodes), :mod:`.source_openvino` (OpenVINO's node);
+  :mod:`.sources`: ``lower``'s side of them (find, read the spec, replace);
+- :mod:`.rules`: the target graph rule its nodes bring (``no DeformConv``);
+- :mod:`.register`: its registry entry (:data:`~.register.LOWERINGS`, :func:`~.register.resolve_method`).
 
 Importing this package registers the node kinds (the rewriter and the OpenVINO
-conversion extension read :data:`~.sources.SOURCE_OPS`); nothing here imports torch.
+conversion extension read :data:`~.source_kinds.SOURCE_OPS`); nothing here imports torch.
 """
 
 from . import source_mmcv, source_onnx, source_openvino  # noqa: F401  (register the node kinds)
-from .sources import SOURCE_OPS, SourceOp
+from .source_kinds import SOURCE_OPS, SourceOp
 from .spec import DeformConvSpec, out_size
 
 __all__ = ["DeformConvSpec", "SOURCE_OPS", "SourceOp", "out_size"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ...builder import IRValueBuilder, written
 from ...core.opsets import DYNAMO_BUILD_MIN_OPSET
-from ..registry import Lowering, resolve_method
+from ..registry import Lowering, resolve
 from .spec import DeformConvSpec
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def make_symbolic(method: str = "auto"):
     ):
         b = TorchScriptBuilder(g)
         try:
-            lowering = resolve_method(method, g.opset)
+            lowering = resolve("deform_conv2d", method, g.opset)
             if b.dtype(input) is None and b.static_shape(input) is not None:
                 raise ValueError(
                     "deform_conv2d: input dtype is not supported for ONNX export "
@@ -129,7 +129,7 @@ def make_symbolic(method: str = "auto"):
     return deform_conv2d
 
 
-def _weight_shape(g, b: "TorchScriptBuilder", weight) -> tuple[int | None, ...] | None:
+def _weight_shape(g, b: TorchScriptBuilder, weight) -> tuple[int | None, ...] | None:
     """The weight's shape, completed from the trace when ONNX shape inference lost it.
 
     A weight computed in ``forward`` (``x.new_ones(C, 1, 1, 1)``, a dynamic
@@ -177,7 +177,7 @@ def translations(method: str, opset: int | None, build_opset, builder) -> dict:
     ):
         build = build_opset(opset or DYNAMO_BUILD_MIN_OPSET)
         target = opset if opset is not None else build
-        lowering = resolve_method(method, target)
+        lowering = resolve("deform_conv2d", method, target)
         if lowering.min_opset > build:
             raise ValueError(f"method {lowering.name!r} needs opset >= {lowering.min_opset}")
         return emit_deform_conv2d(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...builder import Builder, Dim, Value
-from ...sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype  # noqa: F401  (re-exported)
 from .spec import DeformConvSpec
 
 
@@ -17,15 +18,15 @@ def base_coords(
     axis: int,
     n_out: Dim,
     like: Value,
-    out_shape: list[int],
-    tap_shape: list[int],
+    layout: tuple[list[int], list[int]],
+    *,
     size: Dim | None = None,
     start: int = 0,
 ) -> Value:
     """Sampling position of every (output index, tap) along one spatial axis.
 
     ``base = o*stride - pad + tap*dilation`` (torchvision), with ``o`` laid
-    out as ``out_shape`` (one ``-1`` entry) and the K taps as ``tap_shape``
+    out as ``layout[0]`` (one ``-1`` entry) and the K taps as ``layout[1]``
     (one ``-1`` entry), broadcast together. With ``size`` given the result is
     normalised for GridSample with ``align_corners=0``:
     ``(2*base + 1) / size - 1``.
@@ -37,6 +38,7 @@ def base_coords(
     dynamic ones are built from ``Range`` at run time. ``axis`` 0 = rows, 1 = columns.
     """
     stride, pad = spec.stride[axis], spec.padding[axis]
+    out_shape, tap_shape = layout
     taps = np.asarray(spec.tap_rows() if axis == 0 else spec.tap_cols(), dtype=np.float64)
     if isinstance(n_out, int) and (size is None or isinstance(size, int)):
         base = ((np.arange(n_out, dtype=np.float64) + start) * stride - pad).reshape(out_shape) + taps.reshape(
@@ -195,14 +197,36 @@ def row_bands(Ho: Dim, Wo: Dim, sampler: bool = False) -> list[tuple[int, int] |
     return list(itertools.pairwise(edges))
 
 
-def band_inputs(b: Builder, band: tuple[int, int] | None, Ho: Dim, Wo: Dim, offset: Value, mask: Value | None):
-    """``(first, Hb, Pb, offset_b, mask_b)`` of one band of :func:`row_bands` (``None``: the whole map).
+@dataclass(frozen=True)
+class Band:
+    """One band of output rows of :func:`row_bands` (or the whole map), as the samplers take it.
 
-    ``first``: the band's first output row; ``Hb``, ``Pb``: its output rows and pixels (``Hb*Wo``);
-    ``offset_b``, ``mask_b``: its rows of offset ``[N, 2*G*K, Ho, Wo]`` and mask (``None`` stays ``None``).
+    Attributes:
+        first: its first output row.
+        rows: its output rows (``Hb``); ``cols``: the output width (``Wo``); ``pixels``: ``Hb*Wo``.
+        offset: its rows of the offset ``[N, 2*G*K, Hb, Wo]``.
+        mask: its rows of the mask ``[N, G*K, Hb, Wo]``, or ``None``.
+    """
+
+    first: int
+    rows: Dim
+    cols: Dim
+    pixels: Dim
+    offset: Value
+    mask: Value | None
+
+    def with_inputs(self, offset: Value, mask: Value | None) -> Band:
+        """The same rows of another offset and mask (one offset group's)."""
+        return dataclasses.replace(self, offset=offset, mask=mask)
+
+
+def band_inputs(b: Builder, band: tuple[int, int] | None, Ho: Dim, Wo: Dim, offset: Value, mask: Value | None) -> Band:
+    """The :class:`Band` of one band of :func:`row_bands` (``None``: the whole map).
+
+    ``offset`` ``[N, 2*G*K, Ho, Wo]`` and ``mask`` (``None`` stays ``None``) are sliced to its rows.
     """
     if band is None:
-        return 0, Ho, b.mul_dim(Ho, Wo), offset, mask
+        return Band(0, Ho, Wo, b.mul_dim(Ho, Wo), offset, mask)
     first, end = band
     rows = [None if t is None else b.slice(t, first, end, axis=2) for t in (offset, mask)]
-    return first, end - first, (end - first) * Wo, rows[0], rows[1]
+    return Band(first, end - first, Wo, (end - first) * Wo, rows[0], rows[1])

@@ -34,18 +34,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...builder import Builder, Dim, Value
+from ...builder import Builder, Value
 from ...builder.forms import wants
 from ...core.opsets import DEFORM_CONV_GATHER_MIN_OPSET
+from ...sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype
 from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
 from .common import (
+    Band,
     add_product,
     band_inputs,
     base_coords,
     checked_spatial,
-    coordinate_dtype,
-    in_coordinate_dtype,
-    in_input_dtype,
     output_dims,
     per_image,
     pick,
@@ -87,28 +86,29 @@ def lower_gather(
     outs: list[list[Value]] = [[] for _ in images]
     for band in row_bands(Ho, Wo):
         # output rows first .. first+Hb-1, sampled from the whole input
-        first, Hb, Pb, offset_b, mask_b = band_inputs(b, band, Ho, Wo, offset, mask)
-        samplers = _samplers(b, spec, x, table, offset_b, mask_b, coord, Hb, Wo, first)
+        rows = band_inputs(b, band, Ho, Wo, offset, mask)
+        samplers = _samplers(b, spec, x, table, rows, coord)
         for at, n in enumerate(images):
-            outs[at].append(_contract(b, spec, samplers, taps, w_taps, n, Pb, bias))
+            outs[at].append(_contract(b, spec, samplers, taps, w_taps, n, rows.pixels, bias))
     parts = [o[0] if len(o) == 1 else b.op("Concat", *o, axis=3) for o in outs]  # bands: [N, groups, Co/g, Pb]
     parts = [b.reshape(o, [-1, Co, Ho, Wo]) for o in parts]
     return parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=0)
 
 
-def _samplers(b: Builder, spec, x, table, offset, mask, coord, Ho, Wo, first) -> list[BilinearCorners]:
+def _samplers(b: Builder, spec, x, table, band: Band, coord) -> list[BilinearCorners]:
     """One sampler for all offset groups, or one per group under the ``"offset groups apart"`` form."""
     G, K, Cg = spec.offset_groups, spec.taps, spec.channels_per_offset_group
     if G > 1 and wants("offset groups apart"):
         # One table of all C channels, sliced per group: [N*(H+3)*(W+3), C/G] each
         K2 = 2 * K
+        offset, mask = band.offset, band.mask
         return [
-            _corners(b, spec, x, b.slice(table, g * Cg, (g + 1) * Cg, axis=1),
-                     b.slice(offset, g * K2, (g + 1) * K2, axis=1),
-                     None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1), 1, coord, Ho, Wo, first)
+            _corners(b, spec, x, b.slice(table, g * Cg, (g + 1) * Cg, axis=1), 1, coord,
+                     band.with_inputs(b.slice(offset, g * K2, (g + 1) * K2, axis=1),
+                                      None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1)))
             for g in range(G)
         ]  # fmt: skip
-    return [_corners(b, spec, x, table, offset, mask, G, coord, Ho, Wo, first)]
+    return [_corners(b, spec, x, table, G, coord, band)]
 
 
 def _contract(b: Builder, spec, samplers, taps, w_taps, n: int | None, P, bias) -> Value:
@@ -141,24 +141,16 @@ def _contract(b: Builder, spec, samplers, taps, w_taps, n: int | None, P, bias) 
 
 
 def _corners(
-    b: Builder,
-    spec: DeformConvSpec,
-    x: Value,
-    rows: Value,
-    offset: Value,
-    mask: Value | None,
-    G: int,
-    coord: Value,
-    Ho: Dim,
-    Wo: Dim,
-    first: int = 0,
+    b: Builder, spec: DeformConvSpec, x: Value, rows: Value, G: int, coord: Value, band: Band
 ) -> BilinearCorners:
     """The bilinear sampler of every tap of ``G`` offset groups sharing one index computation.
 
     ``x`` ``[N, C, H, W]`` (for its sizes and dtype); ``rows``: the groups' table
-    ``[N*(H+3)*(W+3)*G, C/G]`` (:func:`~deform_onnx.sampler.gather.padded_channel_rows`); offset
-    ``[N, 2*G*K, Ho, Wo]``; mask ``[N, G*K, Ho, Wo]`` or None: output rows ``first .. first+Ho-1``.
+    ``[N*(H+3)*(W+3)*G, C/G]`` (:func:`~deform_onnx.sampler.gather.padded_channel_rows`); ``band``:
+    output rows ``first .. first+Ho-1``, with their offset ``[N, 2*G*K, Ho, Wo]`` and mask
+    ``[N, G*K, Ho, Wo]`` or None.
     """
+    offset, mask, first, Ho, Wo = band.offset, band.mask, band.first, band.rows, band.cols
     K, Cg = spec.taps, spec.channels_per_offset_group
     N, H, W = b.dim(x, 0), b.dim(x, 2), b.dim(x, 3)
 
@@ -172,9 +164,9 @@ def _corners(
     py = b.op(
         "Add",
         dy,
-        base_coords(b, spec, 0, Ho, coord, out_shape=[1, 1, 1, -1, 1], tap_shape=[-1, 1, 1, 1, 1], start=first),
+        base_coords(b, spec, 0, Ho, coord, ([1, 1, 1, -1, 1], [-1, 1, 1, 1, 1]), start=first),
     )
-    px = b.op("Add", dx, base_coords(b, spec, 1, Wo, coord, out_shape=[1, 1, 1, 1, -1], tap_shape=[-1, 1, 1, 1, 1]))
+    px = b.op("Add", dx, base_coords(b, spec, 1, Wo, coord, ([1, 1, 1, 1, -1], [-1, 1, 1, 1, 1])))
     border = spec.bilinear_interpolation_pad
     iy, hy, ly = padded_corner(b, py, H, coord, border)
     ix, hx, lx = padded_corner(b, px, W, coord, border)

@@ -49,17 +49,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...builder import Builder, Value
+from ...builder import Builder, Dim, Value
 from ...builder.forms import wants
 from ...core.opsets import DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
+from ...sampler.coords import coordinate_dtype
 from ...sampler.gather import nan_guard
 from ..grid_sample.lower import GridSampleSpec, lower_native
 from .common import (
+    Band,
     add_product,
     band_inputs,
     base_coords,
     checked_spatial,
-    coordinate_dtype,
     output_dims,
     per_image,
     row_bands,
@@ -134,14 +135,15 @@ def lower_grid_sample(
         parts = []
         for band in bands:
             # output rows first .. first+Hb-1, sampled from the whole input
-            first, Hb, Pb, offset_b, mask_b = band_inputs(b, band, Ho, Wo, offset_n, mask_n)
+            rows_b = band_inputs(b, band, Ho, Wo, offset_n, mask_n)
+            Pb, offset_b, mask_b = rows_b.pixels, rows_b.offset, rows_b.mask
             out = None
             if sampler:  # [N, C*K, Hb, Wo]: rows (channel, tap), as weight_first_contraction takes them
                 cols = sampler_columns(b, spec, x_n, offset_b, mask_b, H, band)
                 rows = []
                 out = weight_first_contraction(b, [cols], w_const, step=kh * kw, P=Pb, scale=False)  # type: ignore[arg-type]
             else:
-                rows = _rows(b, spec, x_n, coord, offset_b, mask_b, H, W, Hb, Wo, first, step)
+                rows = _rows(b, spec, x_n, coord, rows_b, (H, W), step)
                 if w_const is not None:
                     rows, out = [], weight_first_contraction(b, rows, w_const, step=step, P=Pb, scale=False)
                 elif wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
@@ -174,7 +176,7 @@ def use_exact_sampler(b: Builder, x: Value) -> bool:
     return not (isinstance(H, int) and isinstance(W, int) and max(H, W) <= BILINEAR_MAX_SIZE)
 
 
-def _rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, offset, mask, H, W, Ho, Wo, first=0, step=0):
+def _rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, band: Band, size: tuple[Dim, Dim], step=0):
     """:func:`_bilinear_rows`, or with the ``"batch 1"`` form one GridSample per offset group.
 
     Each group's columns ``[N, C/G, kw*Ho*Wo]`` are concatenated on axis 1:
@@ -182,32 +184,33 @@ def _rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, offset, mask
     """
     G = spec.offset_groups
     if G == 1 or not wants("batch 1"):
-        yield from _bilinear_rows(b, spec, x, coord, offset, mask, H, W, Ho, Wo, first, step)
+        yield from _bilinear_rows(b, spec, x, coord, band, size, step)
         return
+    offset, mask = band.offset, band.mask
     Cg, K = spec.channels_per_offset_group, spec.taps
     parts = []
     for g in range(G):
         x_g = b.slice(x, g * Cg, (g + 1) * Cg, axis=1)
         offset_g = b.slice(offset, 2 * g * K, 2 * (g + 1) * K, axis=1)
         mask_g = None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1)
-        parts.append(_bilinear_rows(b, spec, x_g, coord, offset_g, mask_g, H, W, Ho, Wo, first, step))
+        parts.append(_bilinear_rows(b, spec, x_g, coord, band.with_inputs(offset_g, mask_g), size, step))
     for cols in zip(*parts):
         yield b.op("Concat", *cols, axis=1)
 
 
-def _bilinear_rows(
-    b: Builder, spec: DeformConvSpec, x: Value, coord: Value, offset, mask, H, W, Ho, Wo, first=0, step=0
-):
+def _bilinear_rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, band: Band, size: tuple[Dim, Dim], step=0):
     """Yield the sampled columns ``[N*G, C/G, step*Ho*Wo]`` of each ``step`` taps: one bilinear GridSample each.
 
-    ``step`` taps (default: a kernel row, ``kw``) per GridSample; ``Ho``
-    output rows from output row ``first`` on (a band of :func:`~.common.row_bands`).
+    ``step`` taps (default: a kernel row, ``kw``) per GridSample; ``band``: ``Ho``
+    output rows from output row ``first`` on (a band of :func:`~.common.row_bands`); ``size``: the input's ``(H, W)``.
     """
+    offset, mask, first, Ho, Wo = band.offset, band.mask, band.first, band.rows, band.cols
+    H, W = size
     K, kw, Cg = spec.taps, spec.kernel[1], spec.channels_per_offset_group
     xg = b.reshape(x, [-1, Cg, H, W])  # [N*G, C/G, H, W]
     dy, dx = _split(b, spec, offset, Ho, Wo)
-    gy_base = base_coords(b, spec, 0, Ho, coord, out_shape=[1, -1, 1], tap_shape=[-1, 1, 1, 1], size=H, start=first)
-    gx_base = base_coords(b, spec, 1, Wo, coord, out_shape=[1, 1, -1], tap_shape=[-1, 1, 1, 1], size=W)
+    gy_base = base_coords(b, spec, 0, Ho, coord, ([1, -1, 1], [-1, 1, 1, 1]), size=H, start=first)
+    gx_base = base_coords(b, spec, 1, Wo, coord, ([1, 1, -1], [-1, 1, 1, 1]), size=W)
     gy = b.op("Add", b.op("Mul", dy, _two_over(b, H, coord)), gy_base)
     gx = b.op("Add", b.op("Mul", dx, _two_over(b, W, coord)), gx_base)
     grid = _finite_grid(b, b.op("Concat", gx, gy, axis=2), coord)  # [N*G, K, (x, y), Ho, Wo]

@@ -2,7 +2,8 @@
 
 The checks themselves are :class:`~.spec.DeformConvSpec`'s; this module applies
 them to the modules' arguments and, through forward pre-hooks, to the tensors
-they are called with (imports torch).
+they are called with (imports torch). The op registry names this module
+(:attr:`~deform_onnx.ops.registry.OpEntry.module_checks`): :func:`check_modules` is its interface.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ import functools
 
 import torch
 
+from ...core.errors import BadModuleInput
 from .spec import DeformConvSpec
 
 
-class BadDeformInput(ValueError):
+class BadDeformInput(BadModuleInput):
     """A ``DeformConv2d`` module got arguments or tensors that torchvision cannot take."""
 
 
-def check_deform_modules(model: torch.nn.Module) -> contextlib.ExitStack:
+def check_modules(model: torch.nn.Module) -> contextlib.ExitStack:
     """Check every ``torchvision.ops.DeformConv2d`` in ``model`` before running or exporting it.
 
     Its stride, padding and dilation now, and the shapes of its input, offset
@@ -86,12 +88,3 @@ def _check_deform_call(where: str, module, args: tuple, kwargs: dict) -> None:
         )
     except ValueError as exc:
         raise BadDeformInput(f"{where}: {exc}") from None
-
-
-def raise_bad_deform_input(exc: BaseException) -> None:
-    """Re-raise a :class:`BadDeformInput` that torch.export wrapped, as a plain one-line ``ValueError``."""
-    inner: BaseException | None = exc
-    while inner is not None and not isinstance(inner, BadDeformInput):
-        inner = inner.__cause__ or inner.__context__
-    if inner is not None:
-        raise ValueError(str(inner)) from None

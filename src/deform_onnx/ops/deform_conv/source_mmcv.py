@@ -19,7 +19,7 @@ descend from the DCN authors' code (checked against mmdeploy's CPU kernel
 
 from __future__ import annotations
 
-from .sources import ConvAttrs, SourceOp, int_attr, pair_attr, register
+from .source_kinds import ConvAttrs, SourceOp, int_attr, pair_attr, register
 
 DOMAINS = ("mmcv", "mmdeploy")
 

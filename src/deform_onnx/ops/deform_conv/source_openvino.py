@@ -17,7 +17,7 @@ deformable group) is the same as torchvision's.
 
 from __future__ import annotations
 
-from .sources import ConvAttrs, SourceOp, int_attr, pads_attr, pair_attr, register
+from .source_kinds import ConvAttrs, SourceOp, int_attr, pads_attr, pair_attr, register
 
 
 def _parse(attrs, where: str) -> ConvAttrs:

@@ -1,156 +1,51 @@
-"""Registry of the deformable-convolution node kinds that :func:`deform_onnx.lower` knows.
+"""``lower`` for deformable-convolution file nodes: find them, read each as a spec, replace it by a lowering.
 
-One :class:`SourceOp` per (domain, op_type), onnx2torch-style: each ``source_*.py``
-module of this folder (``source_onnx.py``, ``source_mmcv.py``, ``source_openvino.py``) describes its node kinds once:
-which input plays which role, which attributes exist, and how they map to
-torchvision's arguments. The file rewriter and the OpenVINO conversion
-extension both read these descriptions, so the attribute rules live in one place.
+The node kinds (``DeformConv``, mmcv's and OpenVINO's) are described once in
+:mod:`.source_kinds` (one ``source_*.py`` module per kind); this module is their
+side of the file-node interface (:mod:`deform_onnx.ops.file_nodes`): every known
+node is lowered, whatever the method, by the lowering the method resolves to
+(the same functions the exporters call), using onnx-ir.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping
+import numpy as np
+import onnx_ir as ir
 
-if TYPE_CHECKING:
-    import onnx_ir as ir
+from ...builder import TapeBuilder
+from ...builder.written import form_of
+from ..file_nodes import static_shape
+from ..registry import resolve
+from .source_kinds import ROLES, SourceOp, lookup
+from .spec import DeformConvSpec
 
-#: Input roles, in torchvision's vocabulary.
-ROLES = ("input", "weight", "offset", "mask", "bias")
+#: Name prefix of the new nodes of an unnamed node.
+PREFIX = "deform_onnx"
 
 
-@dataclass(frozen=True)
-class ConvAttrs:
-    """Static arguments read from a node's attributes (torchvision's names).
+class _RewriteBuilder(TapeBuilder):
+    """:class:`TapeBuilder` that falls back to the weight's dtype for values without type info.
 
-    ``kernel`` is ``None`` when the node does not state it (it then comes
-    from the weight's shape). ``groups`` / ``offset_groups`` are always given
-    by the node kinds known here. ``padding`` is the begin (top, left) pad,
-    ``padding_end`` the (bottom, right) pad (``None``: same as ``padding``).
-    ``bilinear_interpolation_pad`` is OpenVINO's name for the border rule:
-    ``True`` is torchvision's (see :class:`~deform_onnx.ops.deform_conv.spec.DeformConvSpec`).
+    DeformConv (and mmcv's ops) use one element type for input, offset, mask
+    and weight, so a value missing from value_info has the weight's dtype.
     """
 
-    stride: tuple[int, int] = (1, 1)
-    padding: tuple[int, int] = (0, 0)
-    dilation: tuple[int, int] = (1, 1)
-    groups: int = 1
-    offset_groups: int = 1
-    kernel: tuple[int, int] | None = None
-    padding_end: tuple[int, int] | None = None
-    bilinear_interpolation_pad: bool = True
+    def __init__(self, opset: int, name_prefix: str, dtype_hints: dict[int, np.dtype]):
+        super().__init__(opset, name_prefix=name_prefix)
+        self._hints = dtype_hints
+
+    def dtype(self, value):
+        dt = super().dtype(value)
+        return dt if dt is not None else self._hints.get(id(value))
 
 
-@dataclass(frozen=True)
-class SourceOp:
-    """How one node kind maps to torchvision's ``deform_conv2d``.
-
-    Attributes:
-        domain, op_type: the node kind (``""`` is the default ONNX domain).
-        roles: role of each input position (see :data:`ROLES`).
-        required: number of leading inputs that must be present.
-        attr_kinds: every attribute the kind may carry: ``"int"``, ``"ints"`` or ``"string"``.
-        parse: ``parse(attrs, where) -> ConvAttrs`` with ``attrs`` the
-            attributes present (name -> int or list of ints) and ``where`` a
-            description of the node for error messages. Raises ``ValueError``.
-    """
-
-    domain: str
-    op_type: str
-    roles: tuple[str, ...]
-    required: int
-    attr_kinds: Mapping[str, str]
-    parse: Callable[[Mapping[str, object], str], ConvAttrs]
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.domain, self.op_type)
-
-    def role_index(self, role: str) -> int | None:
-        """Input position of ``role``, or ``None`` if this kind has no such input."""
-        return self.roles.index(role) if role in self.roles else None
-
-    def read_attrs(self, attrs: Mapping[str, object], where: str) -> ConvAttrs:
-        """Check the attribute names, then :attr:`parse` them."""
-        unknown = sorted(set(attrs) - set(self.attr_kinds))
-        if unknown:
-            raise ValueError(
-                f"{where}: unknown attribute(s) {', '.join(unknown)} for {self.describe()}; "
-                f"known: {', '.join(sorted(self.attr_kinds))}"
-            )
-        return self.parse(attrs, where)
-
-    def describe(self) -> str:
-        return f"{self.domain}::{self.op_type}" if self.domain else self.op_type
-
-
-SOURCE_OPS: dict[tuple[str, str], SourceOp] = {}
-
-
-def register(op: SourceOp) -> SourceOp:
-    """Add a node kind to :data:`SOURCE_OPS` (one call per (domain, op_type))."""
-    if op.key in SOURCE_OPS:
-        raise ValueError(f"{op.describe()} is registered twice")
-    SOURCE_OPS[op.key] = op
-    return op
-
-
-def lookup(domain: str, op_type: str) -> SourceOp | None:
-    """The :class:`SourceOp` for a node, or ``None``; ``ai.onnx`` is the default domain."""
-    if domain == "ai.onnx":
-        domain = ""
-    return SOURCE_OPS.get((domain, op_type))
-
-
-# -- attribute helpers shared by the node-kind modules -------------------
-def int_attr(attrs: Mapping[str, object], name: str, default: int, where: str, minimum: int = 1) -> int:
-    value = attrs.get(name, default)
-    if isinstance(value, (list, tuple)) and len(value) == 1:
-        value = value[0]
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{where}: attribute {name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-def pair_attr(attrs: Mapping[str, object], name: str, default: int, where: str) -> tuple[int, int]:
-    """A 2-D pair from an int, a 1-element or a 2-element list; more is a 3-D op."""
-    value = attrs.get(name, default)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value, value)
-    value = list(value)  # type: ignore[call-overload]
-    if len(value) == 1:
-        return (int(value[0]), int(value[0]))
-    if len(value) == 2:
-        return (int(value[0]), int(value[1]))
-    raise ValueError(
-        f"{where}: attribute {name}={value} has {len(value)} entries: only 2-D deformable "
-        "convolution (torchvision's deform_conv2d) is supported"
-    )
-
-
-def pads_attr(attrs: Mapping[str, object], where: str) -> tuple[tuple[int, int], tuple[int, int]]:
-    """``pads = [h_begin, w_begin, h_end, w_end]`` (ONNX Conv order) as ``(begin, end)`` pairs."""
-    pads = list(attrs.get("pads", [0, 0, 0, 0]))  # type: ignore[call-overload]
-    if len(pads) != 4:
-        raise ValueError(
-            f"{where}: pads={pads} must have 4 entries [h_begin, w_begin, h_end, w_end]; "
-            "only 2-D deformable convolution is supported"
-        )
-    if min(pads) < 0:
-        raise ValueError(f"{where}: pads={pads} must be >= 0")
-    return (int(pads[0]), int(pads[1])), (int(pads[2]), int(pads[3]))
-
-
-# -- the nodes of a file (onnx-ir, imported when called) ----------------------
 def find_nodes(model: ir.Model) -> list[tuple[ir.Node, SourceOp]]:
-    """Every known deformable-convolution node of the main graph and its subgraphs.
+    """Every known deformable-convolution node of the main graph and its subgraphs, with its kind.
 
     Raises:
         ValueError: such a node inside a model-local function (inline the
             functions first, e.g. with ``onnx.inliner.inline_local_functions``).
     """
-    import onnx_ir as ir
-
     found = []
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         src = lookup(node.domain, node.op_type)
@@ -167,6 +62,128 @@ def find_nodes(model: ir.Model) -> list[tuple[ir.Node, SourceOp]]:
 
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
-    """The nodes ``lower(model, method=method)`` replaces (:attr:`~deform_onnx.ops.registry.OpEntry.sources`):
-    every known deformable-convolution node, whatever the method and opset (:func:`find_nodes`)."""
+    """The nodes ``lower(model, method=method)`` replaces: every known deformable-convolution node,
+    whatever the method and opset (:func:`find_nodes`).
+    """
     return [node for node, _ in find_nodes(model)]
+
+
+def _kind(node: ir.Node) -> SourceOp:
+    src = lookup(node.domain, node.op_type)
+    if src is None:
+        raise ValueError(f"node {node.name or '<unnamed>'} ({node.op_type}) is no deformable-convolution node")
+    return src
+
+
+def describe(node: ir.Node) -> str:
+    """The node's kind as ``lower``'s report names it (``DeformConv``, ``mmdeploy::MMCVDeformConv2d``)."""
+    return _kind(node).describe()
+
+
+def _np_dtype(value: ir.Value) -> np.dtype | None:
+    dt = value.dtype if value.dtype is not None else getattr(value.const_value, "dtype", None)
+    try:
+        return np.dtype(dt.numpy()) if dt is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _node_inputs(node: ir.Node, src: SourceOp, where: str) -> dict[str, ir.Value | None]:
+    inputs = list(node.inputs)
+    if len(inputs) > len(src.roles):
+        raise ValueError(f"{where}: {len(inputs)} inputs, but {src.describe()} takes at most {len(src.roles)}")
+    inputs += [None] * (len(src.roles) - len(inputs))
+    for i in range(src.required):
+        if inputs[i] is None:
+            raise ValueError(f"{where}: required input {i} ({src.roles[i]}) is missing")
+    if len(node.outputs) != 1:
+        raise ValueError(f"{where}: expected one output, got {len(node.outputs)}")
+    values = dict.fromkeys(ROLES)
+    values.update(zip(src.roles, inputs))
+    return values
+
+
+def spec_for_node(node: ir.Node, src: SourceOp) -> tuple[DeformConvSpec, dict[str, ir.Value | None]]:
+    """The :class:`DeformConvSpec` and input values (by role) of one node.
+
+    Raises:
+        ValueError: unknown attributes, a 3-D deformable convolution, a
+            weight without a static shape, or inconsistent shapes; the message
+            names the node.
+    """
+    where = f"node {node.name or '<unnamed>'} ({src.describe()})"
+    values = _node_inputs(node, src, where)
+    attrs = src.read_attrs({name: attr.value for name, attr in node.attributes.items()}, where)
+    shapes = {role: static_shape(v) for role, v in values.items()}
+    w_shape = shapes["weight"]
+    for role in ("weight", "input", "offset", "mask"):
+        s = shapes[role]
+        if s is not None and len(s) != 4:
+            raise ValueError(
+                f"{where}: {role} has rank {len(s)}; only 2-D deformable convolution (4-D tensors, "
+                "torchvision's deform_conv2d) is supported"
+            )
+    b_shape = shapes["bias"]
+    if (
+        b_shape is not None
+        and w_shape is not None
+        and w_shape[0] is not None
+        and None not in b_shape
+        and b_shape != (w_shape[0],)
+    ):
+        raise ValueError(f"{where}: bias has shape {list(b_shape)}, expected [{w_shape[0]}]")
+    unknown = (None, None, None, None)
+    try:
+        spec = DeformConvSpec.from_shapes(
+            shapes["input"] or unknown,
+            w_shape,
+            shapes["offset"] or unknown,
+            (shapes["mask"] or unknown) if values["mask"] is not None else None,
+            has_bias=values["bias"] is not None,
+            stride=attrs.stride,
+            padding=attrs.padding,
+            dilation=attrs.dilation,
+            groups=attrs.groups,
+            offset_groups=attrs.offset_groups,
+            padding_end=attrs.padding_end,
+            kernel=attrs.kernel,
+            out_channels=b_shape[0] if b_shape is not None and len(b_shape) == 1 else None,
+            bilinear_interpolation_pad=attrs.bilinear_interpolation_pad,
+        )
+    except ValueError as e:
+        hint = ""
+        if w_shape is None or None in w_shape:
+            hint = " (the weight's shape is not static: make it an initializer or add its shape to value_info)"
+        raise ValueError(f"{where}: {e}{hint}") from None
+    return spec, values
+
+
+def needs_shapes(node: ir.Node) -> bool:
+    """Whether a node's weight has no static shape in the file (e.g. computed by other nodes)."""
+    i = _kind(node).role_index("weight")
+    value = node.inputs[i] if i is not None and i < len(node.inputs) else None
+    shape = static_shape(value)
+    return value is not None and (shape is None or None in shape)
+
+
+def builder(node: ir.Node, opset: int, prefix: str) -> TapeBuilder:
+    """A builder that gives the input, offset and mask the weight's dtype when the file does not type them."""
+    src = _kind(node)
+    v = _node_inputs(node, src, f"node {node.name or '<unnamed>'} ({src.describe()})")
+    hints = {}
+    w_dtype = _np_dtype(v["weight"])  # type: ignore[arg-type]  # every DeformConv has a weight
+    if w_dtype is not None:
+        hints = {id(v[r]): w_dtype for r in ("input", "offset", "mask") if v[r] is not None}
+    return _RewriteBuilder(opset, prefix, hints)
+
+
+def lower_node(node: ir.Node, b: TapeBuilder, method: str, opset: int) -> tuple[ir.Value, str]:
+    """Emit the lowering ``method`` resolves to at ``opset`` for one node; returns its output and the form written.
+
+    The form is read from the ops emitted (:func:`deform_onnx.builder.written.form_of`): under
+    ``grid_sample`` a dynamic map is sampled with the gather sampler.
+    """
+    spec, v = spec_for_node(node, _kind(node))
+    lowering = resolve("deform_conv2d", method, opset)
+    out = lowering.fn(b, spec, v["input"], v["weight"], v["offset"], v["mask"], v["bias"])
+    return out, form_of(n.op_type for n in b.tape.nodes)

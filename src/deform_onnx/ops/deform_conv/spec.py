@@ -122,10 +122,12 @@ class DeformConvSpec:
 
     @property
     def channels_per_offset_group(self) -> int:
+        """Input channels per offset group."""
         return self.in_channels // self.offset_groups
 
     @property
     def channels_per_group(self) -> int:
+        """Input channels per group."""
         return self.in_channels // self.groups
 
     @property
@@ -148,7 +150,8 @@ class DeformConvSpec:
 
     def span(self, axis: int) -> int:
         """``dilation*(kernel-1) + 1 - pad_begin - pad_end`` along ``axis`` (0 = rows):
-        ``out = (size - span) // stride + 1``, the one formula dynamic sizes use too."""
+        ``out = (size - span) // stride + 1``, the one formula dynamic sizes use too.
+        """
         return self.dilation[axis] * (self.kernel[axis] - 1) + 1 - self.padding[axis] - self.padding_end[axis]  # type: ignore[index]  # set by __post_init__
 
     def tap_rows(self) -> list[int]:
@@ -217,7 +220,7 @@ class DeformConvSpec:
         kernel=None,
         out_channels: int | None = None,
         bilinear_interpolation_pad: bool = True,
-    ) -> "DeformConvSpec":
+    ) -> DeformConvSpec:
         """Build a spec from tensor shapes (entries may be ``None`` if dynamic).
 
         ``weight_shape`` is ``[Co, C/groups, kh, kw]``; entries that are not

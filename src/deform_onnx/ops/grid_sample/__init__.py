@@ -1,4 +1,4 @@
-"""``F.grid_sample`` (ATen ``aten::grid_sampler``), top to bottom:
+"""``F.grid_sample`` (ATen ``aten::grid_sampler``), top to bottom.
 
 - :mod:`.lower`: what it is (:class:`~.lower.GridSampleSpec`: ATen's modes,
   padding modes and ``align_corners``, with its argument and shape checks) and

@@ -11,7 +11,7 @@ exists only from 16, and is overridden so that ``method`` is honoured).
 from __future__ import annotations
 
 from ...builder import written
-from ..registry import grid_sample_call
+from .call import grid_sample_call
 from .lower import GridSampleSpec, check_shapes
 
 #: TorchScript op name. The dynamo exporter (torch 2.14) records and translates
@@ -27,7 +27,7 @@ def emit_grid_sampler(
 
     Raises:
         ValueError: an input neither 4-D nor 5-D, or a method the opset (or the call) cannot hold
-            (:func:`~deform_onnx.ops.registry.grid_sample_call`).
+            (:func:`~.call.grid_sample_call`).
     """
     spec = GridSampleSpec.from_torch(interpolation_mode, padding_mode, align_corners)
     lowering = grid_sample_call(method, target_opset, spec, check_shapes(b, input, grid))

@@ -29,7 +29,7 @@ The gather lowering computes pixel coordinates in the same float32 steps:
 GridSample-20 (N-D; opset >= 20), ``gather`` the trilinear / nearest form of
 :mod:`.lower_3d`. ``bicubic`` (4-D only, as in PyTorch): ``native`` is
 GridSample ``cubic`` (``bicubic`` below opset 20), ``gather`` the 16-tap form
-of :mod:`.lower_cubic`. Which form each call gets: :func:`deform_onnx.ops.registry.grid_sample_call`.
+of :mod:`.lower_cubic`. Which form each call gets: :func:`deform_onnx.ops.grid_sample.call.grid_sample_call`.
 A NaN coordinate samples 0 (ATen's result there is undefined: it casts NaN
 to an integer index).
 """
@@ -85,7 +85,7 @@ class GridSampleSpec:
             )
 
     @classmethod
-    def from_torch(cls, interpolation_mode: int, padding_mode: int, align_corners) -> "GridSampleSpec":
+    def from_torch(cls, interpolation_mode: int, padding_mode: int, align_corners) -> GridSampleSpec:
         """From ``aten::grid_sampler``'s integer arguments (ATen's enum order)."""
         if not 0 <= interpolation_mode < len(TORCH_MODES) or not 0 <= padding_mode < len(TORCH_PADDINGS):
             raise ValueError(
@@ -94,7 +94,7 @@ class GridSampleSpec:
         return cls(TORCH_MODES[interpolation_mode], TORCH_PADDINGS[padding_mode], bool(align_corners))
 
     @classmethod
-    def from_onnx(cls, mode: str, padding_mode: str, align_corners: int) -> "GridSampleSpec":
+    def from_onnx(cls, mode: str, padding_mode: str, align_corners: int) -> GridSampleSpec:
         """From an ONNX ``GridSample`` node's attributes (defaults: linear/bilinear, zeros, 0)."""
         if mode not in ONNX_MODES:
             raise ValueError(f"unknown GridSample mode {mode!r}")

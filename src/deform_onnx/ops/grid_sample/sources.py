@@ -6,7 +6,7 @@ opset 20 spelling ``linear``/``cubic``; 4-D, or 5-D from opset 20) is the ``nati
 ``grid_sample`` and ``auto`` at opset >= 16 keep it; ``gather`` (and ``auto``
 below 16) replace it by :func:`deform_onnx.ops.grid_sample.lower.lower_gather`
 with the node's ``mode``, ``padding_mode`` and ``align_corners``. Each node is
-decided on its own (:func:`deform_onnx.ops.registry.grid_sample_call`):
+decided on its own (:func:`deform_onnx.ops.grid_sample.call.grid_sample_call`):
 a 5-D node below opset 20, or one the target's runtime does not run (5-D,
 cubic), is rewritten too. For runtimes without a usable GridSample
 (TensorRT, old builds, converters).
@@ -16,8 +16,14 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ..registry import grid_sample_call, resolve
+from ...builder import TapeBuilder
+from ..file_nodes import static_shape
+from ..registry import resolve
+from .call import grid_sample_call
 from .lower import GridSampleSpec, check_shapes, lower_gather
+
+#: Name prefix of the new nodes of an unnamed node.
+PREFIX = "deform_onnx_grid_sample"
 
 
 def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
@@ -25,7 +31,7 @@ def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
 
     Raises:
         ValueError: unknown method, ``native``/``grid_sample`` at an opset below 16 while the model has GridSample,
-            or a node no form can hold (:func:`~deform_onnx.ops.registry.grid_sample_call`; names the node).
+            or a node no form can hold (:func:`~.call.grid_sample_call`; names the node).
     """
     found = [
         n
@@ -50,8 +56,9 @@ def nodes_to_lower(model: ir.Model, method: str, opset: int) -> list[ir.Node]:
 
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
-    """The nodes ``lower(model, method=method)`` replaces at ``opset`` (:attr:`~deform_onnx.ops.registry.OpEntry.sources`):
-    :func:`nodes_to_lower`; none when the opset is unknown (``None``: the model imports no default domain)."""
+    """The nodes ``lower(model, method=method)`` replaces at ``opset``: :func:`nodes_to_lower`; none when the
+    opset is unknown (``None``: the model imports no default domain).
+    """
     return nodes_to_lower(model, method, opset) if opset is not None else []
 
 
@@ -70,38 +77,26 @@ def spec_for_node(node: ir.Node) -> GridSampleSpec:
         raise ValueError(f"node {node.name or '<unnamed>'} (GridSample): {e}") from None
 
 
-def replace_all(nodes: list[ir.Node], opset: int, unique_name) -> None:
-    """Replace each node by the gather lowering at ``opset``; ``unique_name(base)`` names the new values."""
-    from ...builder import TapeBuilder
-
-    for index, node in enumerate(nodes):
-        b = TapeBuilder(opset, name_prefix=node.name or f"deform_onnx_grid_sample_{index}")
-        replace(node, b)
-        for n in b.tape.nodes:
-            for i, value in enumerate(n.outputs):
-                if value.name is None:
-                    value.name = unique_name(f"{n.name}_out{i}")
+def needs_shapes(node: ir.Node) -> bool:
+    """Whether the node's input has no static shape or element type in the file (shape inference fills them)."""
+    return static_shape(node.inputs[0]) is None or node.inputs[0].dtype is None  # type: ignore[union-attr]  # GridSample has its input
 
 
-def replace(node: ir.Node, builder) -> None:
-    """Replace ``node`` by the gather lowering, emitted with ``builder`` (a TapeBuilder); the output value is kept."""
+def lower_node(node: ir.Node, b: TapeBuilder, method: str, opset: int) -> tuple[ir.Value, str]:
+    """Emit the gather lowering of one found node with ``b``; returns its output and ``"gather"``.
+
+    Raises:
+        ValueError: unknown ranks of input and grid, or shapes the gather form cannot take (names the node).
+    """
     spec = spec_for_node(node)
     x, grid = node.inputs[0], node.inputs[1]
     try:
-        if builder.static_shape(x) is None and builder.static_shape(grid) is None:  # 4-D and 5-D differ: never guess
+        if b.static_shape(x) is None and b.static_shape(grid) is None:  # 4-D and 5-D differ: never guess
             raise ValueError(
                 "the ranks of its input and grid are unknown (4-D and 5-D lower differently); "
                 "give the graph's inputs shapes"
             )
-        check_shapes(builder, x, grid)
+        check_shapes(b, x, grid)
     except ValueError as e:
         raise ValueError(f"node {node.name or '<unnamed>'} (GridSample): {e}") from None
-    out = lower_gather(builder, spec, x, grid)
-    ir.convenience.replace_nodes_and_values(
-        node.graph,  # type: ignore[arg-type]  # a found node is in a graph
-        insertion_point=node,
-        old_nodes=[node],
-        new_nodes=list(builder.tape.nodes),
-        old_values=[node.outputs[0]],
-        new_values=[out],
-    )
+    return lower_gather(b, spec, x, grid), "gather"

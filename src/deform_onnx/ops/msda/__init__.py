@@ -1,4 +1,4 @@
-"""Multi-scale deformable attention (Deformable DETR), top to bottom:
+"""Multi-scale deformable attention (Deformable DETR), top to bottom.
 
 - :mod:`.op`: what it is: the torch op ``deform_onnx::ms_deform_attn`` (exported
   in one piece) and the PyTorch reference (``ms_deform_attn_core_pytorch``);

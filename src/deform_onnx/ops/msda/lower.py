@@ -121,7 +121,8 @@ def lower_gather(
 
 def _corners(b: Builder, low: Value, size: Value, like: Value):
     """``((i0, v0), (i1, v1))`` for corners ``low`` and ``low + 1``: int64 index clipped into
-    ``[0, size-1]`` and 0/1 validity (``within_bounds_2d``); ``size`` is per level ``[L, 1]``."""
+    ``[0, size-1]`` and 0/1 validity (``within_bounds_2d``); ``size`` is per level ``[L, 1]``.
+    """
     zero, one = b.float_const(0.0, like), b.float_const(1.0, like)
     last = b.op("Sub", size, one)
     out = []

@@ -114,6 +114,7 @@ class MSDeformAttnCore(torch.nn.Module):
         )
 
     def forward(self, value: Tensor, sampling_locations: Tensor, attention_weights: Tensor) -> Tensor:
+        """:func:`ms_deform_attn` with the module's level sizes: ``[N, Lq, M*D]``."""
         return ms_deform_attn(value, self.spatial_shapes, self.level_start_index, sampling_locations, attention_weights)
 
 
@@ -132,4 +133,5 @@ class MSDeformAttnReference(torch.nn.Module):
         self.shapes = [(int(h), int(w)) for h, w in spatial_shapes]
 
     def forward(self, value: Tensor, sampling_locations: Tensor, attention_weights: Tensor) -> Tensor:
+        """:func:`ms_deform_attn_reference` with the module's level sizes: ``[N, Lq, M*D]``."""
         return ms_deform_attn_reference(value, self.shapes, sampling_locations, attention_weights)

@@ -29,7 +29,9 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from ...builder import TapeBuilder
-from ..registry import OPS, resolve
+from ..file_nodes import describe
+from ..registry import resolve
+from .register import ENTRY
 
 #: (domain, op_type) -> (attributes it may carry, output layout: "flat" [N, Lq, M*D] or "heads" [N, Lq, M, D]).
 KINDS = {
@@ -38,10 +40,10 @@ KINDS = {
     ("", "MultiscaleDeformableAttnPlugin_TRT"): (set(), "heads"),
     ("trt", "MultiscaleDeformableAttnPlugin_TRT"): (set(), "heads"),
 }
-assert set(KINDS) == set(OPS["ms_deform_attn"].onnx_nodes)
+assert set(KINDS) == set(ENTRY.onnx_nodes)
 
-#: Domains only these nodes use; dropped from the opset imports once no node needs them.
-DOMAINS = ("trt",)
+#: Name prefix of the new nodes of an unnamed node.
+PREFIX = "deform_onnx_msda"
 
 
 def _key(node: ir.Node) -> tuple[str, str]:
@@ -65,37 +67,24 @@ def find(model: ir.Model) -> list[ir.Node]:
 
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
-    """The nodes ``lower(model, method=method)`` replaces (:attr:`~deform_onnx.ops.registry.OpEntry.sources`):
-    every MSDA plugin nodes, whatever the method and opset (:func:`find`)."""
+    """The nodes ``lower(model, method=method)`` replaces: every MSDA plugin node, whatever the method and
+    opset (:func:`find`).
+    """
     return find(model)
 
 
-def describe(node: ir.Node) -> str:
-    """``domain::op_type`` of the node."""
-    return f"{node.domain}::{node.op_type}" if node.domain else node.op_type
+def needs_shapes(node: ir.Node) -> bool:
+    """Whether an input has no element type in the file (the lowering's constants take the value's dtype)."""
+    return any(v is not None and v.dtype is None for v in node.inputs)
 
 
-def replace_all(nodes: list[ir.Node], method: str, opset: int, unique_name) -> str | None:
-    """Replace each node by the fused lowering at ``opset``; returns the lowering's name (``None``: no nodes).
+def lower_node(node: ir.Node, b: TapeBuilder, method: str, opset: int) -> tuple[ir.Value, str]:
+    """Emit the fused lowering of one node with ``b``; returns its output and the lowering's name.
 
     Raises:
-        ValueError: unknown method, opset below 11, unknown attributes, a wrong input count
-            or rank (the message names the node).
+        ValueError: unknown attributes, a wrong input count or rank (the message names the node).
     """
-    if not nodes:
-        return None
     lowering = resolve("ms_deform_attn", method, opset)
-    for index, node in enumerate(nodes):
-        b = TapeBuilder(opset, name_prefix=node.name or f"deform_onnx_msda_{index}")
-        _replace(node, b, lowering)
-        for n in b.tape.nodes:
-            for i, value in enumerate(n.outputs):
-                if value.name is None:
-                    value.name = unique_name(f"{n.name}_out{i}")
-    return lowering.name
-
-
-def _replace(node: ir.Node, b: TapeBuilder, lowering) -> None:
     where = f"node {node.name or '<unnamed>'} ({describe(node)})"
     attrs, layout = KINDS[_key(node)]
     unknown = sorted(set(node.attributes) - attrs)
@@ -114,11 +103,4 @@ def _replace(node: ir.Node, b: TapeBuilder, lowering) -> None:
         raise ValueError(f"{where}: {e}") from None
     if layout == "heads":  # TensorRT's plugin keeps heads apart: [N, Lq, M, D]
         out = b.reshape(out, [0, 0, b.dim(inputs[0], 2), b.dim(inputs[0], 3)])
-    ir.convenience.replace_nodes_and_values(
-        node.graph,  # type: ignore[arg-type]  # a found node is in a graph
-        insertion_point=node,
-        old_nodes=[node],
-        new_nodes=list(b.tape.nodes),
-        old_values=[node.outputs[0]],
-        new_values=[out],
-    )
+    return out, lowering.name

@@ -1,0 +1,78 @@
+"""The last steps of a file before it is verified and written: target repairs, IR version, validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from ..core.atomic_io import write_bytes_atomic
+from ..core.errors import ExportError
+from ..core.irversion import apply_ir_version
+from ..ops import registry
+from .large import ExternalSink
+from .options import ExportOptions
+
+
+def finish(proto: onnx.ModelProto, opts: ExportOptions, sink: ExternalSink | None = None) -> bytes | str:
+    """Apply the target's repairs, stamp the IR version, validate, check the target's rules.
+
+    The IR version is the lowest the opsets need (or ``opts.ir_version``); the graph is checked
+    against the runtime target's rules (issue 12's hooks).
+
+    Returns:
+        What verification runs: the serialized model, or (over 2 GiB, ``sink``) the path of the
+        file beside its data.
+
+    Raises:
+        ExportError: the opset is not the requested one, a native node the method replaces remains,
+            or the model is not valid ONNX.
+        ValueError: the target's rules refuse the graph (without ``force``).
+    """
+    choice = opts.choice
+    if choice is not None:
+        choice.repair_graph(proto)  # value-preserving rewrites the target needs (targets/repairs.py)
+    apply_ir_version(proto, opts.ir_version)
+    path = sink.save(proto) if sink is not None else None
+    _validate(proto, opts.opset, opts.method, path)
+    if choice is not None:
+        choice.check_graph(proto)
+    return proto.SerializeToString() if path is None else path
+
+
+def _default_opset(proto: onnx.ModelProto) -> int | None:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def _validate(proto: onnx.ModelProto, opset: int, method: str, path: str | None = None) -> None:
+    got = _default_opset(proto)
+    if got != opset:
+        raise ExportError(
+            f"the exporter produced opset {got}, not the requested {opset} (its down-conversion failed); "
+            f"export at opset {got} or use dynamo=False"
+        )
+    for node_type in _refused_nodes(method, opset):
+        left = [n.name or n.op_type for n in proto.graph.node if n.op_type == node_type]
+        if left:
+            raise ExportError(f"{node_type} nodes remain after lowering with {method!r}: {left}")
+    try:
+        onnx.checker.check_model(proto if path is None else path, full_check=True)  # a path: external data
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        raise ExportError(f"the exported model is not valid ONNX: {str(exc).splitlines()[0]}") from None
+
+
+def _refused_nodes(method: str, opset: int) -> list[str]:
+    """The native-form nodes (``DeformConv``, ``GridSample``) of the ops whose ``method`` lowering is another form."""
+    refused = []
+    for op, entry in registry.OPS.items():
+        chosen = registry.resolve(op, method, opset)
+        refused += [low.node for low in entry.lowerings.values() if low.node is not None and low is not chosen]
+    return refused
+
+
+def write(data: bytes, f) -> Path | None:
+    """Write ``data`` to ``f`` (a path: atomically, a temporary file in the same folder, then rename)."""
+    if hasattr(f, "write"):
+        f.write(data)
+        return None
+    return write_bytes_atomic(f, data)

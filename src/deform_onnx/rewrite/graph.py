@@ -1,0 +1,65 @@
+"""Graph-wide helpers of the rewrite: ONNX shape inference for missing shapes, unique names, used domains."""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+
+
+def infer_shapes(model: ir.Model) -> None:
+    """Fill unknown shapes from ONNX shape inference with data propagation.
+
+    A weight computed in the graph (``ConstantOfShape`` of a ``Shape``-built
+    vector, a ``Reshape`` to constant sizes) has no value_info; ONNX's shape
+    inference with ``data_prop`` follows such shape computations. Only shapes
+    missing in ``model`` are set; nothing else changes.
+    """
+    proto = ir.to_proto(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort; the spec check then names the problem
+        return
+    shapes = {}
+    for vi in inferred.graph.value_info:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims = vi.type.tensor_type.shape.dim
+            shapes[vi.name] = (
+                vi.type.tensor_type.elem_type,
+                [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims],
+            )
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for value in node.outputs:
+            if value.shape is None and value.name in shapes:
+                elem, dims = shapes[value.name]
+                if value.type is None and elem:
+                    value.type = ir.TensorType(ir.DataType(elem))
+                value.shape = ir.Shape(dims)
+
+
+def unique_name(name: str, names: set[str]) -> str:
+    """``name``, or ``name_1``, ``name_2``, ... : the first not in ``names`` (added to it)."""
+    candidate, k = name, 1
+    while candidate in names:
+        candidate = f"{name}_{k}"
+        k += 1
+    names.add(candidate)
+    return candidate
+
+
+def all_names(model: ir.Model) -> set[str]:
+    """Every value and node name of the model (graph inputs, initializers, node names and outputs)."""
+    names = {v.name for v in model.graph.inputs if v.name}
+    names |= set(model.graph.initializers)
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        names.add(node.name or "")
+        names.update(o.name for o in node.outputs if o.name)
+    return names
+
+
+def used_domains(model: ir.Model) -> set[str]:
+    """The domains of every node of the model and its functions."""
+    used = {n.domain for n in ir.traversal.RecursiveGraphIterator(model.graph)}
+    for function in model.functions.values():
+        used.add(function.domain)
+        used.update(n.domain for n in function)
+    return used
