@@ -292,6 +292,30 @@ def test_second_size_failure_names_the_onnx_node():
                            dynamic_axes={"x": {2: "H", 3: "W"}})  # fmt: skip
 
 
+class FreezesReshape(torch.nn.Module):
+    """``int(x.shape[2])`` in a reshape: the TorchScript trace writes ``Mul(W, 12)`` (the export-time H)
+    into the Reshape's shape. With ONNX Runtime's graph optimisations on, the file ran "right" at another
+    size (1x2x20x16 gave the shape (1, 2, 320)); as the ONNX spec runs it, its Reshape fails there."""
+
+    def forward(self, x):
+        return x.reshape(x.shape[0], x.shape[1], int(x.shape[2]) * x.shape[3]).softmax(-1)
+
+
+def test_a_size_frozen_into_a_reshape_is_refused_though_onnxruntime_optimises_it_away():
+    """The second size runs with ONNX Runtime's graph optimisations off (runtimes.sessions.make_session)."""
+    from deform_onnx.runtimes.sessions import make_session, run_file
+
+    buf = io.BytesIO()
+    torch.onnx.export(FreezesReshape(), (torch.randn(1, 2, 12, 8),), buf, dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {2: "H", 3: "W"}})  # fmt: skip
+    other = torch.randn(1, 2, 20, 16)
+    _, (got,) = run_file(make_session(buf.getvalue()), (other,))  # premise: optimised, it looks right
+    np.testing.assert_allclose(got, FreezesReshape()(other).numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ExportError, match=r"does not hold at a second size"):
+        deform_onnx.export(FreezesReshape(), (torch.randn(1, 2, 12, 8),), io.BytesIO(), dynamo=False,
+                           input_names=["x"], dynamic_axes={"x": {2: "H", 3: "W"}})  # fmt: skip
+
+
 def test_onnx_file_of_static_export_is_unchanged():
     """Sanity: a static export's graph inputs stay static (the static-dim check only reads dynamic axes)."""
     buf = io.BytesIO()

@@ -86,8 +86,13 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
 
 
-def make_session(data: bytes):
+def make_session(data: bytes, optimize: bool = True):
     """An ONNX Runtime CPU session on ``data``.
+
+    ``optimize=False``: with ONNX Runtime's graph optimisations off, so the file runs as the ONNX spec
+    says. The second-size check runs so: with them on, ONNX Runtime recomputed a Reshape whose shape the
+    TorchScript exporter had frozen to the example's size (``Mul(W, 12)``) and gave the right result at
+    another size, for a file that other runtimes run wrong.
 
     Raises:
         MissingKernelError: ONNX Runtime has no kernel for some node at its dtype.
@@ -99,6 +104,8 @@ def make_session(data: bytes):
     ort = require()  # whichever distribution provides it (onnxruntime, -gpu, -openvino, ...): all have the CPU EP
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
         return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     except Exception as exc:
