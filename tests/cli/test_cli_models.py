@@ -179,6 +179,8 @@ def test_dtype_float16_and_per_input_dtype(shipped, monkeypatch):
     with torch.no_grad():
         want = net(photo).float().numpy()
     assert got.dtype == np.float16
+    # ONNX Runtime float16 against PyTorch float16, both rounding (outputs up to 4.0): measured 1.2e-2 abs,
+    # 5.6e-3 of (1 + |want|), about one float16 ulp at 4 (3.9e-3) plus its accumulation
     assert np.all(np.abs(got.astype(np.float32) - want) <= 1e-2 * (1 + np.abs(want)))
 
 

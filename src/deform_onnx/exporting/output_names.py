@@ -74,6 +74,9 @@ def recording(model: torch.nn.Module) -> Iterator[list]:
     def hook(module, inputs, output):
         found.append(names_of_output(output))
 
+    if isinstance(model, torch.jit.ScriptModule):  # no forward hooks there: the exporter's names stay
+        yield found
+        return
     handle = model.register_forward_hook(hook)
     try:
         yield found
