@@ -169,7 +169,7 @@ def test_check_runs_a_bfloat16_file_on_openvino_with_nonzero_inputs(tmp_path):
     )
     path = tmp_path / "bf16.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10), path)
-    from deform_onnx.cli.check_cmd import make_feeds
+    from deform_onnx.cli._feeds import make_feeds
     from deform_onnx.rewrite import read_model
     from deform_onnx.runtimes import run_paths
 

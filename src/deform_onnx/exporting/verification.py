@@ -30,6 +30,7 @@ fraction of that, and 1e-2 (10 ulps at 1.0) is the default. An explicit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -285,14 +286,13 @@ def verify(
             if tol.dtype in LOW_PRECISION:
                 check = _low_precision(name, g, e_np, ref_t, why, tol, where)
             elif e_np is None:  # e.g. an integer output of a model PyTorch runs only as a float32 copy
-                check = _own_dtype(name, g, _numpy(reference(torch.float32)[0][index]), tol, where, None, index,
+                check = _own_dtype(name, g, _numpy(reference(torch.float32)[0][index]), tol, _Refs(where, None), index,
                                    label="float32 copy")  # fmt: skip
             else:
-                check = _own_dtype(
-                    name, g, e_np, tol, where, reference if tol.dtype == "float32" else None, index, again
-                )
+                refs = _Refs(where, reference if tol.dtype == "float32" else None, again)
+                check = _own_dtype(name, g, e_np, tol, refs, index)
         except VerificationError as exc:
-            _raise_if_swapped(exc, index, g, tol, names, paths, expected, reference, where)
+            _raise_if_swapped(exc, index, g, tol, names, paths, expected, _Refs(where, reference))
             raise
         checks[name] = check
         if check.error >= worst:
@@ -301,8 +301,21 @@ def verify(
     return Verified(worst, worst_name, tolerances, checks, shapes, runtime)
 
 
-def _raise_if_swapped(exc, index, g, tol: Tolerance, names, paths, expected, reference, where: str) -> None:
+@dataclass(frozen=True)
+class _Refs:
+    """What one output's check compares with beyond PyTorch's output: ``where`` (the size note of the messages),
+    ``reference(dtype)`` (the model rerun as a float32/float64 copy; ``None``: no float64 rule) and ``again(index)``
+    (PyTorch's own output once more, to tell a model whose output changes between runs)."""
+
+    where: str
+    reference: Callable | None
+    again: Callable | None = None
+
+
+def _raise_if_swapped(exc, index, g, tol: Tolerance, names, paths, expected, refs: _Refs) -> None:
     """Raise the order error when file output ``index`` holds another of PyTorch's outputs (within ``tol``)."""
+    reference, where = refs.reference, refs.where
+    assert reference is not None
     if tol.dtype in LOW_PRECISION or all(e is None for e in expected):
         ref, _ = reference(torch.float32)
         candidates: list[np.ndarray | None] = [_numpy(t) for t in ref] if ref is not None else []
@@ -355,14 +368,13 @@ def _source(tol: Tolerance) -> str:
     return "given" if tol.explicit else f"the {tol.dtype} default"
 
 
-def _own_dtype(
-    name, g, e, tol: Tolerance, where: str, reference, index: int, again=None, label: str = "pytorch"
-) -> OutputCheck:
+def _own_dtype(name, g, e, tol: Tolerance, refs: _Refs, index: int, label: str = "pytorch") -> OutputCheck:
     """float32 (with the float64 rule), float64 and integer outputs.
 
     ``e``: PyTorch's output (``label="pytorch"``), or the float32 copy's (``label="float32 copy"``) for a
-    low-precision model PyTorch cannot run in its own dtype (then ``reference`` is ``None``: no float64 rule).
+    low-precision model PyTorch cannot run in its own dtype (then ``refs.reference`` is ``None``: no float64 rule).
     """
+    where, reference, again = refs.where, refs.reference, refs.again
     err = _max_abs(g, e)
     whose = "PyTorch" if label == "pytorch" else "the float32 model"
     if _within(g, e, tol):
