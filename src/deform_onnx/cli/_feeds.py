@@ -8,6 +8,7 @@ from ._inputs import parse_specs
 #: Offsets are drawn as randn * OFFSET_SCALE so that many samples fall outside the image.
 OFFSET_SCALE = 2.0
 
+
 def parse_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
     """``["x=1,3,32,32", ...]`` -> ``{"x": (1, 3, 32, 32)}`` (dims may also be separated by ``x``).
 

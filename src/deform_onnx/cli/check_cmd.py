@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ._app import app
 from ._common import CHECK_FAILED, UserError, console, err_console, user_errors
-from ._feeds import make_feeds
+from ._feeds import make_feeds, parse_shapes
 from ._inputs import check_method, load_npz
 
 #: How ``deform_onnx.targets.hooks.for_check`` words a rule the file as is breaks.

@@ -305,7 +305,8 @@ def verify(
 class _Refs:
     """What one output's check compares with beyond PyTorch's output: ``where`` (the size note of the messages),
     ``reference(dtype)`` (the model rerun as a float32/float64 copy; ``None``: no float64 rule) and ``again(index)``
-    (PyTorch's own output once more, to tell a model whose output changes between runs)."""
+    (PyTorch's own output once more, to tell a model whose output changes between runs).
+    """
 
     where: str
     reference: Callable | None
