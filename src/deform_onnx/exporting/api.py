@@ -23,6 +23,7 @@ from ..exporters import dynamo as _dynamo
 from ..exporters import rewriters as _rewriters
 from ..exporters import torchscript as _torchscript
 from ..exporters.module_state import keeping_state
+from ..formats import format_for, require
 from ..ops import registry
 from . import paths
 from .bfloat16 import choose_opset as _bfloat16_opset  # bfloat16: opset 22 (verified in dynamic_check)
@@ -98,6 +99,7 @@ class ExportReport:
     notes: list[str] = field(default_factory=list)
     onnxruntime: str | None = None
     forms: dict[str, str] = field(default_factory=dict)
+    format: str = "onnx"
 
 
 @keeping_state  # hook (issue 30): the model's caches and buffers are the same after export as before
@@ -121,6 +123,7 @@ def export(
     force: bool = False,
     ir_version: int | None = None,
     verify_shapes=None,
+    format: str | None = None,
 ) -> ExportReport:
     """Export ``model`` to ONNX with deformable convolution lowered by ``method``.
 
@@ -180,12 +183,16 @@ def export(
             (:mod:`deform_onnx.core.irversion`).
         verify_shapes: sizes a dynamic file is also checked at, e.g. ``[(2, 3, 160, 96)]`` (per item one
             shape per tensor input); default: one picked from the dynamic axes (:mod:`deform_onnx.exporting.sizes`).
+        format: the output format (:data:`deform_onnx.formats.FORMATS`: ``"onnx"``, ``"openvino"``,
+            ``"executorch"``, ``"litert"``, ``"coreml"``); default: from ``f``'s suffix (``.onnx``, ``.xml``,
+            ``.pte``, ``.tflite``, ``.mlpackage``), ONNX for a file object. Formats other than ONNX are
+            written and proved by their writer module (:mod:`deform_onnx.formats`).
 
     Returns:
         :class:`ExportReport` (exporter used, repairs, tolerances, max error).
 
     Raises:
-        ValueError: unknown method or target, a combination the target mishandles (without
+        ValueError: an unknown format or suffix, unknown method or target, a combination the target mishandles (without
             ``force``), an ``ir_version`` below what the opset needs, opset out of range, a
             method the opset cannot hold, or
             a ``DeformConv2d`` module with a bad stride/padding/dilation or called with
@@ -197,6 +204,11 @@ def export(
         ExportError: with dynamic axes, the file keeps a requested dynamic dimension static or fails at a
             second size (named, with what froze and what to do; dynamo: after the fallback); nothing written.
     """
+    fmt = format_for(f, format)
+    if fmt.writer is not None:  # another format: its writer module writes and proves it (deform_onnx.formats)
+        settings = {k: v for k, v in locals().items() if k not in ("model", "args", "f", "format", "fmt")}
+        require(fmt)
+        return fmt.load_writer()(model, args, f, **settings)
     choice, opset = _choose(model, args, target, method, opset_version, dynamo, force, dynamic_shapes or dynamic_axes)
     _check_before(choice, opset, ir_version, dynamic_shapes is not None or dynamic_axes is not None, f)
     # Suggestions name methods that work on the path that will run (the fallback reaches 11).
