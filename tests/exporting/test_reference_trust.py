@@ -150,12 +150,19 @@ def test_tps_exports_by_default_at_opset_11(tps):
     FLOAT64_FACTOR times PyTorch float32's own distance."""
     model, args, own, exact = tps
     buf = io.BytesIO()
-    deform_onnx.export(model, args, buf, opset_version=11)
+    report = deform_onnx.export(model, args, buf, opset_version=11)
     got = _run(buf.getvalue(), args)
     file_err, torch_err = np.abs(got - exact).max(), np.abs(own - exact).max()
     assert torch_err > 1e-4  # ill-conditioned: PyTorch float32 itself misses float64 by more than the tolerance
-    # measured: the file as far from float64 as PyTorch float32 (1.98e-2 both; the file is 2.4e-7 from PyTorch)
-    assert file_err <= 1.01 * torch_err and np.abs(got - own).max() <= 1e-6, (file_err, torch_err)
+    # The rule the export applied, computed here: within FLOAT64_FACTOR (2x) PyTorch float32's own error.
+    # Measured: on an Intel Xeon the file and PyTorch float32 were both 1.98e-2 from float64; on an AMD EPYC
+    # (MKL's other GEMM path for PyTorch's bmm) the file 1.98e-2, PyTorch 1.33e-2 (1.49x), the two 3.2e-2 apart.
+    # So the bound is the rule, not a machine's ratio; a file 2.1x off is refused (test_tps_float64_rule_both_ways).
+    assert file_err <= FLOAT64_FACTOR * torch_err, (file_err, torch_err)
+    (check,) = report.checks.values()
+    assert check.error == pytest.approx(file_err, rel=1e-6) and check.pytorch_error == pytest.approx(
+        torch_err, rel=1e-6
+    )
 
 
 @pytest.fixture(scope="module")
@@ -200,8 +207,12 @@ def test_a_given_tolerance_is_a_hard_bound_without_the_float64_rule(tps, tps_fil
     refused at atol 0.95x its error against PyTorch float32, passed at 1.05x."""
     model, args, own, _ = tps
     data, at, value, _ = tps_file
-    off = abs(value(1.9) - float(own.flat[at]))  # its error against PyTorch float32 (the planted element)
     session = Planted(data, at, value(1.9))
+    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args, strict=True)}
+    # the planted file's error against PyTorch float32, over every element (the planted one need not be the
+    # worst: PyTorch's float32 GEMM path differs between machines on this ill-conditioned model)
+    off = float(np.abs(session.run(None, feeds)[0].astype(np.float64) - own).max())
+    assert off > 1e-4 + 1e-4 * np.abs(own).max()  # beyond the float32 tolerance: only atol decides
     if factor > 1:
         (check,) = verify(model, args, data, rtol=0.0, atol=factor * off, session=session).checks.values()
         assert check.reference == "pytorch" and "given tolerance" in check.rule
