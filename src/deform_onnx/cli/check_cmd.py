@@ -34,7 +34,10 @@ def check_command(
         ["ort,openvino"], "--runtime", "-r", help="Runtimes, comma-separated or repeated: ort, openvino."
     ),
     input_shape: list[str] = typer.Option(
-        [], "--input-shape", "-s", help="Shape of an input with dynamic dims, e.g. x=1,3,32,32 or x=1x3x32x32 (repeatable)."
+        [],
+        "--input-shape",
+        "-s",
+        help="Shape of an input with dynamic dims, e.g. x=1,3,32,32 or x=1x3x32x32 (repeatable).",
     ),
     inputs: Path | None = typer.Option(None, "--inputs", help=".npz file with input arrays by name."),
     method: str | None = typer.Option(
