@@ -43,8 +43,25 @@ USER_MODULE = textwrap.dedent(
             p = self.predict(x)
             return self.dcn(x, p[:, :18], torch.sigmoid(p[:, 18:]))
 
+    class Warp(torch.nn.Module):
+        # A flow warp whose base grid is built from sizes read as Python ints (a common real-code pattern).
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.flow = torch.nn.Conv2d(3, 2, 3, padding=1)
+
+        def forward(self, x):
+            h, w = int(x.shape[2]), int(x.shape[3])
+            gy, gx = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
+            grid = torch.stack((gx, gy), -1).unsqueeze(0).expand(x.shape[0], -1, -1, -1)
+            return torch.nn.functional.grid_sample(x, grid + 0.05 * self.flow(x).permute(0, 2, 3, 1))
+
     def build():
         return Net()
+
+    def warp():
+        return Warp()
 
     def broken():
         raise RuntimeError("weights not found")
@@ -146,6 +163,21 @@ def test_user_factory_dynamic(user_module, exporter):
     with torch.no_grad():
         want = net(x).numpy()
     assert_close(run_ort(path.read_bytes(), {"input": x}), want, what=f"user model via {exporter}")
+
+
+def test_dynamic_flag_exports_what_the_api_exports(user_module):
+    """--dynamic on the dynamo path gives export() the same dynamic axes as a Python user's ``dynamic_axes``:
+    a warp whose sizes pass through ``int()`` into ``linspace`` (kept symbolic by export's rewrites) is
+    written and right at a new size (strict ``Dim``s refused it, with a hint to use dynamo, which it was)."""
+    path = user_module / "warp.onnx"
+    result = invoke("user_models.py:warp", "-s", "1,3,16,20", "-m", "grid_sample", "--dynamic", "-o", str(path))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert _rows(result.stdout)["grid_sample"][2] == "dynamo"
+    net = load_factory("user_models.py:warp")().eval()
+    x = torch.randn(2, 3, 24, 12, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = net(x).numpy()
+    assert_close(run_ort(path.read_bytes(), {"input": x}), want, what="dynamic warp at 2x3x24x12")
 
 
 @pytest.mark.parametrize(

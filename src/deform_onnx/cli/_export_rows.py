@@ -299,14 +299,14 @@ def _resized_input(net, x, name: str):
 
 
 def _dynamic_kwargs(rank: int, name: str) -> dict[str, dict]:
-    """Keyword arguments of :func:`deform_onnx.export` that make N and the last two axes dynamic, per exporter."""
-    from torch.export import Dim
+    """Keyword arguments of :func:`deform_onnx.export` that make N and the last two axes dynamic, per exporter.
 
+    Both exporters get ``dynamic_axes``, as a user of ``deform_onnx.export`` writes it: on the dynamo path
+    strict ``Dim``s refuse a model whose code specialises a size that export's own rewrites keep symbolic
+    (``int(x.shape[2])`` into ``torch.linspace``), and the second-size check decides either way.
+    """
     axes = {0: "N", rank - 2: "H", rank - 1: "W"}
-    return {
-        "dynamo": {"dynamic_shapes": ({axis: Dim(label) for axis, label in axes.items()},)},
-        "torchscript": {"dynamic_axes": {name: axes}},
-    }
+    return {"dynamo": {"dynamic_axes": {name: axes}}, "torchscript": {"dynamic_axes": {name: axes}}}
 
 
 def _session(path: Path):
