@@ -155,3 +155,22 @@ def test_no_registry_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         deployed.FAMILIES.pop(fam.name)
     assert rows[0].error is not None and "\n" not in rows[0].error and "could not create" in rows[0].error
     assert lines[0].startswith("creating the offline venv")
+
+
+@needs_registry
+@pytest.mark.slow
+def test_export_verify_runtimes(tmp_path: Path) -> None:
+    """export(verify_runtimes=[...]): a runtime that differs raises and nothing is written; a match keeps the .mnn."""
+    x = torch.randn(1, 2, 8, 8, generator=torch.Generator().manual_seed(0))
+    grid = torch.rand(1, 6, 6, 2, generator=torch.Generator().manual_seed(1)) * 3 - 1.5
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    bad = tmp_path / "reflect.onnx"
+    with pytest.raises(deform_onnx.VerificationError, match=r"mnn \(3\.6\.1\): max abs error"):
+        deform_onnx.export(Reflect(), (x, grid), bad, verify_runtimes=["mnn"], keep_artifacts=kept)
+    assert not bad.exists() and list(kept.iterdir()) == []
+    good = tmp_path / "dcn.onnx"
+    model, x = TinyDCN().eval(), torch.randn(1, 4, 16, 16)
+    report = deform_onnx.export(model, (x,), good, target="mnn", verify_runtimes=["mnn"], keep_artifacts=kept)
+    assert good.is_file() and (kept / "dcn.mnn").is_file()
+    assert report.runtimes[0].startswith("mnn 3.6.1: max abs error")

@@ -182,6 +182,7 @@ def _export_kwargs(job: Job, exporter: str, ctx: RowContext) -> dict:
         verify_shapes=[tuple(ctx.resized.shape)] if ctx.resized is not None else None,
         **ctx.dynamic_kw[exporter] if ctx.dynamic_kw else {},
         **job.extra,
+        format="onnx",  # the rows write to hidden ".NAME.onnx.partial-PID" files: not a suffix formats know
     )
 
 
