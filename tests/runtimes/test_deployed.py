@@ -174,3 +174,20 @@ def test_export_verify_runtimes(tmp_path: Path) -> None:
     report = deform_onnx.export(model, (x,), good, target="mnn", verify_runtimes=["mnn"], keep_artifacts=kept)
     assert good.is_file() and (kept / "dcn.mnn").is_file()
     assert report.runtimes[0].startswith("mnn 3.6.1: max abs error")
+
+
+def test_in_process_families_need_no_venv(tmp_path: Path) -> None:
+    """onnxruntime and openvino run in this interpreter: rows against PyTorch, OpenVINO's IR kept."""
+    path, model, x = _tiny(tmp_path, "openvino-extension")
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    rows = deform_onnx.check_runtimes(path, ["ort", "ov"], model=model, args=(x,), keep_artifacts=kept, repeats=1)
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert [r.runtime for r in rows] == ["onnxruntime", "openvino"]
+    assert all(r.ok and r.version and r.tolerance == pytest.approx(1e-4) for r in rows), rows
+    assert sorted(p.name for p in kept.iterdir()) == [f"{path.stem}.bin", f"{path.stem}.xml"]
+    import openvino as ov
+
+    got = ov.Core().compile_model(str(kept / f"{path.stem}.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    assert float(np.abs(got([x.numpy()])[0] - want).max()) < BOUND  # the kept IR, run here: measured 6e-7
