@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -84,7 +85,8 @@ def check_runtimes(
         rtol, atol: the tolerance (default: the output dtype's, as ``export`` verifies).
         repeats: timed runs after a warm-up.
         timeout: seconds for each venv step and each runtime's conversion and runs.
-        log: receives progress lines (venv creation, which runtime runs).
+        log: receives progress lines (venv creation with pip's output, which runtime runs); default: the
+            line saying a venv is being created goes to stderr.
 
     Returns:
         One :class:`RuntimeRow` per runtime, in order; only the first output is compared.
@@ -94,6 +96,7 @@ def check_runtimes(
         FileNotFoundError: ``path`` or ``keep_artifacts`` does not exist.
     """
     fams = [family(r) for r in runtimes]
+    log = log or _announce
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
@@ -131,6 +134,12 @@ def check_runtimes(
                 row.artifacts = _keep(run.artifacts, keep, path.stem)
             rows.append(row)
     return rows
+
+
+def _announce(line: str) -> None:
+    """The default ``log``: say on stderr that a venv is being created (minutes, once); nothing else."""
+    if line.startswith("creating the "):
+        print(f"deform-onnx: {line}", file=sys.stderr, flush=True)
 
 
 def _max_error(got: np.ndarray, want: np.ndarray) -> float:
