@@ -191,3 +191,17 @@ def test_in_process_families_need_no_venv(tmp_path: Path) -> None:
 
     got = ov.Core().compile_model(str(kept / f"{path.stem}.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     assert float(np.abs(got([x.numpy()])[0] - want).max()) < BOUND  # the kept IR, run here: measured 6e-7
+
+
+@needs_registry
+@pytest.mark.slow
+def test_export_cli_verify_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """export --target mnn --verify-runtime mnn --keep-artifacts DIR: the row says where it also ran; .mnn kept."""
+    (tmp_path / "tiny_dcn.py").write_text("from runtimes.test_deployed import TinyDCN\n")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kept").mkdir()
+    result = CliRunner().invoke(app, ["export", "tiny_dcn.py:TinyDCN", "-s", "1,4,16,16", "--target", "mnn",
+                                      "--verify-runtime", "mnn", "--keep-artifacts", "kept", "-o", "m.onnx"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "m.onnx also ran on: mnn 3.6.1: max abs error" in " ".join(result.output.split())
+    assert (tmp_path / "m.onnx").is_file() and (tmp_path / "kept" / "m.mnn").is_file()

@@ -284,6 +284,9 @@ def report(a: ExportArgs, asked: Asked, loaded: Loaded, results: list[Result], t
         from ..runtimes.ort_distribution import describe
 
         console.print(f"checked in ONNX Runtime: {describe()}, CPU execution provider", highlight=False)
+    for r in results:  # --verify-runtime: what each runtime said (deform_onnx.exporting.deployed_check)
+        if r.runtimes:
+            console.print(f"{r.job.path.name} also ran on: {'; '.join(r.runtimes)}", highlight=False, soft_wrap=True)
     for note in loaded.notes:
         err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if a.verbose:
