@@ -196,7 +196,7 @@ def bench(repeats: int, shapes_text: list[str] | None) -> str:
             ratios.append(ratio) if ratio and not note else None
             cells.append(f"{ms:.2f}" + (f" ({ratio:.2f}x)" if ratio else "") + (f" {note}" if note else ""))
         geo = f"{statistics.geometric_mean(ratios):.2f}x" if ratios else "-"
-        body.append(f"| {key} | " + " | ".join(cells).replace("|", "\\|") + f" | {geo} |")
+        body.append(f"| {key} | " + " | ".join(c.replace("|", "\\|") for c in cells) + f" | {geo} |")
     today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     setup = [
         "### Deployed runtimes: DCNv2 shapes through each runtime's own converter",
@@ -225,7 +225,7 @@ def _version(fam: Family, python: Path) -> str:
             "tvm": "import tvm; print(tvm.__version__)",
             "onnx2torch": "from importlib.metadata import version as v; print(v('onnx2torch'))"}[fam.name]  # fmt: skip
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
-    return done.stdout.strip() or "?"
+    return (done.stdout.strip().splitlines() or ["?"])[-1]  # MNN prints the CPU's features first
 
 
 def main(argv: list[str] | None = None) -> None:
