@@ -72,5 +72,5 @@ def run_deployed(model_path: Path, deployed: list[str], feeds: dict, options: di
         console.print(f"[red]check failed:[/red] {len(bad)} of {len(rows)} runtimes: "
                       + "; ".join(escape(describe(r)) for r in bad), highlight=False, soft_wrap=True)  # fmt: skip
     else:
-        console.print(f"all {len(rows)} runtimes ran and match the reference", highlight=False)
+        console.print(f"all {len(rows)} runtime(s) ran and match the reference", highlight=False)
     return bool(bad)
