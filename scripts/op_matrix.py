@@ -43,7 +43,6 @@ from matrix_runners import BUILDS, Build  # noqa: E402
 from runtime_matrix import _first_line, rewrite, run_one  # noqa: E402
 
 import deform_onnx  # noqa: E402
-from deform_onnx.runtimes.venvs import cached_venv  # noqa: E402
 
 BEGIN, END = "<!-- op-matrix:begin -->", "<!-- op-matrix:end -->"
 #: The project's float32 rule (max abs error against PyTorch), for every op here.
@@ -220,7 +219,7 @@ def measure(build: Build, target: str, files: dict, ops: list[str], work: Path, 
     """One row per op of ``ops`` on ``build`` with the files exported for ``target``."""
     base = {"runtime": build.runtime, "target": target, "build": build.key}
     try:
-        python = cached_venv(build.name, build.requirements, timeout=timeout)
+        python = build.python(timeout)
     except RuntimeError as exc:
         why = f"not run: {_first_line(exc)}"
         return [{**base, "op": op, "version": "-", "method": "-", "opset": "-", "ran": why, "max_error": None}

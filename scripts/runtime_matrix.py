@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import io
-import json
 import subprocess
 import sys
 import tempfile
@@ -108,27 +107,20 @@ def _bfloat16_inputs(model: Path) -> list[str]:
 
 
 def run_one(python: Path, build: Build, model: Path, name: str, inputs: list[str], work: Path, timeout: float) -> dict:
-    """Run ``model`` in the build's venv; the runner's JSON plus ``max_error`` against PyTorch."""
+    """Run ``model`` in the build's venv (the package's :func:`~deform_onnx.runtimes.deployed.run_meta`); the
+    runner's JSON plus ``max_error`` against PyTorch."""
+    from deform_onnx.runtimes.deployed import Family, run_meta
+
     out = work / f"{model.stem}.{build.name}.{'ext' if build.extension else 'plain'}.out.npy"
     out.unlink(missing_ok=True)
     meta = {"model": str(model), "feeds": str(work / f"{name}.feeds.npz"), "out": str(out), "inputs": inputs,
             "output": "y", "output_shape": list(np.load(work / f"{name}.want.npy").shape), "repeats": REPEATS,
             "src": str(ROOT / "src"), "tool": str(python.parent), "extension": build.extension,
             "bfloat16": _bfloat16_inputs(model)}  # fmt: skip
-    meta_path = out.with_suffix(".json")
-    meta_path.write_text(json.dumps(meta))
-    try:
-        done = subprocess.run([str(python), "-c", build.runner, str(meta_path)], capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return {"version": None, "error": f"timed out after {timeout:g} s", "ms": None}
-    try:
-        status = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):  # the runtime crashed (a segfault, an abort)
-        return {"version": None, "error": f"runner exited {done.returncode}: {_first_line(done.stderr or 'no output')}",
-                "ms": None}  # fmt: skip
-    if status["error"] is None:
-        got, want = np.load(out), np.load(work / f"{name}.want.npy")
+    run = run_meta(Family(build.name, build.runtime, build.runner), python, meta, out, timeout)
+    status: dict = {"version": run.version, "error": run.error, "ms": run.ms}
+    if run.error is None and run.output is not None:
+        got, want = run.output, np.load(work / f"{name}.want.npy")
         status["max_error"] = float(np.abs(got - want).max()) if got.shape == want.shape else None
         if status["max_error"] is None:
             status["error"] = f"output shape {list(got.shape)}, PyTorch's {list(want.shape)}"
@@ -155,7 +147,7 @@ def measure(build: Build, files: dict, names: list[str], work: Path, timeout: fl
     """One row per target of ``build`` (see the module docstring)."""
     rows = []
     try:
-        python = cached_venv(build.name, build.requirements, timeout=timeout)
+        python = build.python(timeout)
     except RuntimeError as exc:
         return [
             {**_row(build, t, files, names, error=f"not run: {_first_line(exc)}"), "build": build.key}

@@ -41,6 +41,8 @@ _EXPORTS = {
     "dcnv4_core": ".ops.dcnv3",
     "quantize": ".quantize",
     "QuantizeReport": ".quantize",
+    "check_runtimes": ".runtimes.deployed.check",
+    "RuntimeRow": ".runtimes.deployed.check",
 }
 
 __all__ = list(_EXPORTS)
@@ -56,6 +58,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from .ops.registry import METHODS
     from .quantize import QuantizeReport, quantize
     from .rewrite import lower
+    from .runtimes.deployed.check import RuntimeRow, check_runtimes
     from .targets import TARGET_NAMES, TARGETS, Target, resolve_target
 
 

@@ -79,6 +79,8 @@ GENERATORS: dict[str, str] = {
     "main-job": "scripts/readme_blocks.py",
     "env-size": "scripts/readme_blocks.py",
     "runtime-venvs": "scripts/runtime_venvs.py",  # docs/runtimes.md
+    "ci-venvs": "scripts/runtime_venvs.py",  # README.md
+    "deployed runtimes": "scripts/runtime_venvs.py",  # BENCHMARKS.md
 }
 
 # Markers start a line (the same words inside a code span are text, not a marker).

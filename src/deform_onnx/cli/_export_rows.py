@@ -60,6 +60,8 @@ class Result:
     attempts: list[tuple[str, str, list[str]]] = field(default_factory=list)
     #: The form the written file holds (``report.method``, :mod:`deform_onnx.builder.written`; :mod:`._written_forms`).
     form: str | None = None
+    #: ``--verify-runtime``: one line per runtime the file also ran on (``report.runtimes``).
+    runtimes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -199,6 +201,7 @@ def _record(result: Result, report, exporter: str) -> None:
     )
     result.nodes, result.size, result.error = report.node_count, report.file_size, report.max_error
     result.form = report.method
+    result.runtimes = list(report.runtimes)
 
 
 def _time_and_resize(job: Job, result: Result, report, ctx: RowContext) -> None:

@@ -54,6 +54,8 @@ class ExportArgs:
     force: bool
     ir_version: int | None
     no_verify: bool
+    verify_runtime: list[str] = field(default_factory=list)
+    keep_artifacts: Path | None = None
 
 
 @dataclass
@@ -170,6 +172,8 @@ def plan_jobs(a: ExportArgs, asked: Asked) -> list[Job]:
     for job in jobs:
         check_requested(a.ir_version, job.opset)
         job.extra = {"target": a.target, "force": a.force, "ir_version": a.ir_version}
+        if a.verify_runtime:  # hook (issue 28): each file also runs on these runtimes before it is written
+            job.extra.update(verify_runtimes=a.verify_runtime, keep_artifacts=a.keep_artifacts)
         if asked.kind == "torchscript" and a.exporter is None:
             job.exporter_chosen = False
     return jobs
@@ -280,6 +284,9 @@ def report(a: ExportArgs, asked: Asked, loaded: Loaded, results: list[Result], t
         from ..runtimes.ort_distribution import describe
 
         console.print(f"checked in ONNX Runtime: {describe()}, CPU execution provider", highlight=False)
+    for r in results:  # --verify-runtime: what each runtime said (deform_onnx.exporting.deployed_check)
+        if r.runtimes:
+            console.print(f"{r.job.path.name} also ran on: {'; '.join(r.runtimes)}", highlight=False, soft_wrap=True)
     for note in loaded.notes:
         err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if a.verbose:

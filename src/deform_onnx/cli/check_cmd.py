@@ -31,7 +31,11 @@ def check_command(
     ctx: typer.Context,
     model_path: Path = typer.Argument(..., metavar="MODEL.onnx", help="ONNX file to check."),
     runtime: list[str] = typer.Option(
-        ["ort,openvino"], "--runtime", "-r", help="Runtimes, comma-separated or repeated: ort, openvino."
+        ["ort,openvino"],
+        "--runtime",
+        "-r",
+        help="Runtimes, comma-separated or repeated: ort, openvino (as is and lowered, here); mnn, ncnn, tflite, tvm, "
+        "onnx2torch (converted with the runtime's own converter, run in a cached venv of its own: docs/runtimes.md).",
     ),
     input_shape: list[str] = typer.Option(
         [],
@@ -68,6 +72,12 @@ def check_command(
         None, "--target", "-t", help="Runtime target: its method for the lowered paths, and its graph rules checked."
     ),
     force: bool = typer.Option(False, "--force", help="Run a lowering the target is known to mishandle."),
+    keep_artifacts: Path | None = typer.Option(
+        None,
+        "--keep-artifacts",
+        help="Folder to keep each converter's output in (.mnn, .ncnn.param/.bin, .tflite), "
+        "only for the runtimes that matched.",
+    ),
 ) -> None:
     """Run MODEL on every runtime and path and compare against a reference.
 
@@ -89,6 +99,15 @@ def check_command(
     a = CheckArgs(model_path, runtime, input_shape, inputs, method, precision, repeat, timeout, seed, target, force)
     with user_errors(ValueError, OSError):
         read = _read(a)
+    deployed_failed = False
+    if read.deployed:  # the deployed runtimes' own table (cli/_deployed.py)
+        from ._deployed import run_deployed
+
+        opts = {"tolerance": tolerance, "repeat": repeat, "timeout": max(timeout, 600), "keep": keep_artifacts}
+        with user_errors(ValueError, OSError):
+            deployed_failed = run_deployed(model_path, read.deployed, read.feeds, opts)
+        if not read.runtimes:
+            raise typer.Exit(CHECK_FAILED if deployed_failed else 0)
     runs = _run(a, read)
     rule_notes, want, ref_label = read.rule_notes, runs.want, runs.ref_label
     if tolerance is None:
@@ -110,7 +129,7 @@ def check_command(
         console.print(ref_label, highlight=False, soft_wrap=True)
     failed, summary = summarize(outcomes, tolerance)
     console.print(summary, highlight=False, soft_wrap=True)
-    if failed:
+    if failed or deployed_failed:
         raise typer.Exit(CHECK_FAILED)
 
 
@@ -153,6 +172,7 @@ class _Read:
     runtimes: list[str]
     method: str
     rule_notes: list[str]
+    deployed: list[str]
 
 
 @dataclass
@@ -189,13 +209,12 @@ def _read(a: CheckArgs) -> _Read:
     shapes = parse_shapes(a.input_shape)
     npz = load_npz(a.inputs) if a.inputs is not None else None
     from ..rewrite import read_model
-    from ..runtimes import RUNTIME_NAMES
+    from ._deployed import split_runtimes
 
-    unknown = [r for r in runtimes if r not in RUNTIME_NAMES]
-    if unknown:
-        raise UserError(f"unknown runtime {unknown[0]!r}; choose from {', '.join(sorted(RUNTIME_NAMES))}")
+    runtimes, deployed = split_runtimes(runtimes)
     model = read_model(a.model_path)
-    return _Read(model, make_feeds(model, shapes, npz, a.seed), runtimes, method or "auto", rule_notes)
+    feeds = make_feeds(model, shapes, npz, a.seed)
+    return _Read(model, feeds, runtimes, method or "auto", rule_notes, deployed)
 
 
 def _run(a: CheckArgs, read: _Read) -> _Runs:

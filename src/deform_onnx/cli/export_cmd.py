@@ -97,6 +97,15 @@ def export_command(
         help="Write the files without running them in ONNX Runtime against PyTorch "
         "(e.g. float64 ops ONNX Runtime's CPU kernels lack); the ok column says UNVERIFIED.",
     ),
+    verify_runtime: list[str] = typer.Option(
+        [],
+        "--verify-runtime",
+        help="Also convert each file with this runtime's own converter and run it there against PyTorch before "
+        "writing it (repeatable, or comma-separated): mnn, ncnn, tflite, tvm, onnx2torch, openvino (deform-onnx check).",
+    ),
+    keep_artifacts: Path | None = typer.Option(
+        None, "--keep-artifacts", help="Folder to keep the --verify-runtime converters' outputs in (.mnn, ...)."
+    ),
 ) -> None:
     """Export with each lowering, check every file in ONNX Runtime against PyTorch, print a table.
 
@@ -106,7 +115,8 @@ def export_command(
     With --no-verify the files are written unchecked and exit code 0 says only that they were written.
     """
     a = ExportArgs(model, input_shape, inputs_npz, dtype, opset, method, exporter, dynamic, output, repeat, verbose,
-                   target, force, ir_version, no_verify)  # fmt: skip
+                   target, force, ir_version, no_verify,
+                   [r.strip() for spec in verify_runtime for r in spec.split(",") if r.strip()], keep_artifacts)  # fmt: skip
     with user_errors(ValueError):
         asked = check_arguments(a)
         loaded = load(a, asked, plan_jobs(a, asked))

@@ -9,7 +9,9 @@ TorchScript one (:mod:`.paths`), the report, the write (:mod:`.finish`).
 from __future__ import annotations
 
 import contextlib
+import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +79,8 @@ class ExportReport:
         onnxruntime: the ONNX Runtime distribution the file was verified in (CPU execution
             provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified, or verified on
             OpenVINO (a bfloat16 file: ``notes`` says so).
+        format: the format written (``"onnx"``, ``"openvino"``, ...).
+        runtimes: with ``verify_runtimes``: one line per deployed runtime the file ran on (version, max error).
     """
 
     path: Path | None
@@ -100,6 +104,7 @@ class ExportReport:
     onnxruntime: str | None = None
     forms: dict[str, str] = field(default_factory=dict)
     format: str = "onnx"
+    runtimes: list[str] = field(default_factory=list)
 
 
 @keeping_state  # hook (issue 30): the model's caches and buffers are the same after export as before
@@ -124,6 +129,8 @@ def export(
     ir_version: int | None = None,
     verify_shapes=None,
     format: str | None = None,
+    verify_runtimes: Sequence[str] = (),
+    keep_artifacts: str | os.PathLike | None = None,
 ) -> ExportReport:
     """Export ``model`` to ONNX with deformable convolution lowered by ``method``.
 
@@ -187,6 +194,11 @@ def export(
             ``"executorch"``, ``"litert"``, ``"coreml"``); default: from ``f``'s suffix (``.onnx``, ``.xml``,
             ``.pte``, ``.tflite``, ``.mlpackage``), ONNX for a file object. Formats other than ONNX are
             written and proved by their writer module (:mod:`deform_onnx.formats`).
+        verify_runtimes: deployed runtimes (:func:`deform_onnx.check_runtimes`' names: ``mnn``, ``ncnn``,
+            ``tflite``, ``tvm``, ``onnx2torch``, ``openvino``, ...) the verified file is also converted with (their
+            own converter, in a cached venv each) and run on, against PyTorch on ``args``, before it is written.
+        keep_artifacts: a folder for those converters' outputs (``.mnn``, ``.ncnn.param``/``.bin``, ``.tflite``,
+            OpenVINO ``.xml``/``.bin``), named after ``f``; kept only when every runtime matched.
 
     Returns:
         :class:`ExportReport` (exporter used, repairs, tolerances, max error).
@@ -200,7 +212,8 @@ def export(
         ExportError: the exporter failed or produced an invalid model, or ONNX Runtime has
             no kernel for some node at its dtype (e.g. float64 ``Conv``: the message names
             it and offers ``verify=False``); nothing written.
-        VerificationError: ORT and PyTorch outputs differ beyond tolerance (nothing written).
+        VerificationError: ORT and PyTorch outputs differ beyond tolerance, or a runtime of ``verify_runtimes``
+            did not run the file or differs (naming it and by how much); nothing written.
         ExportError: with dynamic axes, the file keeps a requested dynamic dimension static or fails at a
             second size (named, with what froze and what to do; dynamo: after the fallback); nothing written.
     """
@@ -234,8 +247,9 @@ def export(
     _check_opset_range(opset, choice.dynamo)
     # Hook (issue 18): sizes stay symbolic through detector code's size tensors and linspace
     # while exporting (deform_onnx.exporters.rewriters); undone on exit. Hook (issue 12): graph forms.
+    deployed = (list(verify_runtimes), keep_artifacts)
     with _eval_mode(model), choice.emitting(), _rewriters.while_exporting():
-        return _export_eval(model, args, f, opts)
+        return _export_eval(model, args, f, opts, deployed)
 
 
 def _choose(model, args, target, method, opset, dynamo: bool, force: bool, dynamic=None):
@@ -277,7 +291,7 @@ def _eval_mode(model: torch.nn.Module):
             module.training = mode
 
 
-def _export_eval(model, args: tuple, f, opts: ExportOptions) -> ExportReport:
+def _export_eval(model, args: tuple, f, opts: ExportOptions, deployed=((), None)) -> ExportReport:
     """Export, check and verify the file (dynamo path first), then write it and report."""
     start = time.perf_counter()
     checks = registry.check_modules(model)  # each op's checks of its modules (forward pre-hooks)
@@ -298,6 +312,8 @@ def _export_eval(model, args: tuple, f, opts: ExportOptions) -> ExportReport:
         checks.close()
     report = _report(produced, opts, sink, time.perf_counter() - start)
     sized.fill(report, produced.verified)
+    if deployed[0]:  # hook (issue 28): each named runtime runs the file before it is written
+        report.runtimes = _deployed(produced.data, model, args, f, opts, deployed)
     if sink is not None:
         report.path = sink.commit()
     elif isinstance(produced.data, bytes):  # without a sink, finish() returns the serialized model
@@ -305,6 +321,17 @@ def _export_eval(model, args: tuple, f, opts: ExportOptions) -> ExportReport:
     else:
         raise TypeError(f"internal error: expected the serialized model, got {type(produced.data).__name__}")
     return report
+
+
+def _deployed(data, model, args: tuple, f, opts: ExportOptions, deployed) -> list[str]:
+    """Run the file on ``verify_runtimes`` (:mod:`.deployed_check`); artifacts named after ``f``."""
+    from .deployed_check import check_deployed
+
+    if not isinstance(data, bytes):
+        raise ValueError("verify_runtimes: models over 2 GiB (external data) are not converted; export without it")
+    name = Path(f).name.lstrip(".") if not hasattr(f, "write") else "model.onnx"
+    stem = name.split(".onnx")[0] if ".onnx" in name else Path(name).stem  # the CLI writes ".m.onnx.partial-PID"
+    return check_deployed(data, model, args, deployed[0], deployed[1], (opts.rtol, opts.atol), stem)
 
 
 def _report(produced: paths.Produced, opts: ExportOptions, sink: ExternalSink | None, seconds: float) -> ExportReport:

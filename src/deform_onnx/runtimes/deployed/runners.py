@@ -1,0 +1,334 @@
+"""The code each deployed runtime runs inside its own venv (one copy: the package's checks and scripts/*_matrix.py).
+
+A runner is Python source run as ``python -c CODE META`` by the runtime venv's
+interpreter, where ``META`` is a JSON file: ``model`` (path), ``feeds`` (npz,
+inputs by name, in graph order), ``out`` (npy to write; converters write their
+artifacts beside it, named from it), ``inputs`` and ``output`` (names),
+``output_shape`` (the reference's), ``repeats``, ``src`` (the package's parent
+folder, for the OpenVINO extension), ``tool`` (the venv's ``bin``, for converter
+programs), ``extension`` and ``keep`` (OpenVINO: also save the IR it ran). Its
+last line of stdout is JSON: ``version``, ``error`` (the first line of what
+failed, or null) and ``ms`` (median of ``repeats`` timed runs after one warm-up).
+"""
+
+from __future__ import annotations
+
+_HEAD = """
+import json, statistics, sys, time
+import numpy as np
+meta = json.load(open(sys.argv[1]))
+feeds = dict(np.load(meta["feeds"]))
+# inputs the file types bfloat16: stored as float32 (exact), given to each runtime in its bfloat16 form
+bf16 = set(meta.get("bfloat16", []))
+def bf16_bits(a):  # exact for values bfloat16 holds
+    return (np.ascontiguousarray(a, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+def from_bits(u):
+    return (np.asarray(u).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+def done(version, out=None, times=None, error=None):
+    if out is not None:
+        out = np.asarray(out)
+        if out.dtype.name == "bfloat16":  # ml_dtypes: np.save would write raw 2-byte records
+            out = out.astype(np.float32)
+        np.save(meta["out"], out)
+    ms = statistics.median(times) * 1e3 if times else None
+    print(json.dumps({"version": version, "error": error, "ms": ms}))
+    sys.exit(0)
+def first_line(exc):
+    text = str(exc).strip() or type(exc).__name__
+    # OpenVINO and others put the location first ("Exception from ...", "Check '...' failed at ..."): skip it
+    skip = ("Exception from", "Check '")
+    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith(skip)]
+    if len(lines) > 1 and lines[0].endswith(":"):  # a heading ("FrontEnd API failed with GeneralFailure:")
+        lines[0] = f"{lines[0]} {lines[1]}"
+    # OpenVINO >= 2026 names the unconverted ops in a summary line further down
+    lines = [l for l in lines if l.startswith("-- No conversion rule")][:1] or lines
+    return lines[0][:300] if lines else type(exc).__name__
+def timed(fn):
+    out = fn()
+    times = []
+    for _ in range(meta["repeats"]):
+        t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
+    return out, times
+"""
+
+ORT = (
+    _HEAD
+    + """
+import onnxruntime as ort
+options = ort.SessionOptions()
+options.log_severity_level = 3
+try:
+    s = ort.InferenceSession(meta["model"], options, providers=["CPUExecutionProvider"])
+    if bf16:  # numpy has no bfloat16: OrtValues of the bits, typed BFLOAT16 (16)
+        args = {i.name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bf16_bits(feeds[i.name]), 16)
+                if i.name in bf16 else ort.OrtValue.ortvalue_from_numpy(feeds[i.name]) for i in s.get_inputs()}
+        def run():
+            y = s.run_with_ort_values(None, args)[0]
+            return from_bits(y.numpy()) if "bfloat16" in y.data_type() else y.numpy()
+        out, times = timed(run)
+    else:
+        out, times = timed(lambda: s.run(None, {i.name: feeds[i.name] for i in s.get_inputs()})[0])
+except Exception as exc:
+    done(ort.__version__, error=first_line(exc))
+done(ort.__version__, out, times)
+"""
+)
+
+OPENVINO = (
+    _HEAD
+    + """
+import openvino
+try:
+    from openvino import Core
+except ImportError:
+    from openvino.runtime import Core
+version = (openvino.__version__ if hasattr(openvino, "__version__") else openvino.runtime.get_version()).split("-")[0]
+try:
+    core = Core()
+    if meta["extension"]:
+        sys.path.insert(0, meta["src"])
+        from deform_onnx.openvino import extension
+        core.add_extension(extension())
+    model = core.read_model(meta["model"])
+    if meta.get("keep"):  # the user's artifact: the IR OpenVINO ran (deform_onnx.check_runtimes(keep_artifacts=...))
+        from openvino import save_model
+        save_model(model, meta["out"] + ".xml", compress_to_fp16=False)
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    # positional feeds: a port's get_any_name() may be another name of the same tensor (2023.3)
+    args = [feeds[next(n for n in p.get_names() if n in feeds)] for p in model.inputs]
+    if bf16:  # a bf16 tensor of the bits, as deform_onnx.runtimes._ov_input
+        from openvino import Tensor, Type
+        names = [next(n for n in p.get_names() if n in feeds) for p in model.inputs]
+        args = [a if n not in bf16 else Tensor(Type.bf16, list(a.shape)) for n, a in zip(names, args)]
+        for n, t in zip(names, args):
+            if n in bf16:
+                t.data.view(np.uint16)[...] = bf16_bits(feeds[n])
+    bf16_out = compiled.outputs[0].get_element_type().get_type_name() == "bf16"
+    def run():
+        request.infer(args)
+        y = np.array(request.get_tensor(compiled.outputs[0]).data)
+        return from_bits(y) if bf16_out else y.copy()
+    out, times = timed(run)
+except Exception as exc:
+    done(version, error=first_line(exc))
+done(version, out, times)
+"""
+)
+
+# MNNConvert exits 0 even when it fails: success is a non-empty .mnn file.
+MNN = (
+    _HEAD
+    + """
+import os, subprocess
+import MNN, MNN.expr as F, MNN.nn as nn
+version = MNN.version()
+target = meta["out"] + ".mnn"
+conv = subprocess.run([os.path.join(meta["tool"], "mnnconvert"), "-f", "ONNX", "--modelFile", meta["model"],
+                       "--MNNModel", target, "--bizCode", "MNN"], capture_output=True, text=True, timeout=600)
+if not os.path.isfile(target) or os.path.getsize(target) == 0:
+    log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]
+    bad = [l for l in log if any(w in l.lower() for w in ("not support", "error", "can't", "fail"))]
+    done(version, error="MNNConvert wrote no model: " + ((bad or log or ["no output"])[0][:250]))
+try:
+    net = nn.load_module_from_file(target, meta["inputs"], [meta["output"]])
+    def run():
+        xs = [F.const(feeds[n], list(feeds[n].shape), F.NCHW) for n in meta["inputs"]]
+        ys = net.forward(xs)
+        if not ys:  # MNN prints why on the C stdout (e.g. "Compute Shape Error for val_36")
+            raise RuntimeError("MNN's forward gave no output (its shape computation failed)")
+        return F.convert(ys[0], F.NCHW).read().copy()
+    out, times = timed(run)
+except Exception as exc:
+    done(version, error=first_line(exc))
+done(version, out, times)
+"""
+)
+
+TVM = (
+    _HEAD
+    + """
+import onnx, tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
+try:
+    shapes = {n: list(feeds[n].shape) for n in meta["inputs"]}
+    mod = from_onnx(onnx.load(meta["model"]), shape_dict=shapes, keep_params_in_input=False)
+    mod = relax.transform.DecomposeOpsForInference()(mod)
+    mod = relax.transform.LegalizeOps()(mod)
+    ex = tvm.compile(mod, target="llvm") if hasattr(tvm, "compile") else relax.build(mod, target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    make = tvm.runtime.tensor if hasattr(tvm.runtime, "tensor") else tvm.nd.array
+    if bf16:
+        import ml_dtypes
+    args = [make(feeds[n].astype(ml_dtypes.bfloat16) if n in bf16 else feeds[n]) for n in meta["inputs"]]
+    def run():
+        y = vm["main"](*args)
+        return (y[0] if not hasattr(y, "numpy") else y).numpy()
+    out, times = timed(run)
+except Exception as exc:
+    done(tvm.__version__, error=first_line(exc))
+done(tvm.__version__, out, times)
+"""
+)
+
+# pnnx exits 0 even when it fails: success is a .ncnn.param/.ncnn.bin pair.
+NCNN = (
+    _HEAD
+    + """
+import os, shutil, subprocess
+import ncnn
+work = meta["out"] + ".pnnx"
+os.makedirs(work, exist_ok=True)
+model = os.path.join(work, "m.onnx")
+shutil.copy(meta["model"], model)
+# pnnx checks each input's type against the file's: bfloat16 ones are named so (ncnn itself takes float32 Mats)
+shapes = ",".join("[" + ",".join(map(str, feeds[n].shape)) + "]" + ("bf16" if n in bf16 else "") for n in meta["inputs"])
+# fp16=0: pnnx writes float16 weights by default (the bundled example then ends 8.7e-3 off PyTorch, measured here)
+# the wheel's own binary (its `pnnx` script imports the package, which imports torch: not installed here)
+import importlib.util
+exe = os.path.join(list(importlib.util.find_spec("pnnx").submodule_search_locations)[0], "pnnx")
+conv = subprocess.run([exe, model, "inputshape=" + shapes, "fp16=0"], cwd=work,
+                      capture_output=True, text=True, timeout=600)
+param, weights = os.path.join(work, "m.ncnn.param"), os.path.join(work, "m.ncnn.bin")
+if not (os.path.isfile(param) and os.path.isfile(weights)):
+    # onnxruntime's own warnings (pnnx runs it for shape inference) are not why
+    log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip() and "[W:onnxruntime" not in l]
+    bad = [l for l in log if any(w in l.lower() for w in ("not support", "error", "fail", "unknown", "not load"))]
+    done(ncnn.__version__, error="pnnx wrote no ncnn model: " + ((bad or log or ["no output"])[0][:250]))
+try:
+    net = ncnn.Net()
+    net.opt.use_vulkan_compute = False
+    # float32 throughout: ncnn may store and compute float16/bfloat16 where the CPU has it
+    for flag in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic", "use_bf16_storage"):
+        setattr(net.opt, flag, False)
+    # ncnn says why a layer cannot load on the C stderr only: capture fd 2 around the load
+    log_path = os.path.join(work, "load.log")
+    saved, log_fd = os.dup(2), os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log_fd, 2)
+    try:
+        loaded = net.load_param(param) == 0 and net.load_model(weights) == 0
+    finally:
+        os.dup2(saved, 2)
+        os.close(log_fd)
+    if not loaded:
+        why = [l.strip() for l in open(log_path).read().splitlines() if l.strip()]
+        raise RuntimeError("ncnn could not load the pnnx output: " + (why[0] if why else "no message"))
+    def run():
+        ex = net.create_extractor()
+        for i, n in enumerate(meta["inputs"]):
+            ex.input(f"in{i}", ncnn.Mat(np.ascontiguousarray(feeds[n][0])))
+        ret, y = ex.extract("out0")
+        if ret != 0:
+            raise RuntimeError(f"ncnn extract returned {ret}")
+        y = np.array(y)
+        # ncnn has no batch axis, and a leading 1 of an intermediate reshape may stay as a depth axis
+        return y.reshape(meta["output_shape"]) if y.size == np.prod(meta["output_shape"]) else y[None]
+    out, times = timed(run)
+except Exception as exc:
+    done(ncnn.__version__, error=first_line(exc))
+done(ncnn.__version__, out, times)
+"""
+)
+
+# onnx2tf writes NHWC models: 4-D inputs are fed transposed, and an NHWC output is transposed back.
+# It exits 0 on some failures too: success is a *_float32.tflite file.
+TFLITE = (
+    _HEAD
+    + """
+import glob, os, shutil, subprocess
+from importlib.metadata import version as dist_version
+from ai_edge_litert.interpreter import Interpreter
+version = "onnx2tf " + dist_version("onnx2tf") + " + LiteRT " + dist_version("ai-edge-litert")
+work = meta["out"] + ".tf"
+# for an image-like input (3 channels) onnx2tf downloads sample images (20x128x128x3, NHWC) unless that
+# file is in its working folder: write it from this model's own input (no network here)
+os.makedirs(work, exist_ok=True)
+for n in meta["inputs"]:
+    if feeds[n].ndim == 4 and feeds[n].shape[1] == 3:
+        sample = np.resize(feeds[n].transpose(0, 2, 3, 1), (20, 128, 128, 3)).astype(np.float32)
+        np.save(os.path.join(work, "calibration_image_sample_data_20x128x128x3_float32.npy"), sample)
+# onnx2tf runs `onnxsim` (0.4.36, its pin) from PATH first, as in an activated venv, and writes the
+# simplified model over its input: convert a copy
+model = os.path.join(work, "model.onnx")
+shutil.copyfile(meta["model"], model)
+env = dict(os.environ, PATH=meta["tool"] + os.pathsep + os.environ.get("PATH", ""))
+conv = subprocess.run([os.path.join(meta["tool"], "onnx2tf"), "-i", model, "-o", work, "-n", *meta.get("args", [])],
+                      capture_output=True, text=True, timeout=1800, cwd=work, env=env)
+found = glob.glob(os.path.join(work, "*_float32.tflite"))
+if not found:
+    log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]
+    bad = [l for l in log if any(w in l for w in ("ERROR", "Error", "error:"))]
+    why = (bad or log or ["no output"])[-1]
+    # tf_keras names the layer on this line and says what went wrong on the next one
+    at = len(log) - 1 - log[::-1].index(why) if why in log else -1
+    if "Exception encountered when calling layer" in why and 0 <= at < len(log) - 1:
+        why = f"{why} {log[at + 1]}"
+    done(version, error="onnx2tf wrote no .tflite: " + why[:300])
+try:
+    it = Interpreter(model_path=found[0])
+    it.allocate_tensors()
+    details = it.get_input_details()
+    def feed(d):
+        bare = d["name"].removeprefix("serving_default_").split(":")[0]
+        by_name = [n for n in meta["inputs"] if n == bare]
+        n = by_name[0] if by_name else meta["inputs"][details.index(d)]
+        a = feeds[n]
+        # onnx2tf moves axis 1 last on 3-D to 5-D inputs (NCW, NCHW, NCDHW -> channels last)
+        moved = np.moveaxis(a, 1, -1) if a.ndim >= 3 else a
+        a = moved.copy() if list(d["shape"]) != list(a.shape) and list(d["shape"]) == list(moved.shape) else a
+        return a.astype(d["dtype"]) if n in bf16 and a.dtype != d["dtype"] else a
+    def run():
+        for d in details:
+            it.set_tensor(d["index"], feed(d))
+        it.invoke()
+        y = it.get_tensor(it.get_output_details()[0]["index"])
+        # onnx2tf keeps some outputs NCHW (a final transpose folds away): move back only a channels-last one
+        back = np.moveaxis(y, -1, 1) if y.ndim >= 3 else y
+        channels_last = list(y.shape) != meta["output_shape"] and list(back.shape) == meta["output_shape"]
+        return back.copy() if channels_last else y
+    out, times = timed(run)
+except Exception as exc:
+    done(version, error=first_line(exc))
+done(version, out, times)
+"""
+)
+
+# onnx2torch rebuilds the graph as a torch.fx module (a converter per ONNX op), run here on the CPU.
+ONNX2TORCH = (
+    _HEAD
+    + """
+from importlib.metadata import version as dist_version
+import onnx, torch
+from onnx2torch import convert
+version = "onnx2torch " + dist_version("onnx2torch") + " + torch " + torch.__version__.split("+")[0]
+try:
+    net = convert(onnx.load(meta["model"])).eval()
+    args = [torch.from_numpy(feeds[n]) for n in meta["inputs"]]
+    args = [a.to(torch.bfloat16) if n in bf16 else a for n, a in zip(meta["inputs"], args)]
+    def run():
+        with torch.no_grad():
+            y = net(*args)
+        y = y[0] if isinstance(y, (list, tuple)) else y
+        return (y.float() if y.dtype == torch.bfloat16 else y).numpy()
+    out, times = timed(run)
+except Exception as exc:
+    done(version, error=first_line(exc))
+done(version, out, times)
+"""
+)
+
+#: Rewriters: ``python -c CODE IN OUT`` writes the rewritten model; last line of stdout is the tool's version.
+ONNXSIM = """
+import sys, onnx, onnxsim
+model, ok = onnxsim.simplify(onnx.load(sys.argv[1]))
+if not ok:
+    raise SystemExit("onnxsim: the simplified model failed its own check")
+onnx.save(model, sys.argv[2])
+print(onnxsim.__version__)
+"""
+ONNXSLIM = """
+import sys, onnx, onnxslim
+onnx.save(onnxslim.slim(sys.argv[1]), sys.argv[2])
+print(onnxslim.__version__)
+"""
