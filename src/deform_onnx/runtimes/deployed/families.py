@@ -1,0 +1,292 @@
+"""The runtimes users deploy to, each run through its own converter in its own cached venv.
+
+A :class:`Family` names a runtime (``mnn``, ``ncnn``, ``tflite``, ``tvm``, ``onnx2torch``,
+and ``onnxruntime``/``openvino``, which run in this interpreter), the venv that holds it
+(:func:`deform_onnx.runtimes.venvs.cached_venv`, requirements pinned to the versions
+measured here), the runner it executes there (:mod:`.runners`) and the artifacts its
+converter writes (the user's deployable file: ``.mnn``, ncnn ``.param``/``.bin``,
+``.tflite``, OpenVINO ``.xml``/``.bin``). :func:`run_file` converts and runs one ONNX
+file on one family; :func:`deform_onnx.check_runtimes` compares the result with a
+reference. New families: :func:`register_family`.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import venvs
+from . import runners
+
+__all__ = ["FAMILIES", "Family", "Run", "family", "interpreter", "register_family", "run_file"]
+
+#: Each artifact a converter wrote: ``(the file it wrote, the suffix it is kept under)``.
+Artifacts = Callable[[Path], list[tuple[Path, str]]]
+
+
+def _none(out: Path) -> list[tuple[Path, str]]:
+    return []
+
+
+@dataclass(frozen=True)
+class Family:
+    """One deployed runtime.
+
+    Attributes:
+        name: its name (``check_runtimes(runtimes=...)``, ``--runtime``).
+        title: how tables name it.
+        runner: the code it runs (:mod:`.runners`).
+        venv: folder under :func:`~deform_onnx.runtimes.venvs.venv_root`; ``None``: this interpreter.
+        requirements: what its venv installs (pinned: the versions measured with this package).
+        aliases: other names it answers to.
+        options: extra ``pip install`` options of its venv.
+        inherit: its venv also sees this interpreter's packages (onnx2torch: the project's torch).
+        modules: for ``venv=None``: the modules this interpreter must have, and the extra that installs them.
+        artifacts: the files its converter wrote for the output path ``out`` (kept with ``keep_artifacts``).
+        extension: OpenVINO: add :func:`deform_onnx.openvino.extension` when the file holds ``DeformConv``.
+    """
+
+    name: str
+    title: str
+    runner: str
+    venv: str | None = None
+    requirements: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    inherit: bool = False
+    modules: tuple[tuple[str, str], ...] = ()
+    artifacts: Artifacts = field(default=_none)
+    extension: bool = False
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register_family(fam: Family) -> Family:
+    """Add ``fam`` to :data:`FAMILIES` (a name or alias taken already raises ``ValueError``)."""
+    taken = {n for f in FAMILIES.values() for n in (f.name, *f.aliases)}
+    if taken & {fam.name, *fam.aliases}:
+        raise ValueError(f"runtime family {fam.name!r}: a name of {(fam.name, *fam.aliases)} is registered already")
+    FAMILIES[fam.name] = fam
+    return fam
+
+
+def names() -> list[str]:
+    """Every name and alias, sorted."""
+    return sorted(n for f in FAMILIES.values() for n in (f.name, *f.aliases))
+
+
+def family(name: str) -> Family:
+    """The family called ``name`` (or one of its aliases, any case).
+
+    Raises:
+        ValueError: one line listing the names.
+    """
+    key = name.strip().lower()
+    for fam in FAMILIES.values():
+        if key == fam.name or key in fam.aliases:
+            return fam
+    raise ValueError(f"unknown runtime {name!r}; choose from {', '.join(names())}")
+
+
+def interpreter(fam: Family, timeout: float = 1800, log: Callable[[str], None] | None = None) -> Path:
+    """The Python that runs ``fam``: its cached venv's (created on first use, saying so through ``log``).
+
+    Raises:
+        RuntimeError: one line: the venv could not be created (e.g. no registry access: pip's last line), or
+            this interpreter lacks what a ``venv=None`` family needs (naming the extra).
+    """
+    if fam.venv is None:
+        missing = [(m, extra) for m, extra in fam.modules if importlib.util.find_spec(m) is None]
+        if missing:
+            raise RuntimeError(f"{fam.name} needs {missing[0][0]}: pip install 'deform-onnx[{missing[0][1]}]'")
+        return Path(sys.executable)
+    return venvs.cached_venv(
+        fam.venv, fam.requirements, timeout=timeout, options=fam.options, inherit=fam.inherit, log=log
+    )
+
+
+@dataclass
+class Run:
+    """What one family did with one file.
+
+    Attributes:
+        version: the runtime's version (with its converter's), ``None`` when it did not start.
+        error: the first line of what failed (conversion, loading, running), ``None`` when it ran.
+        ms: median milliseconds of the timed runs.
+        output: its first output (``None`` when it failed).
+        artifacts: the converter's files, ``(path, suffix to keep it under)``.
+    """
+
+    version: str | None
+    error: str | None
+    ms: float | None = None
+    output: np.ndarray | None = None
+    artifacts: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def run_file(
+    fam: Family,
+    python: Path,
+    model: Path,
+    feeds: dict[str, np.ndarray],
+    output_shape: list[int],
+    work: Path,
+    *,
+    repeats: int = 5,
+    timeout: float = 600,
+    keep: bool = False,
+) -> Run:
+    """Convert and run ``model`` on ``feeds`` with ``fam``'s runner under ``python`` (from :func:`interpreter`).
+
+    Args:
+        fam: the family.
+        python: the interpreter to run it with.
+        model: the ONNX file.
+        feeds: inputs by graph input name (numpy arrays; bfloat16 inputs as float32).
+        output_shape: the reference's first output shape (ncnn drops the batch axis; onnx2tf moves channels).
+        work: an existing folder for the converter's files.
+        repeats: timed runs after a warm-up (the median is ``ms``).
+        timeout: seconds the conversion and the runs may take.
+        keep: OpenVINO: also save the IR it ran.
+
+    Returns:
+        The :class:`Run`; a converter that crashed, timed out or wrote nothing is its ``error``.
+    """
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    inputs = [i.name for i in graph.input if i.name in feeds]
+    bf16 = [i.name for i in graph.input if i.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
+    stem = work / model.stem
+    out = Path(f"{stem}.{fam.name}.out.npy")
+    out.unlink(missing_ok=True)
+    np.savez(f"{stem}.feeds.npz", **{n: feeds[n] for n in inputs})  # type: ignore[arg-type]
+    meta = {"model": str(model), "feeds": f"{stem}.feeds.npz", "out": str(out), "inputs": inputs,
+            "output": graph.output[0].name, "output_shape": list(output_shape), "repeats": repeats,
+            "src": str(Path(__file__).resolve().parents[3]), "tool": str(python.parent),
+            "extension": fam.extension and any(n.op_type == "DeformConv" for n in graph.node), "keep": keep,
+            "bfloat16": bf16}  # fmt: skip
+    return run_meta(fam, python, meta, out, timeout)
+
+
+def run_meta(fam: Family, python: Path, meta: dict, out: Path, timeout: float) -> Run:
+    """Run ``fam``'s runner on a prepared ``meta`` (:mod:`.runners`'s keys) and read what it did."""
+    meta_path = out.with_suffix(".json")
+    meta_path.write_text(json.dumps(meta))
+    try:
+        done = subprocess.run(
+            [str(python), "-c", fam.runner, str(meta_path)], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return Run(None, f"timed out after {timeout:g} s")
+    try:
+        status = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):  # the runtime crashed (a segfault, an abort)
+        return Run(None, f"runner exited {done.returncode}: {first_line(done.stderr or 'no output')}")
+    run = Run(status["version"], status["error"], status["ms"])
+    if run.error is None:
+        run.output = np.load(out)
+        run.artifacts = [(p, s) for p, s in fam.artifacts(out) if p.is_file()]
+    return run
+
+
+def first_line(text: BaseException | str) -> str:
+    """The first non-empty line of ``text`` (at most 300 characters)."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return (lines[0] if lines else "no output")[:300]
+
+
+def _mnn_files(out: Path) -> list[tuple[Path, str]]:
+    return [(Path(f"{out}.mnn"), ".mnn")]
+
+
+def _ncnn_files(out: Path) -> list[tuple[Path, str]]:
+    work = Path(f"{out}.pnnx")
+    return [(work / "m.ncnn.param", ".ncnn.param"), (work / "m.ncnn.bin", ".ncnn.bin")]
+
+
+def _tflite_files(out: Path) -> list[tuple[Path, str]]:
+    return [(Path(p), ".tflite") for p in sorted(glob.glob(f"{out}.tf/*_float32.tflite"))[:1]]
+
+
+def _ir_files(out: Path) -> list[tuple[Path, str]]:
+    return [(Path(f"{out}.xml"), ".xml"), (Path(f"{out}.bin"), ".bin")]
+
+
+#: onnx2tf and what it imports (its 1.29 metadata pins most of them; onnxsim 0.4.36 among them).
+ONNX2TF = (
+    "onnx2tf==1.29.24",
+    "tensorflow==2.19.0",
+    "tf-keras==2.19.0",
+    "ai-edge-litert==2.1.0",
+    "onnx==1.19.1",
+    "onnx-graphsurgeon==0.5.8",
+    "sng4onnx==2.0.1",
+    "psutil==5.9.5",
+    "onnxruntime==1.23.0",
+)
+
+register_family(
+    Family(
+        "onnxruntime", "ONNX Runtime (CPU)", runners.ORT, aliases=("ort",), modules=(("onnxruntime", "onnxruntime"),)
+    )
+)
+register_family(
+    Family(
+        "openvino",
+        "OpenVINO (CPU)",
+        runners.OPENVINO,
+        aliases=("ov",),
+        artifacts=_ir_files,
+        extension=True,
+        modules=(("openvino", "openvino"),),
+    )
+)
+register_family(Family("mnn", "MNN (MNNConvert + runtime)", runners.MNN, "mnn", ("MNN==3.6.1",), artifacts=_mnn_files))
+register_family(
+    # --no-deps: pnnx's wheel requires torch (4 GB with CUDA) for its Python API; the ONNX path runs its binary
+    Family(
+        "ncnn",
+        "ncnn (through pnnx)",
+        runners.NCNN,
+        "pnnx",
+        ("pnnx==20261020", "ncnn==1.0.20261020", "numpy"),
+        aliases=("pnnx",),
+        options=("--no-deps",),
+        artifacts=_ncnn_files,
+    )
+)
+register_family(
+    Family(
+        "tflite",
+        "TFLite / LiteRT (through onnx2tf)",
+        runners.TFLITE,
+        "onnx2tf",
+        ONNX2TF,
+        aliases=("litert", "onnx2tf"),
+        artifacts=_tflite_files,
+    )
+)
+register_family(
+    Family("tvm", "Apache TVM (relax, llvm)", runners.TVM, "tvm", ("apache-tvm==0.27.0.post1", "onnx==1.23.2"))
+)
+register_family(
+    Family(
+        "onnx2torch",
+        "onnx2torch (torch.fx, CPU)",
+        runners.ONNX2TORCH,
+        "onnx2torch",
+        ("onnx2torch==1.5.15",),
+        options=("--no-deps",),
+        inherit=True,
+    )
+)
