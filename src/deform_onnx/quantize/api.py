@@ -15,7 +15,7 @@ import onnx
 from ..core.atomic_io import check_output_path
 from .calibration import Preprocess, Reader, feeds
 from .from_model import is_module
-from .lowering import check_lowering, lower_for_quantization, skipped_note
+from .lowering import check_lowering, lower_for_quantization, pre_process, skipped_note
 from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
 from .rebuild import rebuild_deform_convs, rebuilt_note
 from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare, form_written
@@ -219,19 +219,6 @@ class _Job:
     eval_given: bool
 
 
-def _pre_process(quant_pre_process, src: str, dst: str) -> None:
-    """ONNX Runtime's ``quant_pre_process``; without its symbolic shape inference where that fails.
-
-    Its symbolic shape inference asserts on a ``Range`` over a dynamic size (onnxruntime's
-    ``symbolic_shape_infer._infer_Range``: ``assert len(x) == 1``), which every dynamic file of the
-    lowerings holds; ONNX's own shape inference still runs, and quantization does not need the symbols.
-    """
-    try:
-        quant_pre_process(src, dst)
-    except Exception:  # noqa: BLE001 - any failure of the optional symbolic pass: retry without it
-        quant_pre_process(src, dst, skip_symbolic_shape=True)
-
-
 def _quantize_onnx(job: _Job) -> QuantizeReport:
     """Lower, pre-process, place, quantize (``quantize_static``), check, measure and write one file."""
     try:
@@ -253,7 +240,7 @@ def _quantize_onnx(job: _Job) -> QuantizeReport:
         tmp_in, tmp_pre, tmp_q = (os.path.join(tmp, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
         onnx.save(lowered, tmp_in)
         job.step("pre-process", 0, 1)
-        _pre_process(quant_pre_process, tmp_in, tmp_pre)
+        pre_process(quant_pre_process, tmp_in, tmp_pre)
         pre = onnx.load(tmp_pre)
         _name_nodes(pre)
         onnx.save(pre, tmp_pre)

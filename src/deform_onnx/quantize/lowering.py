@@ -132,3 +132,16 @@ def ort_has_deform_conv() -> bool:
     from packaging.version import Version
 
     return Version(onnxruntime.__version__.split("+")[0]) >= Version("1.25")
+
+
+def pre_process(quant_pre_process, src: str, dst: str) -> None:
+    """ONNX Runtime's ``quant_pre_process``; without its symbolic shape inference where that fails.
+
+    Its symbolic shape inference asserts on a ``Range`` over a dynamic size (onnxruntime's
+    ``symbolic_shape_infer._infer_Range``: ``assert len(x) == 1``), which every dynamic file of the
+    lowerings holds; ONNX's own shape inference still runs, and quantization does not need the symbols.
+    """
+    try:
+        quant_pre_process(src, dst)
+    except Exception:  # noqa: BLE001 - any failure of the optional symbolic pass: retry without it
+        quant_pre_process(src, dst, skip_symbolic_shape=True)
