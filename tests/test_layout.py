@@ -244,7 +244,7 @@ MANY_PARAMETERS: dict[str, str] = {
     "deform_onnx.quantize.api:quantize": "the public API (keyword-only options)",
     "deform_onnx.runtimes:run_paths": "public (deform_onnx.runtimes): keyword-only options of the paths run",
     "deform_onnx.runtimes.deployed.check:check_runtimes": "the public API (keyword-only options)",
-    "deform_onnx.runtimes.deployed:run_file": "public (deform_onnx.runtimes.deployed): keyword-only run options",
+    "deform_onnx.runtimes.deployed.families:run_file": "public (deform_onnx.runtimes.deployed): keyword-only run options",
     "deform_onnx.bench.harness:run_suite": "public (deform_onnx.bench): keyword-only timing options",
     "deform_onnx.ops.deform_conv.spec:DeformConvSpec.from_shapes": "public: torchvision's deform_conv2d arguments",
     "deform_onnx.ops.deform_conv.binding:emit_deform_conv2d": "torchvision::deform_conv2d's schema (14 arguments)",
