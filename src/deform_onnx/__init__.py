@@ -24,6 +24,7 @@ _EXPORTS = {
     "ExportError": ".exporting.api",
     "VerificationError": ".exporting.api",
     "translation_table": ".exporters.dynamo",
+    "decompositions": ".formats.decompose",
     "lower": ".rewrite",
     "register": ".exporters.torchscript",
     "unregister": ".exporters.torchscript",
@@ -48,6 +49,7 @@ __all__ = list(_EXPORTS)
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads these
     from .core.irversion import lowest_ir_version
     from .exporters.dynamo import translation_table
+    from .formats.decompose import decompositions
     from .exporters.torchscript import register, unregister
     from .exporting.api import ExportError, ExportReport, VerificationError, export
     from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
