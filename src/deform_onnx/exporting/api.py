@@ -77,6 +77,11 @@ class ExportReport:
         onnxruntime: the ONNX Runtime distribution the file was verified in (CPU execution
             provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified, or verified on
             OpenVINO (a bfloat16 file: ``notes`` says so).
+        format: the format written (``"onnx"``, ``"executorch"``, ``"litert"``, ``"coreml"``, ...).
+        runtime: the runtime a torch.export format's file ran in (``"ExecuTorch (XNNPACK)"``,
+            ``"LiteRT"``); ``None`` for ONNX (see ``onnxruntime``) and for Core ML (not run on Linux).
+        verified: torch.export formats: whether the file ran in its runtime and matched PyTorch
+            (``False`` for Core ML, which is converted and validated but not run); ``None`` for ONNX.
     """
 
     path: Path | None
@@ -100,6 +105,8 @@ class ExportReport:
     onnxruntime: str | None = None
     forms: dict[str, str] = field(default_factory=dict)
     format: str = "onnx"
+    runtime: str | None = None
+    verified: bool | None = None
 
 
 @keeping_state  # hook (issue 30): the model's caches and buffers are the same after export as before

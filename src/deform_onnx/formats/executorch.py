@@ -1,0 +1,112 @@
+"""ExecuTorch (``.pte``): torch.export, the op family decomposed, XNNPACK, proven in ExecuTorch's runtime.
+
+``deform_onnx.export(model, args, "model.pte")`` exports with ``torch.export``, rewrites the family into
+core ATen ops (:func:`deform_onnx.decompositions`), lowers with ``to_edge_transform_and_lower`` and the
+XNNPACK partitioner (the portable kernels run what XNNPACK does not take), and runs the program in
+ExecuTorch's Python runtime against PyTorch eager (at a second size too when ``dynamic_shapes`` has a
+dynamic dimension) before writing it. A program that fails is not written.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..core.atomic_io import check_output_path, write_bytes_atomic
+from ..core.errors import ExportError
+from ..exporting.api import ExportReport
+from .torch_export import Named, check_settings, exported, first_error, prove, quiet, report_for, second_args
+
+TITLE = "ExecuTorch"
+#: export()'s keyword arguments a .pte takes.
+TAKEN = ("method", "dynamic_shapes", "verify", "rtol", "atol")
+
+
+class ExecuTorchSession:
+    """An ExecuTorch program loaded in its Python runtime, with ONNX Runtime's session API (for ``verify``)."""
+
+    runtime = "ExecuTorch (XNNPACK)"
+
+    def __init__(self, data: bytes):
+        with quiet() as noise:
+            try:
+                from executorch.runtime import Runtime
+
+                program = Runtime.get().load_program(data)
+                self._method = program.load_method("forward")
+            except Exception as exc:
+                raise ExportError(f"ExecuTorch refused the program: {first_error(noise) or exc}") from None
+        meta = self._method.metadata
+        counts = [meta.num_inputs, meta.num_outputs]
+        n_in, n_out = (c() if callable(c) else c for c in counts)
+        self._inputs = [Named(f"input_{i}") for i in range(n_in)]
+        self._outputs = [Named(f"output_{i}") for i in range(n_out)]
+
+    def get_inputs(self) -> list[Named]:
+        """The program's inputs, in order."""
+        return self._inputs
+
+    def get_outputs(self) -> list[Named]:
+        """The program's outputs, in order."""
+        return self._outputs
+
+    def run(self, _names, feeds: dict) -> list[np.ndarray]:
+        """Execute ``forward`` on ``feeds`` (by input name); numpy outputs."""
+        tensors = [torch.from_numpy(np.ascontiguousarray(feeds[i.name])) for i in self._inputs]
+        with quiet() as noise:
+            try:
+                outputs = self._method.execute(tensors)
+            except Exception as exc:
+                raise ExportError(f"ExecuTorch could not run the program: {first_error(noise) or exc}") from None
+        return [o.detach().numpy() if isinstance(o, torch.Tensor) else np.asarray(o) for o in outputs]
+
+
+def lower(ep) -> bytes:
+    """An exported, decomposed program as ExecuTorch bytes (XNNPACK partitioner)."""
+    with quiet() as noise:
+        try:
+            from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+            from executorch.exir import to_edge_transform_and_lower
+
+            program = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
+        except Exception as exc:
+            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ExportError(f"ExecuTorch could not lower the program: {first_error(noise) or line}") from None
+    return bytes(program.buffer)
+
+
+def write(model, args, path, **settings) -> ExportReport:
+    """Write ``model`` as an ExecuTorch program to ``path`` (``.pte``), proven in ExecuTorch first.
+
+    Takes ``method`` (``auto``/``grid_sample``/``gather``), ``dynamic_shapes`` (torch.export Dims with
+    bounds), ``verify``, ``rtol``, ``atol``; other settings of :func:`deform_onnx.export` are refused.
+
+    Raises:
+        ValueError: a setting a .pte does not take.
+        ExportError: export, decomposition or lowering failed, or ExecuTorch refused the program.
+        VerificationError: ExecuTorch's outputs differ from PyTorch's (nothing written).
+    """
+    started = time.perf_counter()
+    opts = check_settings(TITLE, settings, TAKEN)
+    if not isinstance(path, str | Path):
+        raise ValueError(f"{TITLE} files are written to a path, not a file object")
+    check_output_path(path)
+    args = args if isinstance(args, tuple) else (args,)
+    method = opts["method"] or "auto"
+    model.eval()
+    ep = exported(model, args, opts["dynamic_shapes"], method, TITLE)
+    data = lower(ep)
+    checks = []
+    if opts["verify"]:
+        sizes = [args]
+        other = second_args(ep, args) if opts["dynamic_shapes"] is not None else None
+        if other is not None:
+            sizes.append(other)
+        checks = prove(ExecuTorchSession(data), model, sizes, opts)
+    written = write_bytes_atomic(path, data)
+    report = report_for(written, "executorch", method, checks, len(data), started, ep)
+    report.verified = bool(checks)
+    return report
