@@ -143,36 +143,48 @@ def _foreign(target) -> bool:
     return namespace is not None and namespace not in ("aten", "prims")
 
 
-def second_args(ep, args: tuple) -> tuple | None:
+def second_args(ep, args: tuple, limits: list | None = None) -> tuple | None:
     """Inputs of another size within each dynamic dimension's bounds (``None`` when no dimension is dynamic).
 
-    Each free size symbol of the program moves by half its example value (at least 1) inside its range
-    (down when up leaves it); derived dimensions (``2*H``) follow. Float inputs are random, others kept.
+    Each free size symbol of the program moves by half its example value (at least 1) inside its range,
+    up, or down when up leaves the range or ``limits`` (per input, the largest sizes the runtime planned
+    for: ExecuTorch's memory plan); derived dimensions (``2*H``) follow. Float inputs are random, others kept.
     """
-    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     user = set(ep.graph_signature.user_inputs)
-    shapes = [n.meta["val"].shape for n in placeholders if n.name in user and hasattr(n.meta.get("val"), "shape")]
+    shapes = [n.meta["val"].shape for n in ep.graph.nodes
+              if n.op == "placeholder" and n.name in user and hasattr(n.meta.get("val"), "shape")]  # fmt: skip
+    symbols = _symbols(shapes)
+    if not symbols:
+        return None
+    for up in (True, False):
+        moved = {}
+        for sym, v in symbols.items():
+            r = ep.range_constraints.get(sym)
+            lo, hi = (int(r.lower), int(r.upper) if r.upper.is_finite else v * 4) if r is not None else (2, v * 4)
+            step = max(1, v // 2)
+            moved[sym] = min(hi, v + step) if up else max(lo, v - step)
+        sizes = [[int(d.node.expr.subs(moved)) if isinstance(d, torch.SymInt) else int(d) for d in sh] for sh in shapes]
+        if limits is None or all(all(a <= b for a, b in zip(sz, lim)) for sz, lim in zip(sizes, limits)):
+            return _resized(input_tensors(args), sizes)
+    return None
+
+
+def _symbols(shapes) -> dict:
+    """The free size symbols of the inputs' shapes and their example values."""
     symbols = {}
-    env = None
     for shape in shapes:
         for d in shape:
             if isinstance(d, torch.SymInt):
                 env = d.node.shape_env
                 values = getattr(env, "backed_var_to_val", None) or env.var_to_val
-                for s in d.node.expr.free_symbols:
-                    symbols[s] = int(values[s])
-    if not symbols or env is None:
-        return None
-    moved = {}
-    for s, v in symbols.items():
-        r = ep.range_constraints.get(s)
-        lo, hi = (int(r.lower), int(r.upper) if r.upper.is_finite else v * 4) if r is not None else (2, v * 4)
-        step = max(1, v // 2)
-        moved[s] = v + step if v + step <= hi else max(lo, v - step)
-    tensors = input_tensors(args)
+                for sym in d.node.expr.free_symbols:
+                    symbols[sym] = int(values[sym])
+    return symbols
+
+
+def _resized(tensors: list, sizes: list) -> tuple | None:
     new = []
-    for t, shape in zip(tensors, shapes):
-        size = [int(d.node.expr.subs(moved)) if isinstance(d, torch.SymInt) else int(d) for d in shape]
+    for t, size in zip(tensors, sizes):
         if list(t.shape) == size:
             new.append(t)
         elif t.is_floating_point():
