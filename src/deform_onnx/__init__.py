@@ -49,9 +49,9 @@ __all__ = list(_EXPORTS)
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads these
     from .core.irversion import lowest_ir_version
     from .exporters.dynamo import translation_table
-    from .formats.decompose import decompositions
     from .exporters.torchscript import register, unregister
     from .exporting.api import ExportError, ExportReport, VerificationError, export
+    from .formats.decompose import decompositions
     from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
     from .ops.deform_conv.register import LOWERINGS, resolve_method
     from .ops.deform_conv.spec import DeformConvSpec

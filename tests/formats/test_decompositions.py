@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from util import DCNV2_ASYMMETRIC, DCNV2_GROUPED, SMALL, UNEVEN, Config, DeformLayer, make_inputs
 
 import deform_onnx
 from deform_onnx.ops import ms_deform_attn
 from deform_onnx.ops.msda.op import MSDeformAttnCore
+from util import DCNV2_ASYMMETRIC, DCNV2_GROUPED, SMALL, UNEVEN, Config, DeformLayer, make_inputs
 
 ATOL = 1e-4
 CONFIGS = [

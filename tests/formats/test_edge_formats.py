@@ -129,7 +129,11 @@ def test_mlpackage_is_converted_not_run(tmp_path):
 
 @pytest.mark.parametrize(
     ("suffix", "setting", "value"),
-    [(".pte", "opset_version", 17), (".tflite", "dynamic_shapes", {"x": {}}), (".pte", "dynamic_axes", {"x": {0: "n"}})],
+    [
+        (".pte", "opset_version", 17),
+        (".tflite", "dynamic_shapes", {"x": {}}),
+        (".pte", "dynamic_axes", {"x": {0: "n"}}),
+    ],
 )
 def test_settings_that_mean_nothing_are_one_line(tmp_path, suffix, setting, value):
     class Boom(torch.nn.Module):

@@ -14,10 +14,9 @@ tensor read back at run time.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import operator
 
 import numpy as np
 import torch
@@ -31,7 +30,7 @@ __all__ = ["DECOMPOSITION_OPSET", "ONNX_TO_TORCH", "TorchOpsBuilder"]
 DECOMPOSITION_OPSET = 20
 
 _INTEGER_KINDS = "iub"
-_NP_DTYPES = {
+_NP_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.float16: np.dtype(np.float16),
     torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64),
@@ -362,5 +361,5 @@ class TorchOpsBuilder(Builder):
     def dtype(self, value: Any) -> np.dtype | None:
         """The numpy dtype of a tensor or host value (``None`` for bfloat16 and other types numpy lacks)."""
         if _is_host(value):
-            return None if value.dtype == object else value.dtype
+            return None if value.dtype == object else np.dtype(value.dtype)
         return _NP_DTYPES.get(value.dtype)

@@ -101,7 +101,7 @@ def run_edge(a: ExportArgs, fmt) -> None:
         )
     except (ValueError, ModuleNotFoundError) as exc:
         fail(str(exc))
-    except Exception as exc:  # the export or the check failed: nothing written
+    except Exception as exc:  # the export or the check failed: nothing written  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
         err_console.print(f"[bold red]failed:[/] {one_line(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(CHECK_FAILED) from None
     _print_row(report, fmt, time.perf_counter() - started)

@@ -50,7 +50,7 @@ def convert(ep, folder: Path) -> None:
             _alias_grid_sampler_2d()
             mlmodel = ct.convert(ep, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17)
             mlmodel.save(str(folder))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
             line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ExportError(f"coremltools could not convert the program: {first_error(noise) or line}") from None
 

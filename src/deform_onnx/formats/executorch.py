@@ -37,7 +37,7 @@ class ExecuTorchSession:
 
                 program = Runtime.get().load_program(data)
                 self._method = program.load_method("forward")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
                 raise ExportError(f"ExecuTorch refused the program: {first_error(noise) or exc}") from None
         meta = self._method.metadata
         counts = [meta.num_inputs, meta.num_outputs]
@@ -62,9 +62,11 @@ class ExecuTorchSession:
         with quiet() as noise:
             try:
                 outputs = self._method.execute(tensors)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
                 at = ", ".join("x".join(map(str, t.shape)) for t in tensors)
-                raise ExportError(f"ExecuTorch could not run the program at {at}: {first_error(noise) or exc}") from None
+                raise ExportError(
+                    f"ExecuTorch could not run the program at {at}: {first_error(noise) or exc}"
+                ) from None
         return [o.detach().numpy() if isinstance(o, torch.Tensor) else np.asarray(o) for o in outputs]
 
 
@@ -93,7 +95,7 @@ def _lowered(ep, partitioner: list) -> bytes:
             from executorch.exir import to_edge_transform_and_lower
 
             program = to_edge_transform_and_lower(ep, partitioner=partitioner).to_executorch()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
             line = " ".join(str(exc).strip().split())[:200] or type(exc).__name__
             raise ExportError(f"ExecuTorch could not lower the program: {first_error(noise) or line}") from None
     return bytes(program.buffer)

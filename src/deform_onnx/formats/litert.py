@@ -41,7 +41,7 @@ class LiteRTSession:
 
                 interpreter = Interpreter(model_content=data)
                 self._runner = interpreter.get_signature_runner()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
                 raise ExportError(f"LiteRT refused the file: {first_error(noise) or exc}") from None
         self._inputs = [Named(n) for n in sorted(self._runner.get_input_details(), key=_index)]
         self._outputs = [Named(n) for n in sorted(self._runner.get_output_details(), key=_index)]
@@ -59,7 +59,7 @@ class LiteRTSession:
         with quiet() as noise:
             try:
                 out = self._runner(**{k: np.ascontiguousarray(v) for k, v in feeds.items()})
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
                 raise ExportError(f"LiteRT could not run the file: {first_error(noise) or exc}") from None
         return [np.asarray(out[o.name]) for o in self._outputs]
 
@@ -72,7 +72,7 @@ def convert(ep, args: tuple) -> bytes:
 
             model = litert_torch.convert(ep.module(), args)
             data = model.model_content()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
             line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ExportError(f"litert-torch could not convert the program: {first_error(noise) or line}") from None
     return bytes(data)

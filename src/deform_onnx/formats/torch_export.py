@@ -175,7 +175,7 @@ def _symbols(shapes) -> dict:
     for shape in shapes:
         for d in shape:
             if isinstance(d, torch.SymInt):
-                env = d.node.shape_env
+                env: Any = d.node.shape_env
                 values = getattr(env, "backed_var_to_val", None) or env.var_to_val
                 for sym in d.node.expr.free_symbols:
                     symbols[sym] = int(values[sym])
@@ -214,7 +214,9 @@ def prove(session, model, sizes: list[tuple], settings: dict) -> list[Verified]:
     return checks
 
 
-def report_for(path: Path, fmt: str, method: str, checks: list[Verified], data_size: int, started: float, ep) -> ExportReport:
+def report_for(
+    path: Path, fmt: str, method: str, checks: list[Verified], data_size: int, started: float, ep
+) -> ExportReport:
     """The :class:`~deform_onnx.exporting.api.ExportReport` of a torch.export format's file."""
     ops = sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"})
     report = ExportReport(
