@@ -34,12 +34,12 @@ class LiteRTSession:
 
     runtime = "LiteRT"
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes, num_threads: int | None = None):
         with quiet() as noise:
             try:
                 from ai_edge_litert.interpreter import Interpreter
 
-                interpreter = Interpreter(model_content=data)
+                interpreter = Interpreter(model_content=data, num_threads=num_threads)
                 self._runner = interpreter.get_signature_runner()
             except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
                 raise ExportError(f"LiteRT refused the file: {first_error(noise) or exc}") from None
