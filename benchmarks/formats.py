@@ -78,7 +78,8 @@ def runners_for(label: str, model, args, tmp: Path, threads: int) -> tuple[dict,
         report = deform_onnx.export(model, args, path, method=method, opset_version=opset)
         sess = ort_session(path, threads)
         names = [i.name for i in sess.get_inputs()]
-        run[f"ORT {name}"] = lambda s=sess, f=dict(zip(names, feeds)): s.run(None, f)
+        feed = dict(zip(names, feeds))
+        run[f"ORT {name}"] = lambda s=sess, f=feed: s.run(None, f)
         err[f"ORT {name}"] = report.max_error
     for form in FORMS:
         path = tmp / f"{label}_{form}.pte".replace(" ", "_")
