@@ -84,15 +84,15 @@ def runners_for(label: str, model, args, tmp: Path, threads: int) -> tuple[dict,
     for form in FORMS:
         path = tmp / f"{label}_{form}.pte".replace(" ", "_")
         report = deform_onnx.export(model, args, path, method=form)
-        method = ExecuTorchSession(path.read_bytes())._method
+        session = ExecuTorchSession(path.read_bytes())  # holds the program the method points into
         tensors = list(args)
-        run[f"ExecuTorch {form}"] = lambda m=method, t=tensors: m.execute(t)
+        run[f"ExecuTorch {form}"] = lambda s=session, t=tensors: s._method.execute(t)
         err[f"ExecuTorch {form}"] = report.max_error
         path = tmp / f"{label}_{form}.tflite".replace(" ", "_")
         report = deform_onnx.export(model, args, path, method=form)
-        runner = LiteRTSession(path.read_bytes(), num_threads=threads)._runner
-        keyed = dict(zip(sorted(runner.get_input_details()), feeds))
-        run[f"LiteRT {form}"] = lambda r=runner, k=keyed: r(**k)
+        lite = LiteRTSession(path.read_bytes(), num_threads=threads)
+        keyed = dict(zip([i.name for i in lite.get_inputs()], feeds))
+        run[f"LiteRT {form}"] = lambda r=lite._runner, k=keyed: r(**k)
         err[f"LiteRT {form}"] = report.max_error
     return run, err
 

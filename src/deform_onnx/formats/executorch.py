@@ -35,8 +35,9 @@ class ExecuTorchSession:
             try:
                 from executorch.runtime import Runtime  # its import logs to stderr too
 
-                program = Runtime.get().load_program(data)
-                self._method = program.load_method("forward")
+                # The method points into the program: keep both (a freed program crashes the method's run).
+                self._program = Runtime.get().load_program(data)
+                self._method = self._program.load_method("forward")
             except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
                 raise ExportError(f"ExecuTorch refused the program: {first_error(noise) or exc}") from None
         meta = self._method.metadata

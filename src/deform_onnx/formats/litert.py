@@ -40,6 +40,7 @@ class LiteRTSession:
                 from ai_edge_litert.interpreter import Interpreter
 
                 interpreter = Interpreter(model_content=data, num_threads=num_threads)
+                self._interpreter = interpreter  # the runner runs on it: keep it alive with the session
                 self._runner = interpreter.get_signature_runner()
             except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
                 raise ExportError(f"LiteRT refused the file: {first_error(noise) or exc}") from None
