@@ -21,6 +21,8 @@ from ..exporting.api import ExportReport
 from .torch_export import Named, check_settings, exported, first_error, prove, quiet, report_for, second_args
 
 TITLE = "ExecuTorch"
+#: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
+AUTO_METHOD = "gather"
 #: export()'s keyword arguments a .pte takes.
 TAKEN = ("method", "dynamic_shapes", "verify", "rtol", "atol")
 
@@ -105,7 +107,7 @@ def _lowered(ep, partitioner: list) -> bytes:
 def write(model, args, path, **settings) -> ExportReport:
     """Write ``model`` as an ExecuTorch program to ``path`` (``.pte``), proven in ExecuTorch first.
 
-    Takes ``method`` (``auto``/``grid_sample``/``gather``), ``dynamic_shapes`` (torch.export Dims with
+    Takes ``method`` (``auto`` = ``gather`` here, ``grid_sample``, ``gather``), ``dynamic_shapes`` (torch.export Dims with
     bounds), ``verify``, ``rtol``, ``atol``; other settings of :func:`deform_onnx.export` are refused.
 
     Raises:
@@ -120,6 +122,7 @@ def write(model, args, path, **settings) -> ExportReport:
     check_output_path(path)
     args = args if isinstance(args, tuple) else (args,)
     method = opts["method"] or "auto"
+    method = AUTO_METHOD if method == "auto" else method
     model.eval()
     ep = exported(model, args, opts["dynamic_shapes"], method, TITLE)
     data = lower(ep)

@@ -20,6 +20,8 @@ from ..exporting.api import ExportReport
 from .torch_export import Named, check_settings, exported, first_error, prove, quiet, report_for
 
 TITLE = "LiteRT"
+#: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
+AUTO_METHOD = "gather"
 #: export()'s keyword arguments a .tflite takes (litert-torch 0.10 writes static shapes here).
 TAKEN = ("method", "verify", "rtol", "atol")
 
@@ -82,7 +84,7 @@ def convert(ep, args: tuple) -> bytes:
 def write(model, args, path, **settings) -> ExportReport:
     """Write ``model`` as a LiteRT flatbuffer to ``path`` (``.tflite``), proven in LiteRT first.
 
-    Takes ``method`` (``auto``/``grid_sample``/``gather``), ``verify``, ``rtol``, ``atol``; other settings of
+    Takes ``method`` (``auto`` = ``gather`` here, ``grid_sample``, ``gather``), ``verify``, ``rtol``, ``atol``; other settings of
     :func:`deform_onnx.export` (``dynamic_shapes`` among them) are refused.
 
     Raises:
@@ -102,6 +104,7 @@ def write(model, args, path, **settings) -> ExportReport:
     check_output_path(path)
     args = args if isinstance(args, tuple) else (args,)
     method = opts["method"] or "auto"
+    method = AUTO_METHOD if method == "auto" else method
     model.eval()
     ep = exported(model, args, None, method, TITLE)
     data = convert(ep, args)
