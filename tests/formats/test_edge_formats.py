@@ -157,3 +157,23 @@ def test_uncovered_op_is_named(tmp_path):
     with pytest.raises(ExportError, match=r"holds torchvision.roi_align.default, which no decomposition") as info:
         deform_onnx.export(Pool(), args, tmp_path / "m.tflite")
     assert "\n" not in str(info.value) and list(tmp_path.iterdir()) == []
+
+
+@_needs("executorch")
+def test_float16_pte_within_the_float16_rule(tmp_path):
+    """Measured: 7.5e-4 against the float32 model (float16 rule). LiteRT: litert-torch 0.10.0's converter
+    refuses float16 here ("failed to legalize operation 'tfl.pad'"), a one-line ExportError."""
+
+    class Neck(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.offsets = torch.nn.Conv2d(4, 27, 3, padding=1)
+            self.dcn = torchvision.ops.DeformConv2d(4, 4, 3, padding=1)
+
+        def forward(self, x):
+            o = self.offsets(x)
+            return self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
+
+    report = deform_onnx.export(Neck().eval().half(), (torch.randn(1, 4, 6, 7).half(),), tmp_path / "neck.pte")
+    assert report.verified and report.tolerances["output_0"].dtype == "float16"
