@@ -126,15 +126,19 @@ def write(model, args, path, **settings) -> ExportReport:
     model.eval()
     ep = exported(model, args, opts["dynamic_shapes"], method, TITLE)
     data = lower(ep)
-    checks = []
+    checks, notes = [], []
     if opts["verify"]:
         session = ExecuTorchSession(data)
         sizes = [args]
         other = second_args(ep, args, session.planned) if opts["dynamic_shapes"] is not None else None
         if other is not None:
             sizes.append(other)
+        elif opts["dynamic_shapes"] is not None:
+            notes.append("dynamic, but checked at the example's size only: no second size fits the bounds, the "
+                         "memory plan and the non-float inputs")  # fmt: skip
         checks = prove(session, model, sizes, opts)
     written = write_bytes_atomic(path, data)
     report = report_for(written, "executorch", method, checks, len(data), started, ep)
     report.verified = bool(checks)
+    report.notes.extend(notes)
     return report
