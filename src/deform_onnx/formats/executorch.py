@@ -124,7 +124,7 @@ def write(model, args, path, **settings) -> ExportReport:
     method = opts["method"] or "auto"
     method = AUTO_METHOD if method == "auto" else method
     model.eval()
-    ep = exported(model, args, opts["dynamic_shapes"], method, TITLE)
+    ep = exported(model, args, opts["dynamic_shapes"], method, TITLE, core=False)
     data = lower(ep)
     checks, notes = [], []
     if opts["verify"]:

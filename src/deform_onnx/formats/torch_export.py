@@ -110,8 +110,12 @@ def _one_line(exc: BaseException) -> str:
     return (text.splitlines() or [type(exc).__name__])[0][:300]
 
 
-def exported(model, args: tuple, dynamic_shapes, method: str, title: str):
-    """``torch.export.export(model, args)`` rewritten into core ATen ops by :func:`deform_onnx.decompositions`.
+def exported(model, args: tuple, dynamic_shapes, method: str, title: str, core: bool = True):
+    """``torch.export.export(model, args)`` with the family rewritten by :func:`deform_onnx.decompositions`.
+
+    ``core``: decompose the rest into core ATen ops too; ``False`` leaves the rest to the backend's own
+    lowering (ExecuTorch: its XNNPACK recomposition of ``linear`` fails on a program already decomposed
+    to core ATen ops, measured on 4-D ``nn.Linear`` inputs: DCNv3, Deformable DETR).
 
     Raises:
         ExportError: torch.export fails (its first line; a dynamic dimension the model fixes is named by
@@ -119,7 +123,7 @@ def exported(model, args: tuple, dynamic_shapes, method: str, title: str):
     """
     from .decompose import decompositions
 
-    table = decompositions(method)
+    table = decompositions(method, core=core)
     try:
         ep = torch.export.export(model, tuple(args), dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as exc:  # torch.export's errors are many kinds and many lines
