@@ -115,5 +115,5 @@ def test_native_and_unknown_methods_are_refused():
 def test_family_only_table():
     table = deform_onnx.decompositions(core=False)
     names = {str(op) for op in table}
-    assert names == {"torchvision.deform_conv2d.default", "aten.grid_sampler_3d.default",
+    assert names == {"torchvision.deform_conv2d.default", "aten.grid_sampler_3d.default", "aten.grid_sampler.default",
                      "deform_onnx.ms_deform_attn.default"}  # fmt: skip

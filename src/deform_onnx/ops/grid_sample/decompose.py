@@ -24,7 +24,7 @@ def _four_d_only(fn):
 
 
 def decompositions(method: str) -> dict:
-    """``{aten.grid_sampler_3d: fn}``, and ``aten.grid_sampler_2d`` too for method ``gather``."""
+    """``{aten.grid_sampler_3d: fn, aten.grid_sampler: fn}``, and ``aten.grid_sampler_2d`` too for method ``gather``."""
     import torch
 
     from .binding import translations
@@ -34,4 +34,15 @@ def decompositions(method: str) -> dict:
     ops = [torch.ops.aten.grid_sampler_3d.default]
     if method == "gather":
         ops.append(torch.ops.aten.grid_sampler_2d.default)
-    return {op: _four_d_only(table[op]) for op in ops}
+    out = {op: _four_d_only(table[op]) for op in ops}
+    lowered = _four_d_only(table[torch.ops.aten.grid_sampler.default])
+
+    def grid_sampler(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
+        # aten.grid_sampler (composite) is what a program holds until core ATen decomposition
+        # (run_decompositions(core=False), ExecuTorch's path): 4-D calls the backends run stay 2-D.
+        if input.dim() == 4 and method != "gather":
+            return torch.ops.aten.grid_sampler_2d.default(input, grid, interpolation_mode, padding_mode, align_corners)
+        return lowered(input, grid, interpolation_mode, padding_mode, align_corners)
+
+    out[torch.ops.aten.grid_sampler.default] = grid_sampler
+    return out
