@@ -24,6 +24,7 @@ _EXPORTS = {
     "ExportError": ".exporting.api",
     "VerificationError": ".exporting.api",
     "translation_table": ".exporters.dynamo",
+    "decompositions": ".formats.decompose",
     "lower": ".rewrite",
     "register": ".exporters.torchscript",
     "unregister": ".exporters.torchscript",
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from .exporters.dynamo import translation_table
     from .exporters.torchscript import register, unregister
     from .exporting.api import ExportError, ExportReport, VerificationError, export
+    from .formats.decompose import decompositions
     from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
     from .ops.deform_conv.register import LOWERINGS, resolve_method
     from .ops.deform_conv.spec import DeformConvSpec

@@ -76,6 +76,8 @@ GENERATORS: dict[str, str] = {
     "deform-onnx row bands": "benchmarks/row_bands.py",
     "runtime-matrix": "scripts/runtime_matrix.py",
     "op-matrix": "scripts/op_matrix.py",
+    "edge-matrix": "scripts/op_matrix_edge.py",
+    "deform-onnx formats": "benchmarks/formats.py",
     "main-job": "scripts/readme_blocks.py",
     "env-size": "scripts/readme_blocks.py",
     "runtime-venvs": "scripts/runtime_venvs.py",  # docs/runtimes.md

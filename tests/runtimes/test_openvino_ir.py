@@ -57,3 +57,39 @@ def test_target_given_takes_the_onnx_files_ir(tmp_path: Path) -> None:
     assert any("the ONNX file (target 'openvino')" in n for n in report.notes), report.notes
     ops = {op.get_type_name() for op in ov.Core().read_model(str(tmp_path / "g.xml")).get_ordered_ops()}
     assert "GridSample" in ops and "DeformableConvolution" not in ops
+
+
+def test_cli_writes_ir_with_the_onnx_options(tmp_path: Path) -> None:
+    """``deform-onnx export MODEL -o m.xml --target openvino --dynamic``: one row, the IR and its weights, run in
+    OpenVINO at a size it was not exported at against PyTorch (the CLI made such paths a folder before)."""
+    from typer.testing import CliRunner
+
+    from deform_onnx.cli import app
+
+    (tmp_path / "tiny.py").write_text(
+        "from runtimes.test_deployed import TinyDCN\n\ndef build():\n    return TinyDCN()\n"
+    )
+    out = tmp_path / "m.xml"
+    result = CliRunner().invoke(
+        app,
+        [
+            "export",
+            f"{tmp_path / 'tiny.py'}:build",
+            "-s",
+            "x=1,4,16,16",
+            "--target",
+            "openvino",
+            "--dynamic",
+            "-o",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".xml", ".bin")) == ["m.bin", "m.xml"]
+    model, x = TinyDCN().eval(), torch.randn(2, 4, 12, 20, generator=torch.Generator().manual_seed(3))
+    got = ov.Core().compile_model(str(out), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})([x.numpy()])[0]
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert float(np.abs(got - want).max()) < 1e-5
+    refused = CliRunner().invoke(app, ["export", "-o", str(tmp_path / "m.pte"), "--verify-runtime", "mnn"])
+    assert refused.exit_code == 2 and "ExecuTorch files do not take it" in refused.output

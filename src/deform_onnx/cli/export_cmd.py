@@ -15,6 +15,7 @@ import typer
 from ._app import app
 from ._common import user_errors
 from ._export_checks import DEFAULT_PLAN as DEFAULT_PLAN
+from ._export_edge import edge_format, run_edge
 from ._export_rows import _resized_input
 from ._export_steps import ExportArgs, check_arguments, load, plan_jobs, report, run_rows, torch_median_ms
 
@@ -74,7 +75,8 @@ def export_command(
         "--output",
         "-o",
         help="Output folder (created if missing), or a .onnx file path (in an existing folder) when one export "
-        "is planned.",
+        "is planned; a .pte (ExecuTorch), .tflite (LiteRT) or .mlpackage (Core ML) path writes that format "
+        "(one export, run in its runtime; Core ML converted, not run).",
     ),
     repeat: int = typer.Option(10, "--repeat", min=1, help="Timed runs per latency (the median is shown)."),
     verbose: bool = typer.Option(
@@ -117,6 +119,10 @@ def export_command(
     a = ExportArgs(model, input_shape, inputs_npz, dtype, opset, method, exporter, dynamic, output, repeat, verbose,
                    target, force, ir_version, no_verify,
                    [r.strip() for spec in verify_runtime for r in spec.split(",") if r.strip()], keep_artifacts)  # fmt: skip
+    edge = edge_format(output)
+    if edge is not None:
+        run_edge(a, edge)
+        return
     with user_errors(ValueError):
         asked = check_arguments(a)
         loaded = load(a, asked, plan_jobs(a, asked))

@@ -79,8 +79,13 @@ class ExportReport:
         onnxruntime: the ONNX Runtime distribution the file was verified in (CPU execution
             provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified, or verified on
             OpenVINO (a bfloat16 file: ``notes`` says so).
-        format: the format written (``"onnx"``, ``"openvino"``, ...).
-        runtimes: with ``verify_runtimes``: one line per deployed runtime the file ran on (version, max error).
+        format: the format written (``"onnx"``, ``"openvino"``, ``"executorch"``, ``"litert"``, ``"coreml"``).
+        runtimes: with ``verify_runtimes`` (and an ``.xml`` file): one line per deployed runtime the file
+            also ran on (version, max error).
+        runtime: the runtime a torch.export format's file ran in (``"ExecuTorch (XNNPACK)"``,
+            ``"LiteRT"``); ``None`` for ONNX (see ``onnxruntime``) and for Core ML (not run on Linux).
+        verified: torch.export formats: whether the file ran in its runtime and matched PyTorch
+            (``False`` for Core ML, which is converted and validated but not run); ``None`` for ONNX.
     """
 
     path: Path | None
@@ -105,6 +110,8 @@ class ExportReport:
     forms: dict[str, str] = field(default_factory=dict)
     format: str = "onnx"
     runtimes: list[str] = field(default_factory=list)
+    runtime: str | None = None
+    verified: bool | None = None
 
 
 @keeping_state  # hook (issue 30): the model's caches and buffers are the same after export as before

@@ -83,6 +83,7 @@ def write(model, args, path, **settings: Any):
             report.notes.append(f"OpenVINO IR: the ONNX file (target {settings['target']!r}) converted by OpenVINO")
         _commit([(xml, path), (xml.with_suffix(".bin"), path.with_suffix(".bin"))])
     report.path, report.format = path, "openvino"
+    report.runtime, report.verified = (f"OpenVINO {ov.__version__}", True) if verify else (None, False)
     report.file_size = path.stat().st_size + path.with_suffix(".bin").stat().st_size
     return report
 

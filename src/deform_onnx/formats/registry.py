@@ -144,7 +144,7 @@ register_format(
         "LiteRT (litert-torch)",
         writer="deform_onnx.formats.litert:write",
         extra="litert",
-        modules=("litert_torch",),
+        modules=("litert_torch", "ai_edge_litert"),
     )
 )
 register_format(

@@ -32,6 +32,7 @@ ENTRY = register(
         sources="deform_onnx.ops.deform_conv.sources",
         rules="deform_onnx.ops.deform_conv.rules",
         module_checks="deform_onnx.ops.deform_conv.module_checks",
+        decompositions="deform_onnx.ops.deform_conv.decompose",
     )
 )
 

@@ -28,5 +28,6 @@ ENTRY = register(
         binding="deform_onnx.ops.grid_sample.binding",
         sources="deform_onnx.ops.grid_sample.sources",
         rules="deform_onnx.ops.grid_sample.rules",
+        decompositions="deform_onnx.ops.grid_sample.decompose",
     )
 )

@@ -25,5 +25,6 @@ ENTRY = register(
         order=40,
         binding="deform_onnx.ops.msda.binding",
         sources="deform_onnx.ops.msda.sources",
+        decompositions="deform_onnx.ops.msda.decompose",
     )
 )

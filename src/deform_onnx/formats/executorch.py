@@ -1,0 +1,144 @@
+"""ExecuTorch (``.pte``): torch.export, the op family decomposed, XNNPACK, proven in ExecuTorch's runtime.
+
+``deform_onnx.export(model, args, "model.pte")`` exports with ``torch.export``, rewrites the family into
+core ATen ops (:func:`deform_onnx.decompositions`), lowers with ``to_edge_transform_and_lower`` and the
+XNNPACK partitioner (the portable kernels run what XNNPACK does not take), and runs the program in
+ExecuTorch's Python runtime against PyTorch eager (at a second size too when ``dynamic_shapes`` has a
+dynamic dimension) before writing it. A program that fails is not written.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..core.atomic_io import check_output_path, write_bytes_atomic
+from ..core.errors import ExportError
+from ..exporting.api import ExportReport
+from .torch_export import Named, check_settings, exported, first_error, prove, quiet, report_for, second_args
+
+TITLE = "ExecuTorch"
+#: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
+AUTO_METHOD = "gather"
+#: export()'s keyword arguments a .pte takes.
+TAKEN = ("method", "dynamic_shapes", "verify", "rtol", "atol")
+
+
+class ExecuTorchSession:
+    """An ExecuTorch program loaded in its Python runtime, with ONNX Runtime's session API (for ``verify``)."""
+
+    runtime = "ExecuTorch (XNNPACK)"
+
+    def __init__(self, data: bytes):
+        with quiet() as noise:
+            try:
+                from executorch.runtime import Runtime  # its import logs to stderr too
+
+                # The method points into the program: keep both (a freed program crashes the method's run).
+                self._program = Runtime.get().load_program(data)
+                self._method = self._program.load_method("forward")
+            except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
+                raise ExportError(f"ExecuTorch refused the program: {first_error(noise) or exc}") from None
+        meta = self._method.metadata
+        counts = [meta.num_inputs, meta.num_outputs]
+        n_in, n_out = (c() if callable(c) else c for c in counts)
+        self._inputs = [Named(f"input_{i}") for i in range(n_in)]
+        #: the largest input sizes ExecuTorch's memory plan holds (per input; a dynamic one may be
+        #: below its declared bound: measured 160 for a bound of 256 on the bundled example's H).
+        self.planned = [list(meta.input_tensor_meta(i).sizes()) for i in range(n_in)]
+        self._outputs = [Named(f"output_{i}") for i in range(n_out)]
+
+    def get_inputs(self) -> list[Named]:
+        """The program's inputs, in order."""
+        return self._inputs
+
+    def get_outputs(self) -> list[Named]:
+        """The program's outputs, in order."""
+        return self._outputs
+
+    def run(self, _names, feeds: dict) -> list[np.ndarray]:
+        """Execute ``forward`` on ``feeds`` (by input name); numpy outputs."""
+        tensors = [torch.from_numpy(np.ascontiguousarray(feeds[i.name])) for i in self._inputs]
+        with quiet() as noise:
+            try:
+                outputs = self._method.execute(tensors)
+            except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
+                at = ", ".join("x".join(map(str, t.shape)) for t in tensors)
+                raise ExportError(
+                    f"ExecuTorch could not run the program at {at}: {first_error(noise) or exc}"
+                ) from None
+        return [o.detach().numpy() if isinstance(o, torch.Tensor) else np.asarray(o) for o in outputs]
+
+
+def lower(ep) -> bytes:
+    """An exported, decomposed program as ExecuTorch bytes (XNNPACK partitioner, portable kernels for the rest).
+
+    Measured with executorch 1.5.1: XNNPACK refuses a reshape with more than one dynamic dimension
+    ("XNNPACK reshape only supports 1 dynamic dimension"; a deformable convolution with H and W both
+    dynamic), and the same program on the portable kernels alone fails to load (its memory plan is
+    too small for the upper bounds), so that is an error naming the limit, not a fallback.
+    """
+    with quiet():
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    try:
+        return _lowered(ep, [XnnpackPartitioner()])
+    except ExportError as exc:
+        if "dynamic dimension" in str(exc):
+            raise ExportError(f"{exc} (make one dimension dynamic, e.g. H only, or export to .onnx)") from None
+        raise
+
+
+def _lowered(ep, partitioner: list) -> bytes:
+    with quiet() as noise:
+        try:
+            from executorch.exir import to_edge_transform_and_lower
+
+            program = to_edge_transform_and_lower(ep, partitioner=partitioner).to_executorch()
+        except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
+            line = " ".join(str(exc).strip().split())[:200] or type(exc).__name__
+            raise ExportError(f"ExecuTorch could not lower the program: {first_error(noise) or line}") from None
+    return bytes(program.buffer)
+
+
+def write(model, args, path, **settings) -> ExportReport:
+    """Write ``model`` as an ExecuTorch program to ``path`` (``.pte``), proven in ExecuTorch first.
+
+    Takes ``method`` (``auto`` = ``gather`` here, ``grid_sample``, ``gather``), ``dynamic_shapes`` (torch.export Dims with
+    bounds), ``verify``, ``rtol``, ``atol``; other settings of :func:`deform_onnx.export` are refused.
+
+    Raises:
+        ValueError: a setting a .pte does not take.
+        ExportError: export, decomposition or lowering failed, or ExecuTorch refused the program.
+        VerificationError: ExecuTorch's outputs differ from PyTorch's (nothing written).
+    """
+    started = time.perf_counter()
+    opts = check_settings(TITLE, settings, TAKEN)
+    if not isinstance(path, str | Path):
+        raise ValueError(f"{TITLE} files are written to a path, not a file object")
+    check_output_path(path)
+    args = args if isinstance(args, tuple) else (args,)
+    method = opts["method"] or "auto"
+    method = AUTO_METHOD if method == "auto" else method
+    model.eval()
+    ep = exported(model, args, opts["dynamic_shapes"], method, TITLE, core=False)
+    data = lower(ep)
+    checks, notes = [], []
+    if opts["verify"]:
+        session = ExecuTorchSession(data)
+        sizes = [args]
+        other = second_args(ep, args, session.planned) if opts["dynamic_shapes"] is not None else None
+        if other is not None:
+            sizes.append(other)
+        elif opts["dynamic_shapes"] is not None:
+            notes.append("dynamic, but checked at the example's size only: no second size fits the bounds, the "
+                         "memory plan and the non-float inputs")  # fmt: skip
+        checks = prove(session, model, sizes, opts)
+    written = write_bytes_atomic(path, data)
+    report = report_for(written, "executorch", method, checks, len(data), started, ep)
+    report.verified = bool(checks)
+    report.notes.extend(notes)
+    return report

@@ -1,0 +1,115 @@
+"""LiteRT (``.tflite``) through litert-torch, proven in ai-edge-litert's interpreter.
+
+``deform_onnx.export(model, args, "model.tflite")`` exports with ``torch.export``, rewrites the family into
+core ATen ops (:func:`deform_onnx.decompositions`), converts the decomposed program with
+``litert_torch.convert`` and runs the flatbuffer in ai-edge-litert's interpreter against PyTorch eager
+before writing it. A file that fails is not written.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..core.atomic_io import check_output_path, write_bytes_atomic
+from ..core.errors import ExportError
+from ..exporting.api import ExportReport
+from .torch_export import Named, check_settings, exported, first_error, prove, quiet, report_for
+
+TITLE = "LiteRT"
+#: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
+AUTO_METHOD = "gather"
+#: export()'s keyword arguments a .tflite takes (litert-torch 0.10 writes static shapes here).
+TAKEN = ("method", "verify", "rtol", "atol")
+
+
+def _index(name: str) -> int:
+    found = re.search(r"(\d+)$", name)
+    return int(found.group(1)) if found else 0
+
+
+class LiteRTSession:
+    """A ``.tflite`` flatbuffer in ai-edge-litert's interpreter, with ONNX Runtime's session API (for ``verify``)."""
+
+    runtime = "LiteRT"
+
+    def __init__(self, data: bytes, num_threads: int | None = None):
+        with quiet() as noise:
+            try:
+                from ai_edge_litert.interpreter import Interpreter
+
+                interpreter = Interpreter(model_content=data, num_threads=num_threads)
+                self._interpreter = interpreter  # the runner runs on it: keep it alive with the session
+                self._runner = interpreter.get_signature_runner()
+            except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
+                raise ExportError(f"LiteRT refused the file: {first_error(noise) or exc}") from None
+        self._inputs = [Named(n) for n in sorted(self._runner.get_input_details(), key=_index)]
+        self._outputs = [Named(n) for n in sorted(self._runner.get_output_details(), key=_index)]
+
+    def get_inputs(self) -> list[Named]:
+        """The signature's inputs, in argument order."""
+        return self._inputs
+
+    def get_outputs(self) -> list[Named]:
+        """The signature's outputs, in order."""
+        return self._outputs
+
+    def run(self, _names, feeds: dict) -> list[np.ndarray]:
+        """Run the signature on ``feeds`` (by input name); numpy outputs."""
+        with quiet() as noise:
+            try:
+                out = self._runner(**{k: np.ascontiguousarray(v) for k, v in feeds.items()})
+            except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
+                raise ExportError(f"LiteRT could not run the file: {first_error(noise) or exc}") from None
+        return [np.asarray(out[o.name]) for o in self._outputs]
+
+
+def convert(ep, args: tuple) -> bytes:
+    """The decomposed program as ``.tflite`` bytes (litert-torch)."""
+    with quiet() as noise:
+        try:
+            import litert_torch
+
+            model = litert_torch.convert(ep.module(), args)
+            data = model.model_content()
+        except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
+            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ExportError(f"litert-torch could not convert the program: {first_error(noise) or line}") from None
+    return bytes(data)
+
+
+def write(model, args, path, **settings) -> ExportReport:
+    """Write ``model`` as a LiteRT flatbuffer to ``path`` (``.tflite``), proven in LiteRT first.
+
+    Takes ``method`` (``auto`` = ``gather`` here, ``grid_sample``, ``gather``), ``verify``, ``rtol``, ``atol``; other settings of
+    :func:`deform_onnx.export` (``dynamic_shapes`` among them) are refused.
+
+    Raises:
+        ValueError: a setting a .tflite does not take.
+        ExportError: export, decomposition or conversion failed, or LiteRT refused the file.
+        VerificationError: LiteRT's outputs differ from PyTorch's (nothing written).
+    """
+    started = time.perf_counter()
+    if settings.get("dynamic_shapes") is not None:
+        raise ValueError(
+            "dynamic_shapes= is not taken when writing LiteRT files: they are written and proven at the "
+            "example's size (write .pte or .onnx for dynamic sizes)"
+        )
+    opts = check_settings(TITLE, settings, TAKEN)
+    if not isinstance(path, str | Path):
+        raise ValueError(f"{TITLE} files are written to a path, not a file object")
+    check_output_path(path)
+    args = args if isinstance(args, tuple) else (args,)
+    method = opts["method"] or "auto"
+    method = AUTO_METHOD if method == "auto" else method
+    model.eval()
+    ep = exported(model, args, None, method, TITLE)
+    data = convert(ep, args)
+    checks = prove(LiteRTSession(data), model, [args], opts) if opts["verify"] else []
+    written = write_bytes_atomic(path, data)
+    report = report_for(written, "litert", method, checks, len(data), started, ep)
+    report.verified = bool(checks)
+    return report
