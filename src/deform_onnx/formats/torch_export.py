@@ -44,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     "force": False,
     "ir_version": None,
     "verify_shapes": None,
+    "verify_runtimes": (),
+    "keep_artifacts": None,
 }
 #: What a setting means instead, for the one-line refusal.
 _INSTEAD = {
@@ -52,6 +54,8 @@ _INSTEAD = {
     "ir_version": "it is an ONNX setting",
     "dynamo": "these formats always start from torch.export",
     "target": "targets name ONNX runtimes",
+    "verify_runtimes": "the deployed runtimes run ONNX files (this file ran in its own runtime)",
+    "keep_artifacts": "the deployed runtimes' artifacts come from ONNX files",
 }
 
 
