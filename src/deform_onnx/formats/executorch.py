@@ -10,15 +10,14 @@ dynamic dimension) before writing it. A program that fails is not written.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..core.atomic_io import check_output_path, write_bytes_atomic
+from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
-from .torch_export import Named, check_settings, exported, first_error, prove, quiet, report_for, second_args
+from .torch_export import Named, exported, first_error, prepare, prove, quiet, report_for, second_args
 
 TITLE = "ExecuTorch"
 #: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
@@ -116,13 +115,7 @@ def write(model, args, path, **settings) -> ExportReport:
         VerificationError: ExecuTorch's outputs differ from PyTorch's (nothing written).
     """
     started = time.perf_counter()
-    opts = check_settings(TITLE, settings, TAKEN)
-    if not isinstance(path, str | Path):
-        raise ValueError(f"{TITLE} files are written to a path, not a file object")
-    check_output_path(path)
-    args = args if isinstance(args, tuple) else (args,)
-    method = opts["method"] or "auto"
-    method = AUTO_METHOD if method == "auto" else method
+    opts, args, method = prepare(TITLE, settings, TAKEN, path, args, AUTO_METHOD)
     model.eval()
     ep = exported(model, args, opts["dynamic_shapes"], method, TITLE, core=False)
     data = lower(ep)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import numpy as np
 
-from ..core.atomic_io import check_output_path, write_bytes_atomic
+from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
-from .torch_export import Named, check_settings, exported, first_error, prove, quiet, report_for
+from .torch_export import Named, exported, first_error, prepare, prove, quiet, report_for
 
 TITLE = "LiteRT"
 #: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
@@ -98,13 +97,7 @@ def write(model, args, path, **settings) -> ExportReport:
             "dynamic_shapes= is not taken when writing LiteRT files: they are written and proven at the "
             "example's size (write .pte or .onnx for dynamic sizes)"
         )
-    opts = check_settings(TITLE, settings, TAKEN)
-    if not isinstance(path, str | Path):
-        raise ValueError(f"{TITLE} files are written to a path, not a file object")
-    check_output_path(path)
-    args = args if isinstance(args, tuple) else (args,)
-    method = opts["method"] or "auto"
-    method = AUTO_METHOD if method == "auto" else method
+    opts, args, method = prepare(TITLE, settings, TAKEN, path, args, AUTO_METHOD)
     model.eval()
     ep = exported(model, args, None, method, TITLE)
     data = convert(ep, args)

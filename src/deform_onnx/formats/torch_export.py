@@ -75,6 +75,23 @@ def check_settings(title: str, settings: dict, taken: tuple[str, ...]) -> dict:
     return {**DEFAULTS, **settings}
 
 
+def prepare(title: str, settings: dict, taken: tuple[str, ...], path, args, auto: str) -> tuple[dict, tuple, str]:
+    """The checks a file writer makes before any work: its settings, a path (not a file object) in a writable
+    folder; returns ``(settings with defaults, args as a tuple, the method with "auto" resolved to ``auto``)``.
+
+    Raises:
+        ValueError: a setting the format does not take, or a file object for ``path``.
+    """
+    from ..core.atomic_io import check_output_path
+
+    opts = check_settings(title, settings, taken)
+    if not isinstance(path, str | os.PathLike):
+        raise ValueError(f"{title} files are written to a path, not a file object")
+    check_output_path(path)
+    method = opts["method"] or "auto"
+    return opts, args if isinstance(args, tuple) else (args,), auto if method == "auto" else method
+
+
 @contextlib.contextmanager
 def quiet() -> Iterator[list[str]]:
     """Send the C++ runtimes' console noise (cpuinfo lines, converter progress) to a temporary file.
