@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import venvs
+from .. import sealed, venvs
 from . import runners
 
 __all__ = ["FAMILIES", "Family", "Run", "family", "interpreter", "register_family", "run_file"]
@@ -179,12 +179,20 @@ def run_file(
 
 
 def run_meta(fam: Family, python: Path, meta: dict, out: Path, timeout: float) -> Run:
-    """Run ``fam``'s runner on a prepared ``meta`` (:mod:`.runners`'s keys) and read what it did."""
+    """Run ``fam``'s runner on a prepared ``meta`` (:mod:`.runners`'s keys) and read what it did.
+
+    The runner (and the converter it starts) runs in :func:`deform_onnx.runtimes.sealed.run_env`: its venv
+    first on ``PATH``, none of the user's venv, ``PYTHON*`` or ``PIP_*`` settings, ``pip`` refused.
+    """
     meta_path = out.with_suffix(".json")
     meta_path.write_text(json.dumps(meta))
     try:
         done = subprocess.run(
-            [str(python), "-c", fam.runner, str(meta_path)], capture_output=True, text=True, timeout=timeout
+            [str(python), "-c", fam.runner, str(meta_path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=sealed.run_env(python),
         )
     except subprocess.TimeoutExpired:
         return Run(None, f"timed out after {timeout:g} s")
