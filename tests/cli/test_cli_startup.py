@@ -24,6 +24,8 @@ CASES = [
     (["check", "--help"], 0),
     (["bench", "--help"], 0),
     (["quantize", "--help"], 0),
+    (["runtimes", "--help"], 0),
+    (["runtimes", "remove", "--help"], 0),
     (["export", "--no-such-option"], 2),
     (["lower"], 2),  # missing argument
     (["export", "--method", "bilinear"], 2),

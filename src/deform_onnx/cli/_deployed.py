@@ -44,7 +44,7 @@ def run_deployed(model_path: Path, deployed: list[str], feeds: dict, options: di
     with err_console.status("deployed runtimes", spinner="dots") as status:
 
         def log(line: str) -> None:
-            if line.startswith("creating the "):  # the first use of a runtime: said once, kept on screen
+            if line.startswith(("creating the ", "waiting for ")):  # a runtime's first use: kept on screen
                 err_console.print(f"deform-onnx: {escape(line)}", highlight=False, soft_wrap=True)
             status.update(escape(line[:120]))
 

@@ -7,5 +7,6 @@ from . import (  # noqa: F401
     export_cmd,
     lower_cmd,
     quantize_cmd,
+    runtimes_cmd,
     targets_cmd,
 )

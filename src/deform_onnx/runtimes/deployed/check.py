@@ -84,7 +84,8 @@ def check_runtimes(
             (all of a runtime's files or none).
         rtol, atol: the tolerance (default: the output dtype's, as ``export`` verifies).
         repeats: timed runs after a warm-up.
-        timeout: seconds for each venv step and each runtime's conversion and runs.
+        timeout: seconds for each runtime's conversion and runs; a venv step may stall (print nothing, read or
+            write nothing) for at most this or 300 s, whichever is less.
         log: receives progress lines (venv creation with pip's output, which runtime runs); default: the
             line saying a venv is being created goes to stderr.
 
@@ -116,7 +117,7 @@ def check_runtimes(
         for fam in fams:
             row = RuntimeRow(fam.name, fam.title, tolerance=bound)
             try:
-                python = interpreter(fam, timeout, log)
+                python = interpreter(fam, min(timeout, 300), log)
             except RuntimeError as exc:
                 row.error = str(exc).splitlines()[0]
                 rows.append(row)
@@ -137,8 +138,8 @@ def check_runtimes(
 
 
 def _announce(line: str) -> None:
-    """The default ``log``: say on stderr that a venv is being created (minutes, once); nothing else."""
-    if line.startswith("creating the "):
+    """The default ``log``: say on stderr that a venv is being created, or awaited (minutes, once); nothing else."""
+    if line.startswith(("creating the ", "waiting for ")):
         print(f"deform-onnx: {line}", file=sys.stderr, flush=True)
 
 

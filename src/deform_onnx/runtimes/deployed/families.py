@@ -97,8 +97,11 @@ def family(name: str) -> Family:
     raise ValueError(f"unknown runtime {name!r}; choose from {', '.join(names())}")
 
 
-def interpreter(fam: Family, timeout: float = 1800, log: Callable[[str], None] | None = None) -> Path:
+def interpreter(fam: Family, timeout: float = 300, log: Callable[[str], None] | None = None) -> Path:
     """The Python that runs ``fam``: its cached venv's (created on first use, saying so through ``log``).
+
+    ``timeout``: seconds a venv step may stall (no output, nothing read or written), not a total; a second
+    process asking for the same venv meanwhile waits for it (:func:`deform_onnx.runtimes.venvs.cached_venv`).
 
     Raises:
         RuntimeError: one line: the venv could not be created (e.g. no registry access: pip's last line), or
