@@ -45,6 +45,7 @@ from matrix_runners import BUILDS, NOT_RUN, REWRITERS, Build  # noqa: E402
 
 import deform_onnx  # noqa: E402
 from deform_onnx.cli.example import example_model, load_photo  # noqa: E402
+from deform_onnx.runtimes.sealed import run_env  # noqa: E402
 from deform_onnx.runtimes.venvs import cached_venv  # noqa: E402
 
 BEGIN, END = "<!-- runtime-matrix:begin -->", "<!-- runtime-matrix:end -->"
@@ -134,7 +135,7 @@ def rewrite(build: Build, model: Path, timeout: float) -> tuple[Path | None, str
     target = model.with_name(f"{model.stem}.{venv}.onnx")
     try:
         done = subprocess.run([str(python), "-c", code, str(model), str(target)], capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+                              timeout=timeout, env=run_env(python))  # fmt: skip
     except subprocess.TimeoutExpired:
         return None, f"{venv} timed out after {timeout:g} s"
     if done.returncode != 0 or not target.is_file():

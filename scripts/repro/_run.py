@@ -19,6 +19,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "scripts")]
 
 from matrix_runners import BUILDS  # noqa: E402
 
+from deform_onnx.runtimes.sealed import run_env  # noqa: E402
 from deform_onnx.runtimes.venvs import cached_venv  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def run(
     meta_path = model.with_suffix(".meta.json")
     meta_path.write_text(json.dumps(meta))
     done = subprocess.run([str(python), "-c", build.runner, str(meta_path)], capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+                          timeout=timeout, env=run_env(python))  # fmt: skip
     lines = done.stdout.strip().splitlines()
     result = json.loads(lines[-1]) if lines else {"error": f"runner exited {done.returncode}: {done.stderr[-300:]}"}
     print(json.dumps(result))
