@@ -252,10 +252,12 @@ for n in meta["inputs"]:
         sample = np.resize(feeds[n].transpose(0, 2, 3, 1), (20, 128, 128, 3)).astype(np.float32)
         np.save(os.path.join(work, "calibration_image_sample_data_20x128x128x3_float32.npy"), sample)
 # onnx2tf runs `onnxsim` (0.4.36, its pin) from PATH first, as in an activated venv, and writes the
-# simplified model over its input: convert a copy
+# simplified model over its input: convert a copy. The sealed environment (deform_onnx.runtimes.sealed)
+# has the venv's bin on PATH already, after the refusing pip: added only when a caller did not seal
 model = os.path.join(work, "model.onnx")
 shutil.copyfile(meta["model"], model)
-env = dict(os.environ, PATH=meta["tool"] + os.pathsep + os.environ.get("PATH", ""))
+path = os.environ.get("PATH", "")
+env = dict(os.environ, PATH=path if meta["tool"] in path.split(os.pathsep) else meta["tool"] + os.pathsep + path)
 conv = subprocess.run([os.path.join(meta["tool"], "onnx2tf"), "-i", model, "-o", work, "-n", *meta.get("args", [])],
                       capture_output=True, text=True, timeout=1800, cwd=work, env=env)
 found = glob.glob(os.path.join(work, "*_float32.tflite"))
