@@ -101,6 +101,11 @@ def test_run_env_drops_the_users_settings(tmp_path: Path, monkeypatch: pytest.Mo
     }  # fmt: skip
     refused = subprocess.run(["pip", "install", "x"], env=env, capture_output=True, text=True)
     assert refused.returncode == 1 and "blocked" in refused.stderr and not record.exists()
+    (tmp_path / "a-file").write_text("")  # a cache that cannot be written: the refusing pips go elsewhere
+    monkeypatch.setenv("DEFORM_ONNX_VENVS", str(tmp_path / "a-file" / "venvs"))
+    env = sealed.run_env(runtime / "bin" / "python")
+    refused = subprocess.run(["pip3", "install", "x"], env=env, capture_output=True, text=True)
+    assert refused.returncode == 1 and "blocked" in refused.stderr and not record.exists()
     # the install step keeps what reaches the index, drops what would change what or where pip installs
     monkeypatch.setenv("PIP_FIND_LINKS", "/somewhere/wheels")
     install = sealed.install_env(runtime / "bin" / "python")

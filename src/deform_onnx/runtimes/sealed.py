@@ -133,11 +133,19 @@ def blocked_pip() -> Path:
 
     Kept beside the cached venvs (``$DEFORM_ONNX_VENVS/.blocked-pip``, a folder that allows running
     programs, unlike a ``noexec`` /tmp, where ``PATH`` lookup would pass over it to the next ``pip``);
-    each file is written whole (a temporary file renamed) when missing.
+    where that cannot be written (a read-only shared cache), in the temporary folder. Each file is
+    written whole (a temporary file renamed) when missing.
     """
     from .venvs import venv_root
 
-    folder = venv_root() / ".blocked-pip"
+    try:
+        return _write_refusing(venv_root() / ".blocked-pip")
+    except OSError:
+        return _write_refusing(Path(tempfile.gettempdir()) / f"deform-onnx-{os.getuid()}-blocked-pip")
+
+
+def _write_refusing(folder: Path) -> Path:
+    """Write the refusing programs into ``folder`` (created) where missing; ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("pip", "pip3", f"pip{sys.version_info[0]}.{sys.version_info[1]}"):
         path = folder / name
