@@ -220,33 +220,36 @@ def _run_step(step: list[str], stall: float, log: Callable[[str], None] | None, 
     last = reported = time.monotonic()
     seen = _activity(proc.pid)
     with proc:
-        while True:
-            try:
-                line = got.get(timeout=0.5)
-            except queue.Empty:
-                line = ""
-            now = time.monotonic()
-            if line is None:
-                break
-            if line:
-                last = reported = now
-                lines.append(line)
-                if log is not None and line.strip():
-                    log(line.strip())
-                continue
-            moved = _activity(proc.pid)
-            if moved is not None and moved != seen:
-                seen, last = moved, now
-                if log is not None and now - reported >= _QUIET_REPORT:
-                    reported = now
-                    log(f"{root.name}: {what}: working ({moved / 1e6:.0f} MB read and written so far)")
-            if now - last > stall:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                tail = next((x.strip() for x in reversed(lines) if x.strip()), "no output")
-                raise RuntimeError(f"could not create {root}: {what} stalled: no output and nothing read or "
-                                   f"written for {stall:g} s (last line: {tail[:200]})")  # fmt: skip
+        try:
+            while True:
+                try:
+                    line = got.get(timeout=0.5)
+                except queue.Empty:
+                    line = ""
+                now = time.monotonic()
+                if line is None:
+                    break
+                if line:
+                    last = reported = now
+                    lines.append(line)
+                    if log is not None and line.strip():
+                        log(line.strip())
+                    continue
+                moved = _activity(proc.pid)
+                if moved is not None and moved != seen:
+                    seen, last = moved, now
+                    if log is not None and now - reported >= _QUIET_REPORT:
+                        reported = now
+                        log(f"{root.name}: {what}: working ({moved / 1e6:.0f} MB read and written so far)")
+                if now - last > stall:
+                    tail = next((x.strip() for x in reversed(lines) if x.strip()), "no output")
+                    raise RuntimeError(f"could not create {root}: {what} stalled: no output and nothing read or "
+                                       f"written for {stall:g} s (last line: {tail[:200]})")  # fmt: skip
+        except BaseException:  # the stall, or Ctrl-C (the step runs in a session of its own: it would go on)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
         proc.wait()
     return proc.returncode, "".join(lines)
 
