@@ -120,6 +120,14 @@ def test_a_stalled_step_fails_in_one_line_a_silent_working_one_does_not(tmp_path
     assert "last line: Collecting sealtiny" in message and lines == ["Collecting sealtiny"]
 
 
+def test_a_cache_that_cannot_be_written_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("DEFORM_ONNX_VENVS", str(tmp_path / "a-file" / "venvs"))
+    with pytest.raises(RuntimeError, match=r"^cannot create the tiny venv in .*a-file/venvs: ") as info:
+        venvs.cached_venv("tiny", [f"{NAME}==0.1"])
+    assert "\n" not in str(info.value)
+
+
 def test_runtimes_list_install_remove(built, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI on the private cache: a family backed by the ``tiny`` venv, then the others; one-line errors."""
     root, (first, _) = built

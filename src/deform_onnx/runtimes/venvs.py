@@ -82,8 +82,12 @@ def _complete(root: Path, wanted: str, requirements: Sequence[str]) -> bool:
 def _locked(name: str, log: Callable[[str], None] | None) -> Iterator[None]:
     """Hold the lock of the venv ``name`` (``.<name>.lock`` beside it); say so when another process has it."""
     root = venv_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{name}.lock", "a") as f:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / f".{name}.lock", "a")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise RuntimeError(f"cannot create the {name} venv in {root}: {exc.strerror or exc}") from None
+    with lock as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -138,7 +142,8 @@ def cached_venv(
         Path of the venv's ``bin/python``.
 
     Raises:
-        RuntimeError: the venv could not be created (one line: the step and pip's last line, or the stall).
+        RuntimeError: the venv could not be created (one line: the step and pip's last line, the stall, or a
+            cache folder that cannot be written).
     """
     root = venv_root() / name
     python = root / "bin" / "python"
