@@ -16,6 +16,10 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 - ``"stack flatten as Concat"`` (:mod:`.repair_stack`): ``torch.stack(xs, dim=a).flatten(a, a + 1)``
   as one ``Concat`` (onnx2tf 1.29.24 misconverts the 5-D stack and its Reshape: Deformable DETR's
   per-level MSDA core 1.0 off in LiteRT).
+- ``"Sum as Add"``: each ``Sum`` of the main graph as a chain of ``Add`` (both broadcast the same way,
+  ONNX ``Sum``-13 / ``Add``-14; a one-input ``Sum`` becomes ``Identity``): RKNN-Toolkit2's op table marks
+  ``Sum`` "Not Supported" and ``Add`` supported (``doc/RKNNToolKit2_OP_Support-v2.1.0.md``). The values are
+  the same up to float rounding of the summation order, which ``Sum`` leaves unspecified.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from onnx import numpy_helper
 
 from .repair_stack import stack_flatten_as_concat
 
-__all__ = ["REPAIRS", "reshape_allowzero_0"]
+__all__ = ["REPAIRS", "reshape_allowzero_0", "sum_as_add"]
 
 
 def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
@@ -60,8 +64,38 @@ def reshape_allowzero_0(model: onnx.ModelProto) -> list[str]:
     return [f"Reshape allowzero=1 dropped on {changed} node(s) with a constant shape without 0"] if changed else []
 
 
+def sum_as_add(model: onnx.ModelProto) -> list[str]:
+    """Write each ``Sum`` node of the main graph as a left-to-right chain of ``Add`` nodes (in place).
+
+    Returns one line naming how many ``Sum`` nodes changed (empty when none).
+    """
+    from onnx import helper
+
+    nodes: list[onnx.NodeProto] = []
+    changed = 0
+    for node in model.graph.node:
+        if node.op_type != "Sum" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        changed += 1
+        base = node.name or f"sum{changed}"
+        if len(node.input) == 1:
+            nodes.append(helper.make_node("Identity", [node.input[0]], [node.output[0]], name=base))
+            continue
+        acc = node.input[0]
+        for k, term in enumerate(node.input[1:], 1):
+            out = node.output[0] if k == len(node.input) - 1 else f"{base}__add{k}"
+            nodes.append(helper.make_node("Add", [acc, term], [out], name=f"{base}__add{k}"))
+            acc = out
+    if changed:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return [f"Sum written as Add on {changed} node(s)"] if changed else []
+
+
 #: Repair name (``Target.repairs``) -> function editing the model in place, returning what it did.
 REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "Reshape allowzero 0": reshape_allowzero_0,
     "stack flatten as Concat": stack_flatten_as_concat,  # repair_stack.py
+    "Sum as Add": sum_as_add,
 }
