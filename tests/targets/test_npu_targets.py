@@ -134,6 +134,17 @@ def test_sum_as_add_keeps_values():
     assert sum_as_add(model) == []
 
 
+def test_lower_native_file_for_rknn_and_hailo(layer_inputs):
+    """lower(): a DeformConv file becomes RKNN's form (no Sum, no GatherND) and matches; for hailo it is refused."""
+    native, _ = _export(layer_inputs, method="native", opset_version=19)
+    proto = deform_onnx.lower(native, target="rknn")
+    ops = set(op_types(proto))
+    assert _opset(proto) == 19 and "Gather" in ops and not ops & {"DeformConv", "GridSample", "GatherND", "Sum"}, ops
+    _matches(layer_inputs, proto.SerializeToString(), "lower --target rknn")
+    with pytest.raises(ValueError, match=r"target 'hailo': no data-dependent gather"):
+        deform_onnx.lower(native, target="hailo")
+
+
 # -- qnn -----------------------------------------------------------------------------------------------
 def test_qnn_file_is_gridsample_20_without_deformconv_and_matches(layer_inputs, files):
     proto, data = files["qnn"]
@@ -213,3 +224,38 @@ def test_webgpu_file_has_no_gridsample_and_matches(layer_inputs, files):
 def test_webgpu_refuses_gridsample_naming_32275(layer_inputs, tmp_path):
     with pytest.raises(ValueError, match=r"'webgpu>=1.26' mishandles grid_sample.*onnxruntime#32275"):
         _export(layer_inputs, tmp_path / "w.onnx", target="webgpu>=1.26", method="grid_sample")
+
+
+def _range_model(width) -> onnx.ModelProto:
+    """y = x + arange(x.shape[1]) with the arange computed from Shape (as lower() writes base grids)."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, width])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, width])
+    inits = [helper.make_tensor(n, onnx.TensorProto.INT64, [], [v]) for n, v in (("one", 1), ("zero", 0))]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one"], ["w"], axis=0),
+        helper.make_node("Range", ["zero", "w", "one"], ["r"], name="grid"),
+        helper.make_node("Cast", ["r"], ["rf"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "rf"], ["y"]),
+    ]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    model.ir_version = 8
+    return model
+
+
+def test_range_as_constant_folds_static_ranges_only():
+    import onnxruntime as ort
+
+    from deform_onnx.targets.repairs import range_as_constant
+
+    model = _range_model(5)
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 5)).astype(np.float32)}
+    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]  # noqa: E731
+    want = run(model)
+    assert range_as_constant(model) == ["Range written as a constant on 1 node(s)"]
+    assert "Range" not in op_types(model) and "Shape" not in op_types(model)
+    np.testing.assert_array_equal(run(model), want)
+    dynamic = _range_model("w")
+    assert range_as_constant(dynamic) == [] and "Range" in op_types(dynamic)

@@ -20,6 +20,10 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   ONNX ``Sum``-13 / ``Add``-14; a one-input ``Sum`` becomes ``Identity``): RKNN-Toolkit2's op table marks
   ``Sum`` "Not Supported" and ``Add`` supported (``doc/RKNNToolKit2_OP_Support-v2.1.0.md``). The values are
   the same up to float rounding of the summation order, which ``Sum`` leaves unspecified.
+- ``"Range as constant"``: a ``Range`` whose start, limit and delta are known before run time (constants,
+  or shape arithmetic on static shapes: the lowerings' base grids, which ``lower`` builds from ``Shape``)
+  becomes the constant it computes; RKNN-Toolkit2's op table marks ``Range`` "Not Supported". A ``Range``
+  of a dynamic size is left (rule ``rknn ops`` then names it).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from onnx import numpy_helper
 
 from .repair_stack import stack_flatten_as_concat
 
-__all__ = ["REPAIRS", "reshape_allowzero_0", "sum_as_add"]
+__all__ = ["REPAIRS", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
 
 
 def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
@@ -93,9 +97,46 @@ def sum_as_add(model: onnx.ModelProto) -> list[str]:
     return [f"Sum written as Add on {changed} node(s)"] if changed else []
 
 
+def range_as_constant(model: onnx.ModelProto) -> list[str]:
+    """Replace each main-graph ``Range`` with foldable inputs by a ``Constant`` of its values (in place).
+
+    Returns one line naming how many ``Range`` nodes changed (empty when none).
+    """
+    import numpy as np
+    from onnx import helper
+
+    from .repair_stack import _constants as arrays
+    from .repair_stack import _fold, _static_shapes
+
+    graph = model.graph
+    if not any(n.op_type == "Range" for n in graph.node):
+        return []
+    consts, shapes = arrays(graph), _static_shapes(model)
+    changed = 0
+    for index, node in enumerate(graph.node):
+        if node.op_type != "Range" or node.domain not in ("", "ai.onnx"):
+            continue
+        values = [_fold(model, x, shapes, consts) for x in node.input]
+        if any(v is None for v in values):
+            continue
+        start, limit, delta = (np.asarray(v).reshape(()) for v in values)  # type: ignore[union-attr]
+        result = np.arange(start, limit, delta).astype(start.dtype)
+        tensor = numpy_helper.from_array(result, node.output[0])
+        graph.node[index].CopyFrom(helper.make_node("Constant", [], [node.output[0]], name=node.name, value=tensor))
+        changed += 1
+    if not changed:
+        return []
+    import onnx_ir as ir
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))
+    return [f"Range written as a constant on {changed} node(s)"]
+
+
 #: Repair name (``Target.repairs``) -> function editing the model in place, returning what it did.
 REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "Reshape allowzero 0": reshape_allowzero_0,
     "stack flatten as Concat": stack_flatten_as_concat,  # repair_stack.py
     "Sum as Add": sum_as_add,
+    "Range as constant": range_as_constant,
 }

@@ -274,12 +274,12 @@ TABLE: tuple[Target, ...] = (
         opset=17,
         reason="GridSample and DeformConv are not in RKNN's op table (GridSample ran on the CPU in RF-DETR's "
         "profile, #366; runtime 2.3.2 refuses it as a CPU op, #478): the gather form with Gather (GatherND is not "
-        "supported either) and Sum written as Add; opsets 12 to 19",
+        "supported either), Sum written as Add and static Range as constants; opsets 12 to 19",
         source="read: airockchip/rknn-toolkit2 doc/RKNNToolKit2_OP_Support-v2.1.0.md (ONNX opset 19); "
         "airockchip/rknn_model_zoo#366; airockchip/rknn-toolkit2#276, #478; rknn-toolkit2 v1.6.0 release notes "
         "('Support ONNX model of OPSET 12~19'); not run here (no RKNN toolkit or board)",
         options=("no DeformConv", "no GridSample", "rknn ops"),
-        repairs=("Sum as Add",),
+        repairs=("Sum as Add", "Range as constant"),
         faults=(
             _no_kernel("RKNN", "RKNNToolKit2_OP_Support-v2.1.0.md: DeformConv Not Supported", "use method gather"),
             Fault(
