@@ -119,8 +119,8 @@ def range_as_constant(model: onnx.ModelProto) -> list[str]:
         values = [_fold(model, x, shapes, consts) for x in node.input]
         if any(v is None for v in values):
             continue
-        start, limit, delta = (np.asarray(v).reshape(()) for v in values)  # type: ignore[union-attr]
-        result = np.arange(start, limit, delta).astype(start.dtype)
+        start, limit, delta = (np.asarray(v).reshape(()) for v in values)
+        result = np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)
         tensor = numpy_helper.from_array(result, node.output[0])
         graph.node[index].CopyFrom(helper.make_node("Constant", [], [node.output[0]], name=node.name, value=tensor))
         changed += 1
