@@ -21,6 +21,8 @@ import deform_onnx
 from deform_onnx.builder.forms import EMIT_FORMS
 from deform_onnx.cli import app
 from deform_onnx.targets import TARGET_NAMES, all_targets, resolve_target, violations
+from deform_onnx.targets.needs import FEATURES
+from deform_onnx.targets.npu_rules import RKNN_UNSUPPORTED
 from deform_onnx.targets.rules import RULES
 from util import DeformLayer, assert_close, case_config, make_inputs, op_types, reference, run_ort
 
@@ -46,7 +48,7 @@ def test_table_entries_are_complete():
     names = [t.name for t in targets]
     assert len(names) == len(set(names))
     assert {"onnxruntime", "openvino", "tensorrt", "tensorrt-rtx", "directml", "webgpu", "coreml", "tflite", "ncnn",
-            "tvm", "generic"} <= set(TARGET_NAMES)  # fmt: skip
+            "tvm", "rknn", "qnn", "hailo", "generic"} <= set(TARGET_NAMES)  # fmt: skip
     for t in targets:
         assert t.reason and t.source and t.runtime, t.name
         assert set(t.options) <= set(RULES), t.name
@@ -54,6 +56,26 @@ def test_table_entries_are_complete():
         assert deform_onnx.LOWERINGS[t.method].min_opset <= t.opset, t.name
         for fault in t.faults:
             assert not fault.hits(t.method, t.opset), f"{t.name} refuses its own pick"
+
+
+def _from_float(proto: onnx.ModelProto, name: str) -> bool:
+    """Whether ``name`` is computed through a Floor/Ceil/Round or a Cast to integers (the gather form's sample
+    indices are the floor of computed coordinates; shape arithmetic from Shape/Size is not followed).
+    """
+    producer = {o: n for n in proto.graph.node for o in n.output}
+    stack, seen = [name], set()
+    while stack:
+        node = producer.get(stack.pop())
+        if node is None or id(node) in seen or node.op_type in ("Shape", "Size"):
+            continue
+        seen.add(id(node))
+        to_int = node.op_type == "Cast" and any(
+            a.name == "to" and a.i in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) for a in node.attribute
+        )
+        if node.op_type in ("Floor", "Ceil", "Round") or to_int:
+            return True
+        stack.extend(node.input)
+    return False
 
 
 def independent_findings(proto: onnx.ModelProto) -> set[str]:
@@ -71,6 +93,13 @@ def independent_findings(proto: onnx.ModelProto) -> set[str]:
         found.add("no NaN guard")
     if "DeformConv" in ops:
         found.add("no DeformConv")
+    if ops & RKNN_UNSUPPORTED:
+        found.add("rknn ops")
+    constants = {t.name for t in proto.graph.initializer}
+    constants |= {n.output[0] for n in proto.graph.node if n.op_type == "Constant"}
+    gathers = [n for n in proto.graph.node if n.op_type in ("Gather", "GatherElements", "GatherND")]
+    if any(n.input[1] not in constants and _from_float(proto, n.input[1]) for n in gathers):
+        found.add("no data-dependent gather")
     inferred = onnx.shape_inference.infer_shapes(proto)
     values = [*inferred.graph.value_info, *inferred.graph.output]
     shapes = [v.type.tensor_type.shape.dim for v in values if v.type.tensor_type.HasField("shape")]
@@ -91,10 +120,15 @@ def test_each_target_writes_a_graph_its_rules_accept_or_refuses_it(layer_inputs,
     expected = independent_findings(forced) & set(target.options)
     assert {v.split(":")[0] for v in violations(forced, target.options)} >= expected
     rule_warnings = [w for w in caught if f"target {name!r}" in str(w.message)]
+    lacking = [f for f, _, _ in target.lacks if FEATURES[f](layer_inputs[0], tuple(inputs.values()))]
+    if lacking:  # hailo: the model's deformable sampling is refused before the export
+        with pytest.raises(deform_onnx.ExportError, match=rf"target {name!r} cannot run a {lacking[0]}"):
+            export(layer_inputs, target=name)
     if expected:
         assert rule_warnings, f"{name}: force=True wrote a graph breaking {expected} without a warning"
-        with pytest.raises(ValueError, match=rf"target {name!r}: ({'|'.join(expected)})"):
-            export(layer_inputs, target=name)
+        if not lacking:
+            with pytest.raises(ValueError, match=rf"target {name!r}: ({'|'.join(expected)})"):
+                export(layer_inputs, target=name)
     else:
         assert not rule_warnings, [str(w.message) for w in rule_warnings]
 
@@ -119,7 +153,7 @@ def test_gridsample_20_rule_finds_it_and_force_writes_it(layer_inputs):
 
 
 @pytest.mark.parametrize("name", ["tensorrt-rtx", "directml", "webgpu", "onnxruntime<1.25", "onnxruntime==1.18",
-                                  "onnx2torch"])  # fmt: skip
+                                  "onnx2torch", "rknn", "qnn", "hailo", "tensorrt<10.1"])  # fmt: skip
 def test_native_refused_where_there_is_no_kernel(layer_inputs, name):
     with pytest.raises(ValueError, match="mishandles native"):
         export(layer_inputs, target=name, method="native", opset_version=19)

@@ -11,7 +11,11 @@ from ._common import console
 
 @app.command("targets")
 def targets_command(
-    name: str = typer.Argument(None, help="Show one target (e.g. tensorrt, onnxruntime<1.25).", show_default=False),
+    name: str = typer.Argument(
+        None,
+        help="Show one target (e.g. rknn, onnxruntime<1.25, webgpu>=1.30: a version pin on the runtime's version).",
+        show_default=False,
+    ),
 ) -> None:
     """Print the runtime targets: what each picks (method, opset, graph rules) and why, with the source.
 

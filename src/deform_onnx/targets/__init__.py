@@ -7,8 +7,10 @@ combinations the runtime is known to mishandle (``ValueError``; a warning with
 ``force=True``), and check the emitted graph against the target's rules.
 
 Names: :data:`TARGET_NAMES`; ``onnxruntime`` also takes a version pin
-(``onnxruntime<1.25``, ``onnxruntime==1.18``). ``deform-onnx targets`` prints
-the table.
+(``onnxruntime<1.25``, ``onnxruntime==1.18``), and so do the targets of
+:data:`deform_onnx.targets.versions.FAMILIES` (``webgpu>=1.30``, ``tensorrt==10.0``,
+``openvino==2026.4``; without a pin, the installed version where the runtime's Python
+package is installed). ``deform-onnx targets`` prints the table.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .base import Choice, Fault, Target
 from .onnxruntime import onnxruntime_target
 from .rules import RULES, violations
 from .table import TABLE
+from .versions import FAMILIES, family_target
 
 __all__ = [
     "Target",
@@ -38,10 +41,13 @@ TARGET_NAMES: tuple[str, ...] = ("onnxruntime", *TARGETS)
 
 
 def resolve_target(spec: str | Target) -> Target:
-    """The :class:`Target` for a name (``"tensorrt"``) or an onnxruntime pin (``"onnxruntime<1.25"``).
+    """The :class:`Target` for a name (``"tensorrt"``) or a version pin (``"onnxruntime<1.25"``, ``"webgpu>=1.30"``).
+
+    A versioned target's name alone (``"webgpu"``, ``"tensorrt"``, ``"openvino"``) means the installed
+    version where its Python package is installed, else any version (:mod:`.versions`).
 
     Raises:
-        ValueError: an unknown name (the message lists the known ones) or a bad version pin.
+        ValueError: an unknown name (the message lists the known ones) or a bad version pin (one line).
     """
     if isinstance(spec, Target):
         return spec
@@ -49,11 +55,14 @@ def resolve_target(spec: str | Target) -> Target:
     match = re.fullmatch(r"(onnxruntime|ort)\s*(.*)", text)
     if match:
         return onnxruntime_target(match.group(2).replace(" ", ""))
+    match = re.fullmatch(r"([a-z0-9-]+?)\s*((?:[<>=!~,]|\s).*)?", text)
+    if match and match.group(1) in FAMILIES:
+        return family_target(TARGETS[match.group(1)], (match.group(2) or "").replace(" ", ""))
     if text in TARGETS:
         return TARGETS[text]
     raise ValueError(
         f"unknown target {spec!r}; choose one of {', '.join(TARGET_NAMES)} "
-        "(onnxruntime also takes a version pin, e.g. onnxruntime<1.25)"
+        f"(onnxruntime, {', '.join(FAMILIES)} also take a version pin, e.g. onnxruntime<1.25, webgpu>=1.30)"
     )
 
 

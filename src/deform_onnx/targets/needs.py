@@ -24,14 +24,19 @@ from .base import Choice
 
 
 class _CallScan(TorchFunctionMode):
-    """Records what the model calls while it runs: each ``F.grid_sample`` input rank, and each antialiased
-    ``F.interpolate`` mode.
+    """Records what the model calls while it runs: each ``F.grid_sample`` input rank, each antialiased
+    ``F.interpolate`` mode, and each registered op's torch op (:attr:`OpEntry.torch_ops
+    <deform_onnx.ops.registry.OpEntry.torch_ops>`, e.g. ``torchvision::deform_conv2d``) it calls.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.ranks: set[int] = set()
         self.antialiased: set[str] = set()
+        self.deformable: set[str] = set()
+        from ..ops.registry import OPS
+
+        self._ops = {name for entry in OPS.values() for name in entry.torch_ops}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -39,6 +44,10 @@ class _CallScan(TorchFunctionMode):
             self.ranks.add(args[0].dim())
         elif func is F.interpolate and (kwargs.get("antialias") or (len(args) > 6 and args[6])):
             self.antialiased.add(str(kwargs.get("mode", args[3] if len(args) > 3 else "nearest")))
+        elif isinstance(func, torch._ops.OpOverloadPacket | torch._ops.OpOverload):
+            name = func._qualified_op_name if isinstance(func, torch._ops.OpOverloadPacket) else func.name()
+            if name in self._ops:
+                self.deformable.add(name)
         return func(*args, **kwargs)
 
 
@@ -91,10 +100,18 @@ def _bfloat16(model: torch.nn.Module, args) -> bool:
     return has_bfloat16(model, args)
 
 
-#: Model feature (the first item of a :attr:`Target.needs` entry) -> whether ``(model, args)`` has it.
+def _sampling(model: torch.nn.Module, args) -> bool:
+    calls = model_calls(model, args)
+    return bool(calls.ranks or calls.deformable)
+
+
+#: Model feature (the first item of a :attr:`Target.needs` / :attr:`Target.lacks` entry) -> whether
+#: ``(model, args)`` has it. ``"deformable sampling"``: an ``F.grid_sample`` call or a registered op's torch op
+#: (``torchvision.ops.deform_conv2d``), the sampling at computed positions that every lowering writes.
 FEATURES: dict[str, Callable[[torch.nn.Module, tuple], bool]] = {
     "5-D grid_sample": lambda model, args: 5 in grid_sample_ranks(model, args),
     "bfloat16": _bfloat16,
+    "deformable sampling": _sampling,
 }
 #: Needs of every target (the ONNX spec's, not a runtime's): applied when no opset was given (an
 #: explicit lower one is :func:`deform_onnx.exporting.bfloat16.choose_opset`'s error, as without a target).

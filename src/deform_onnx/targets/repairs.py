@@ -16,6 +16,14 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 - ``"stack flatten as Concat"`` (:mod:`.repair_stack`): ``torch.stack(xs, dim=a).flatten(a, a + 1)``
   as one ``Concat`` (onnx2tf 1.29.24 misconverts the 5-D stack and its Reshape: Deformable DETR's
   per-level MSDA core 1.0 off in LiteRT).
+- ``"Sum as Add"``: each ``Sum`` of the main graph as a chain of ``Add`` (both broadcast the same way,
+  ONNX ``Sum``-13 / ``Add``-14; a one-input ``Sum`` becomes ``Identity``): RKNN-Toolkit2's op table marks
+  ``Sum`` "Not Supported" and ``Add`` supported (``doc/RKNNToolKit2_OP_Support-v2.1.0.md``). The values are
+  the same up to float rounding of the summation order, which ``Sum`` leaves unspecified.
+- ``"Range as constant"``: a ``Range`` whose start, limit and delta are known before run time (constants,
+  or shape arithmetic on static shapes: the lowerings' base grids, which ``lower`` builds from ``Shape``)
+  becomes the constant it computes; RKNN-Toolkit2's op table marks ``Range`` "Not Supported". A ``Range``
+  of a dynamic size is left (rule ``rknn ops`` then names it).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from onnx import numpy_helper
 
 from .repair_stack import stack_flatten_as_concat
 
-__all__ = ["REPAIRS", "reshape_allowzero_0"]
+__all__ = ["REPAIRS", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
 
 
 def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
@@ -60,8 +68,75 @@ def reshape_allowzero_0(model: onnx.ModelProto) -> list[str]:
     return [f"Reshape allowzero=1 dropped on {changed} node(s) with a constant shape without 0"] if changed else []
 
 
+def sum_as_add(model: onnx.ModelProto) -> list[str]:
+    """Write each ``Sum`` node of the main graph as a left-to-right chain of ``Add`` nodes (in place).
+
+    Returns one line naming how many ``Sum`` nodes changed (empty when none).
+    """
+    from onnx import helper
+
+    nodes: list[onnx.NodeProto] = []
+    changed = 0
+    for node in model.graph.node:
+        if node.op_type != "Sum" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        changed += 1
+        base = node.name or f"sum{changed}"
+        if len(node.input) == 1:
+            nodes.append(helper.make_node("Identity", [node.input[0]], [node.output[0]], name=base))
+            continue
+        acc = node.input[0]
+        for k, term in enumerate(node.input[1:], 1):
+            out = node.output[0] if k == len(node.input) - 1 else f"{base}__add{k}"
+            nodes.append(helper.make_node("Add", [acc, term], [out], name=f"{base}__add{k}"))
+            acc = out
+    if changed:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return [f"Sum written as Add on {changed} node(s)"] if changed else []
+
+
+def range_as_constant(model: onnx.ModelProto) -> list[str]:
+    """Replace each main-graph ``Range`` with foldable inputs by a ``Constant`` of its values (in place).
+
+    Returns one line naming how many ``Range`` nodes changed (empty when none).
+    """
+    import numpy as np
+    from onnx import helper
+
+    from .repair_stack import _constants as arrays
+    from .repair_stack import _fold, _static_shapes
+
+    graph = model.graph
+    if not any(n.op_type == "Range" for n in graph.node):
+        return []
+    consts, shapes = arrays(graph), _static_shapes(model)
+    changed = 0
+    for index, node in enumerate(graph.node):
+        if node.op_type != "Range" or node.domain not in ("", "ai.onnx"):
+            continue
+        values = [_fold(model, x, shapes, consts) for x in node.input]
+        if any(v is None for v in values):
+            continue
+        start, limit, delta = (np.asarray(v).reshape(()) for v in values)
+        result = np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)
+        tensor = numpy_helper.from_array(result, node.output[0])
+        graph.node[index].CopyFrom(helper.make_node("Constant", [], [node.output[0]], name=node.name, value=tensor))
+        changed += 1
+    if not changed:
+        return []
+    import onnx_ir as ir
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))
+    return [f"Range written as a constant on {changed} node(s)"]
+
+
 #: Repair name (``Target.repairs``) -> function editing the model in place, returning what it did.
 REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "Reshape allowzero 0": reshape_allowzero_0,
     "stack flatten as Concat": stack_flatten_as_concat,  # repair_stack.py
+    "Sum as Add": sum_as_add,
+    "Range as constant": range_as_constant,
 }

@@ -150,6 +150,8 @@ def integer_shape_tensors(model: onnx.ModelProto) -> list[str]:
     return bad[:1] + ([f"... and {len(bad) - 1} more"] if len(bad) > 1 else [])
 
 
+from . import npu_rules as _npu  # noqa: E402 - the NPU targets' rules (npu_rules.py reads _inferred from here)
+
 #: A graph rule: a finished model -> its violations, one line each.
 RuleFn = Callable[[onnx.ModelProto], list[str]]
 
@@ -161,6 +163,8 @@ GENERAL_RULES: dict[str, RuleFn] = {
     "ncnn blobs": ncnn_blobs,
     "static shapes": static_shapes,
     "integer-only shape tensors": integer_shape_tensors,
+    "rknn ops": _npu.rknn_ops,
+    "no data-dependent gather": _npu.no_data_dependent_gather,
 }
 
 

@@ -19,8 +19,9 @@ from .base import Fault, Target
 
 _GRIDSAMPLE_20 = Fault(
     what="grid_sample at opset >= 20 (GridSample-20)",
-    why="GridSample-20 writes mode='linear'; onnx-tensorrt reads only 'bilinear' and silently samples nearest "
-    "(onnx-tensorrt PR #1060, NVIDIA/TensorRT #4646)",
+    why="GridSample-20 renamed 'bilinear'/'bicubic' to 'linear'/'cubic'; onnx-tensorrt's parser checks only the "
+    "old names and silently samples nearest (reproduced with TensorRT 11.1 and TensorRT-RTX 1.5: onnx-tensorrt "
+    "PR #1060, open, fixes NVIDIA/TensorRT #4646; no release known fixed)",
     hits=lambda method, opset: method == "grid_sample" and opset >= 20,
     fix="use method gather, or grid_sample at opset 16 to 19",
     op="deform_conv2d",
@@ -44,6 +45,26 @@ def _no_kernel(runtime: str, source: str, fix: str = "use method grid_sample or 
         op="deform_conv2d",
     )
 
+
+#: What ``tensorrt`` pins admitting a release before 10.1 refuse (:mod:`.versions`).
+TENSORRT_BEFORE_PLUGIN = _no_kernel(
+    "TensorRT before 10.1",
+    "onnx-tensorrt parses DeformConv through the ModulatedDeformConv2d plugin from 10.1",
+    "use method gather (the target's pick), or pin tensorrt>=10.1",
+)
+
+#: microsoft/onnxruntime#32275 (2026-08-26, closed): the WebGPU EP's GridSample gives wrong results in
+#: RT-DETR-family deformable-attention decoders (cosine similarity to the CPU EP 0.52 from the first
+#: GridSample on). The release with the fix is not established (the thread and the release notes read here
+#: name no fixing PR), so every onnxruntime-web version gets the gather form (:mod:`.versions`).
+WEBGPU_32275 = Fault(
+    what="grid_sample (GridSample on WebGPU)",
+    why="the WebGPU EP's GridSample gives wrong results in RT-DETR-family decoders (microsoft/onnxruntime#32275; "
+    "no onnxruntime-web release known fixed)",
+    hits=lambda method, opset: method == "grid_sample",
+    fix="use method gather (the target's pick)",
+    op="deform_conv2d",
+)
 
 TABLE: tuple[Target, ...] = (
     Target(
@@ -81,12 +102,13 @@ TABLE: tuple[Target, ...] = (
     ),
     Target(
         name="tensorrt",
-        runtime="TensorRT >= 10.1 (onnx-tensorrt parser)",
+        runtime="TensorRT (onnx-tensorrt parser; DeformConv through the ModulatedDeformConv2d plugin from 10.1)",
         method="gather",
         opset=17,
         reason="GridSample results reported wrong since TensorRT 10.14 (NVIDIA/TensorRT #4813, pytorch/TensorRT "
         "#4074): gather unless asked; native needs the ModulatedDeformConv2d plugin",
-        source="read: issues named; graph rules tested (tests/test_targets.py, tests/test_graph_safety.py)",
+        source="read: issues named; GridSample-20: onnx-tensorrt PR #1060 (open: no release known fixed); "
+        "graph rules tested (tests/targets/test_targets.py, tests/targets/test_graph_safety.py)",
         options=("no GridSample-20", "integer-only shape tensors"),
         faults=(_GRIDSAMPLE_20,),
     ),
@@ -114,13 +136,16 @@ TABLE: tuple[Target, ...] = (
     ),
     Target(
         name="webgpu",
-        runtime="ONNX Runtime WebGPU execution provider (onnxruntime-web, native WebGPU EP)",
-        method="grid_sample",
+        runtime="ONNX Runtime WebGPU execution provider (onnxruntime-web, native WebGPU EP), any version",
+        method="gather",
         opset=17,
-        reason="GridSample kernel (4-D, bilinear) but no DeformConv; GridSample-20's 'linear' is not a mode it knows",
-        source="read: onnxruntime-web 1.24.3 docs/webgpu-operators.md and ops/grid-sample.ts",
-        options=("no DeformConv", "no GridSample-20"),
-        faults=(_WEBGPU_GRIDSAMPLE_20, _no_kernel("WebGPU", "webgpu-operators.md")),
+        reason="no DeformConv kernel; GridSample gives wrong results in RT-DETR-family decoders (#32275) and no "
+        "release is known fixed: gather (pin a version: webgpu>=X, see deform_onnx.targets.versions)",
+        source="read: microsoft/onnxruntime#32275; onnxruntime-web 1.24.3 docs/webgpu-operators.md and "
+        "ops/grid-sample.ts (modes bilinear/nearest/bicubic, not GridSample-20's 'linear'); GridSample in the "
+        "native WebGPU EP from 1.26 (#28264, 1.26.0 release notes)",
+        options=("no DeformConv", "no GridSample"),
+        faults=(WEBGPU_32275, _WEBGPU_GRIDSAMPLE_20, _no_kernel("WebGPU", "webgpu-operators.md")),
     ),
     Target(
         name="coreml",
@@ -241,6 +266,70 @@ TABLE: tuple[Target, ...] = (
             ),
         ),
         status="measured here",
+    ),
+    Target(
+        name="rknn",
+        runtime="Rockchip RKNN-Toolkit2 (ONNX -> .rknn, RK3588/RK3576/... NPU)",
+        method="gather",
+        opset=17,
+        reason="GridSample and DeformConv are not in RKNN's op table (GridSample ran on the CPU in RF-DETR's "
+        "profile, #366; runtime 2.3.2 refuses it as a CPU op, #478): the gather form with Gather (GatherND is not "
+        "supported either), Sum written as Add and static Range as constants; opsets 12 to 19",
+        source="read: airockchip/rknn-toolkit2 doc/RKNNToolKit2_OP_Support-v2.1.0.md (ONNX opset 19); "
+        "airockchip/rknn_model_zoo#366; airockchip/rknn-toolkit2#276, #478; rknn-toolkit2 v1.6.0 release notes "
+        "('Support ONNX model of OPSET 12~19'); not run here (no RKNN toolkit or board)",
+        options=("no DeformConv", "no GridSample", "rknn ops"),
+        repairs=("Sum as Add", "Range as constant"),
+        faults=(
+            _no_kernel("RKNN", "RKNNToolKit2_OP_Support-v2.1.0.md: DeformConv Not Supported", "use method gather"),
+            Fault(
+                what="grid_sample (GridSample)",
+                why="GridSample is Not Supported in RKNN's op table; it ran on the CPU, not the NPU "
+                "(airockchip/rknn_model_zoo#366), and runtime 2.3.2 refuses it (airockchip/rknn-toolkit2#478)",
+                hits=lambda method, opset: method == "grid_sample",
+                fix="use method gather (the target's pick)",
+                op="deform_conv2d",
+            ),
+            Fault(
+                what="opset outside 12 to 19",
+                why="RKNN-Toolkit2 converts ONNX opsets 12 to 19 (v1.6.0 release notes; its op table is for opset 19)",
+                hits=lambda method, opset: not 12 <= opset <= 19,
+                fix="use opset 17 (the target's pick), or 12 to 19",
+            ),
+        ),
+    ),
+    Target(
+        name="qnn",
+        runtime="ONNX Runtime QNN execution provider (Qualcomm AI Engine Direct, HTP/NPU backend)",
+        method="grid_sample",
+        opset=20,
+        reason="GridSample is in the QNN EP's op list and DeformConv is not; GridSample-20 ('linear', 4-D) is what "
+        "the EP's HTP tests run at opset 20, so grid_sample@20; no dynamic shapes",
+        source="read: onnxruntime/onnxruntime-qnn docs/execution_providers/QNN-ExecutionProvider.md (Supported ONNX "
+        "operators; 'QNN EP does not support models with dynamic shapes'); QNN EP GridSample HTP tests "
+        "(GridSample_Linear_* at opset 20); not run here (no Qualcomm device)",
+        options=("no DeformConv", "static shapes"),
+        faults=(_no_kernel("the QNN EP", "its Supported ONNX operators list"),),
+    ),
+    Target(
+        name="hailo",
+        runtime="Hailo Dataflow Compiler (hailo parser onnx, Hailo-8/8L/10)",
+        method="gather",
+        opset=13,
+        reason="Hailo's parser refuses RT-DETR's sampling (DFC 3.30, hailo_model_zoo#161) and no public source shows "
+        "a deformable-sampling form it parses: a model with deformable sampling is refused; force=True writes the "
+        "gather form at opset 13 (the opset Hailo's support suggests), unverified",
+        source="read: hailo-ai/hailo_model_zoo#161 (hailo parser onnx fails on YOLO11 + RTDETRDecoder), "
+        "hailo-ai/hailo_model_zoo#95 (export with opset 13); not run here (no Hailo DFC)",
+        options=("no DeformConv", "no GridSample", "no data-dependent gather"),
+        faults=(_no_kernel("Hailo", "hailo_model_zoo#161", "use method gather with force=True (unverified)"),),
+        lacks=(
+            (
+                "deformable sampling",
+                "Hailo's parser refuses RT-DETR's sampling (hailo-ai/hailo_model_zoo#161) and no form is known to parse",
+                "run the sampling outside the Hailo graph (end the parse before it, as Hailo's end-node names do)",
+            ),
+        ),
     ),
     Target(
         name="generic",
