@@ -159,3 +159,14 @@ def test_flash_block_to_pte(tmp_path):
         want = m(x).numpy()
     got = ExecuTorchSession(path.read_bytes()).run(None, {"input_0": x.numpy()})[0]
     np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=ATOL)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("coremltools") is None, reason="coremltools is not installed")
+def test_flash_block_to_mlpackage(tmp_path):
+    """``.mlpackage``: DCNv3/DCNv4 sampling stays at rank <= 5 (Core ML's limit), so coremltools converts it
+    (Core ML cannot run on Linux: converted and validated, not run; the report says so)."""
+    m, x = _block(), _image(16, 24)
+    path = tmp_path / "flash.mlpackage"
+    report = deform_onnx.export(m, (x,), path)
+    assert path.is_dir() and not report.verified
+    assert any("not run" in n for n in report.notes)
