@@ -16,6 +16,8 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 - ``"stack flatten as Concat"`` (:mod:`.repair_stack`): ``torch.stack(xs, dim=a).flatten(a, a + 1)``
   as one ``Concat`` (onnx2tf 1.29.24 misconverts the 5-D stack and its Reshape: Deformable DETR's
   per-level MSDA core 1.0 off in LiteRT).
+- ``"scatter as Concat"`` / ``"index list as Concat"`` (:mod:`.repair_index`): ``x[:, i] = y`` and
+  ``x[[1, 0]]`` (``ScatterElements`` / ``GatherND``, which ncnn does not load) as ``Slice`` + ``Concat``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 import onnx
 from onnx import numpy_helper
 
+from .repair_index import index_list_as_concat, scatter_as_concat
 from .repair_stack import stack_flatten_as_concat
 
 __all__ = ["REPAIRS", "reshape_allowzero_0"]
@@ -64,4 +67,6 @@ def reshape_allowzero_0(model: onnx.ModelProto) -> list[str]:
 REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "Reshape allowzero 0": reshape_allowzero_0,
     "stack flatten as Concat": stack_flatten_as_concat,  # repair_stack.py
+    "scatter as Concat": scatter_as_concat,  # repair_index.py
+    "index list as Concat": index_list_as_concat,  # repair_index.py
 }
