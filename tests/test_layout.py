@@ -253,6 +253,7 @@ MANY_PARAMETERS: dict[str, str] = {
     "deform_onnx.ops.dcnv3.reference:dcnv3_core": "InternImage's dcnv3_core_pytorch arguments",
     "deform_onnx.ops.dcnv3.reference:dcnv4_core": "DCNv4's arguments (InternImage's, plus softmax)",
     "deform_onnx.ops.dcnv3.reference:DCNv3.__init__": "InternImage's DCNv3 layer arguments",
+    "deform_onnx.ops.dcnv3.dcnv4:DCNv4.__init__": "OpenGVLab/DCNv4's DCNv4 module arguments (checkpoints load as is)",
     "deform_onnx.exporters.aten_detectors:emit_sdpa": "aten::scaled_dot_product_attention's schema",
     "deform_onnx.exporters.aten_detectors:_sdpa_symbolic": "aten::scaled_dot_product_attention's schema",
     "deform_onnx.exporters.size_ranges:linspace": "torch.linspace's signature (it replaces it while exporting)",

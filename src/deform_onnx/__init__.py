@@ -38,6 +38,7 @@ _EXPORTS = {
     "resolve_target": ".targets",
     "lowest_ir_version": ".core.irversion",
     "DCNv3": ".ops.dcnv3",
+    "DCNv4": ".ops.dcnv3",
     "dcnv3_core": ".ops.dcnv3",
     "dcnv4_core": ".ops.dcnv3",
     "quantize": ".quantize",
@@ -54,7 +55,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from .exporters.torchscript import register, unregister
     from .exporting.api import ExportError, ExportReport, VerificationError, export
     from .formats.decompose import decompositions
-    from .ops.dcnv3 import DCNv3, dcnv3_core, dcnv4_core
+    from .ops.dcnv3 import DCNv3, DCNv4, dcnv3_core, dcnv4_core
     from .ops.deform_conv.register import LOWERINGS, resolve_method
     from .ops.deform_conv.spec import DeformConvSpec
     from .ops.registry import METHODS

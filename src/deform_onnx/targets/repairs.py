@@ -24,6 +24,8 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   or shape arithmetic on static shapes: the lowerings' base grids, which ``lower`` builds from ``Shape``)
   becomes the constant it computes; RKNN-Toolkit2's op table marks ``Range`` "Not Supported". A ``Range``
   of a dynamic size is left (rule ``rknn ops`` then names it).
+- ``"scatter as Concat"`` / ``"index list as Concat"`` (:mod:`.repair_index`): ``x[:, i] = y`` and
+  ``x[[1, 0]]`` (``ScatterElements`` / ``GatherND``, which ncnn does not load) as ``Slice`` + ``Concat``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Callable
 import onnx
 from onnx import numpy_helper
 
+from .repair_index import index_list_as_concat, scatter_as_concat
 from .repair_stack import stack_flatten_as_concat
 
 __all__ = ["REPAIRS", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
@@ -139,4 +142,6 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "stack flatten as Concat": stack_flatten_as_concat,  # repair_stack.py
     "Sum as Add": sum_as_add,
     "Range as constant": range_as_constant,
+    "scatter as Concat": scatter_as_concat,  # repair_index.py
+    "index list as Concat": index_list_as_concat,  # repair_index.py
 }

@@ -109,6 +109,27 @@ def ncnn_blobs(model: onnx.ModelProto) -> list[str]:
     ]
 
 
+#: ONNX ops ncnn (through pnnx) does not load, with the model code that writes them (measured here: pnnx
+#: 20261020 -> ncnn 1.0.20261020, case c38: "layer ScatterElements not exists or registered").
+NCNN_UNLOADABLE = {
+    "ScatterElements": "an in-place assignment such as x[:, i] = y (torch's select_scatter / index_put)",
+    "ScatterND": "an in-place assignment through an index tensor (x[idx] = y)",
+    "GatherND": "indexing with a list or tensor of indices such as x[..., [1, 0]]",
+}
+
+
+def ncnn_loadable(model: onnx.ModelProto) -> list[str]:
+    """No node of an op ncnn does not load (:data:`NCNN_UNLOADABLE`), after the target's repairs; each
+    violation names the op, its node and the model code that writes it.
+    """
+    found = [n for n in model.graph.node if n.op_type in NCNN_UNLOADABLE and n.domain in ("", "ai.onnx")]
+    return [
+        f"{n.op_type} node {n.name or n.output[0]} does not load in ncnn; it comes from {NCNN_UNLOADABLE[n.op_type]}: "
+        "write that part without it (torch.cat of slices, or a computed tensor instead of the in-place write)"
+        for n in found
+    ]
+
+
 def static_shapes(model: onnx.ModelProto) -> list[str]:
     """Graph inputs with a dynamic dimension: runtimes that compile for one size refuse them."""
     dynamic = [
@@ -161,6 +182,7 @@ GENERAL_RULES: dict[str, RuleFn] = {
     "no NaN guard": no_nan_guard,
     "no Reshape allowzero": no_reshape_allowzero,
     "ncnn blobs": ncnn_blobs,
+    "ncnn loadable ops": ncnn_loadable,
     "static shapes": static_shapes,
     "integer-only shape tensors": integer_shape_tensors,
     "rknn ops": _npu.rknn_ops,

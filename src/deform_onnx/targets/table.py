@@ -194,7 +194,9 @@ TABLE: tuple[Target, ...] = (
         source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: pnnx 20261020 -> ncnn 1.0.20261020 "
         "Python bindings; cubic and 5-D within 5.6e-6 for every padding and align_corners; "
         "scripts/repro/ncnn_rank5.py)",
-        options=("no NaN guard", "ncnn blobs", "static shapes"),
+        options=("no NaN guard", "ncnn blobs", "ncnn loadable ops", "GridSample batch 1", "static shapes"),
+        # measured here (case c38, voxelmorph): ncnn does not load ScatterElements / GatherND
+        repairs=("scatter as Concat", "index list as Concat"),
         faults=(_no_kernel("ncnn", "not run here: the matrix runs the standard-op forms"),),
         status="measured here",
         forms=("no NaN guard", "batch 1"),

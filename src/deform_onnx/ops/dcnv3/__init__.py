@@ -2,6 +2,7 @@
 
 - :mod:`.reference`: what it is: PyTorch reference forms (:func:`dcnv3_core`,
   :func:`dcnv4_core`, the :class:`DCNv3` layer) written so that they export;
+- :mod:`.dcnv4`: the :class:`DCNv4` layer (FlashInternImage), with DCNv4's own parameter names;
   shapes and the source of the semantics are in their docstrings;
 - :mod:`.lower`: :class:`~.lower.DCNv3Spec` and the lowering, sampled with
   ``grid_sample``'s lowerings (:mod:`deform_onnx.ops.grid_sample`);
@@ -22,12 +23,14 @@ _EXPORTS = {
     "dcnv3_core": ".reference",
     "dcnv4_core": ".reference",
     "DCNv3": ".reference",
+    "DCNv4": ".dcnv4",
     "kernel_points": ".lower",
 }
 
-__all__ = ["dcnv3_core", "dcnv4_core", "DCNv3", "kernel_points"]
+__all__ = ["dcnv3_core", "dcnv4_core", "DCNv3", "DCNv4", "kernel_points"]
 
 if TYPE_CHECKING:
+    from .dcnv4 import DCNv4
     from .lower import kernel_points
     from .reference import DCNv3, dcnv3_core, dcnv4_core
 

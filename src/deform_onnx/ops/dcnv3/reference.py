@@ -91,15 +91,16 @@ def dcnv3_core(
     # Pixel position of each output's kernel centre in the padded map.
     cx = torch.arange(Wo, dtype=dtype) * stride_w + dilation_w * (kernel_w - 1) // 2
     cy = torch.arange(Ho, dtype=dtype) * stride_h + dilation_h * (kernel_h - 1) // 2
-    spread = torch.tensor(points, dtype=dtype)  # [P, 2]
-    off = offset.reshape(N, Ho, Wo, group, P, 2)
-    delta = (spread + off) * offset_scale  # [N, Ho, Wo, G, P, 2]
-    px = delta[..., 0] + cx.reshape(1, 1, Wo, 1, 1)
-    py = delta[..., 1] + cy.reshape(1, Ho, 1, 1, 1)
+    # Every tensor stays at rank <= 5 (Core ML's limit): groups and points share one axis, index g * P + p.
+    spread = torch.tensor(points, dtype=dtype).repeat(group, 1)  # [G * P, 2]
+    off = offset.reshape(N, Ho, Wo, group * P, 2)
+    delta = (spread + off) * offset_scale  # [N, Ho, Wo, G * P, 2]
+    px = delta[..., 0] + cx.reshape(1, 1, Wo, 1)
+    py = delta[..., 1] + cy.reshape(1, Ho, 1, 1)
     # grid_sample's align_corners=False normalisation: pixel p <-> (2p + 1) / size - 1.
     grid = torch.stack(((2 * px + 1) / Wp - 1, (2 * py + 1) / Hp - 1), dim=-1)
-    grid = grid.permute(0, 3, 1, 2, 4, 5).reshape(N * group, Ho * Wo, P, 2)
-    value = x.reshape(N, Hp, Wp, group, group_channels).permute(0, 3, 4, 1, 2)
+    grid = grid.reshape(N, Ho * Wo, group, P, 2).permute(0, 2, 1, 3, 4).reshape(N * group, Ho * Wo, P, 2)
+    value = x.reshape(N, Hp * Wp, group, group_channels).permute(0, 2, 3, 1)
     value = value.reshape(N * group, group_channels, Hp, Wp)
     sampled = F.grid_sample(value, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     weight = mask.reshape(N, Ho * Wo, group, P).permute(0, 2, 1, 3).reshape(N * group, 1, Ho * Wo, P)

@@ -63,6 +63,29 @@ def no_gridsample_reflection(model: onnx.ModelProto) -> list[str]:
     return [f"GridSample reflection node(s) {', '.join(found[:3])}"] if found else []
 
 
+def gridsample_batch_1(model: onnx.ModelProto) -> list[str]:
+    """GridSample on a batch of one: ncnn has no batch axis, and a GridSample of batch 2 runs there with an output
+    of another shape (measured here: pnnx 20261020 -> ncnn 1.0.20261020, ``F.grid_sample`` on ``[2, 4, 8, 8]``;
+    batch 1 matches within 1.2e-7). A dynamic batch counts as more than one.
+    """
+    g = _inferred(model).graph
+    batch = {
+        v.name: (v.type.tensor_type.shape.dim[0].dim_value or None) if v.type.tensor_type.shape.dim else None
+        for v in (*g.input, *g.value_info)
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")
+    }
+    found = [
+        f"{n.name or n.output[0]} (batch {batch.get(n.input[0]) or 'dynamic'})"
+        for n in model.graph.node
+        if n.op_type == "GridSample" and n.domain in ("", "ai.onnx") and batch.get(n.input[0]) != 1
+    ]
+    return (
+        [f"GridSample node(s) over a batch other than 1, which ncnn has no axis for: {', '.join(found[:3])}"]
+        if (found)
+        else []
+    )
+
+
 def no_gridsample(model: onnx.ModelProto) -> list[str]:
     """GridSample nodes: runtimes and converters without a GridSample kernel refuse the file."""
     found = _nodes(model, "GridSample")
@@ -76,4 +99,5 @@ RULES: dict[str, RuleFn] = {
     "no 5-D GridSample": no_5d_gridsample,
     "no GridSample cubic": no_gridsample_cubic,
     "no GridSample reflection": no_gridsample_reflection,
+    "GridSample batch 1": gridsample_batch_1,
 }

@@ -1,0 +1,172 @@
+"""DCNv4 (FlashInternImage): the layer with DCNv4's own parameter names, and a FlashInternImage block exported.
+
+Expected values are PyTorch's on the same tensors; the layer's sampling is pinned against the numpy
+transcription of the CUDA kernel in test_dcnv3.py (``_cuda_reference``). The block
+(tests/real_code/flash_internimage_style.py, written as OpenGVLab/DCNv4 writes it) exports with default
+arguments at opset 11 and 17 (each rerun here in ONNX Runtime, the dynamic one at a non-square new size)
+and to ``.pte`` (rerun in ExecuTorch).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+from test_dcnv3 import _cuda_reference
+
+import deform_onnx
+from deform_onnx.ops.dcnv3 import DCNv4
+from real_code.flash_internimage_style import FlashBlock
+from util import ATOL
+
+#: The state_dict keys of OpenGVLab/DCNv4's ``DCNv4`` module (DCNv4_op/DCNv4/modules/dcnv4.py), per option.
+DCNV4_KEYS = {"offset_mask.weight", "offset_mask.bias", "value_proj.weight", "value_proj.bias", "output_proj.weight"}
+DW_KEYS = {"offset_mask_dw.weight", "offset_mask_dw.bias"}
+CFS_KEYS = {"center_feature_scale_proj_weight", "center_feature_scale_proj_bias"}
+
+
+def _layer(seed: int = 0, **kw) -> DCNv4:
+    torch.manual_seed(seed)
+    m = DCNv4(channels=16, group=2, **kw).eval()
+    with torch.no_grad():  # DCNv4 initialises offset_mask to zero: offsets of a few pixels instead
+        m.offset_mask.weight.normal_(0, 0.7)
+        m.offset_mask.bias.normal_(0, 0.5)
+    return m
+
+
+def test_state_dict_matches_dcnv4s_module():
+    """A FlashInternImage checkpoint loads: the same keys and shapes (padded offset_mask width) as DCNv4's module."""
+    assert set(DCNv4(64, group=4, output_bias=False).state_dict()) == DCNV4_KEYS
+    full = DCNv4(64, group=4, dw_kernel_size=5, center_feature_scale=True).state_dict()
+    assert set(full) == DCNV4_KEYS | {"output_proj.bias"} | DW_KEYS | CFS_KEYS
+    assert full["offset_mask.weight"].shape == (112, 64)  # 4 groups * 9 points * 3 = 108 -> a multiple of 8
+    assert set(DCNv4(32, group=2, without_pointwise=True, remove_center=True).state_dict()) == {
+        "offset_mask.weight",
+        "offset_mask.bias",
+    }
+    assert DCNv4(32, group=2, remove_center=True).offset_mask.out_features == 48  # 2 * 8 * 3
+
+
+@pytest.mark.parametrize("remove_center", [False, True])
+def test_layer_samples_as_the_cuda_kernel(remove_center):
+    """Without the projections the layer is the CUDA kernel on ``(input, offset_mask(input))``, per group."""
+    m = _layer(remove_center=remove_center, without_pointwise=True)
+    H, W, C, G = 5, 7, 16, 2
+    P = 8 if remove_center else 9
+    x = torch.randn(1, H * W, C, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got = m(x, (H, W)).reshape(1, H, W, C).numpy()
+        om = m.offset_mask(x).reshape(1, H, W, -1)[..., : G * P * 3].reshape(1, H, W, G, 3 * P)
+    offset, mask = om[..., : 2 * P].reshape(1, H, W, G * P * 2), om[..., 2 * P :].reshape(1, H, W, G * P)
+    want = _cuda_reference(x.reshape(1, H, W, C), offset, mask, 3, 1, 1, 1, G, C // G, 1.0, remove_center)
+    np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
+
+
+def test_center_feature_scale_and_projections():
+    """value_proj -> core -> per-group sigmoid gate between the core's output and value_proj's -> output_proj."""
+    m = _layer(dw_kernel_size=3, center_feature_scale=True)
+    with torch.no_grad():
+        m.center_feature_scale_proj_weight.normal_(0, 0.5)
+        m.center_feature_scale_proj_bias.normal_(0, 0.5)
+    H, W, C, G = 4, 6, 16, 2
+    x = torch.randn(2, H * W, C, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        got = m(x, (H, W))
+        v = m.value_proj(x).reshape(2, H, W, C)
+        feat = m.offset_mask_dw(x.reshape(2, H, W, C).permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        om = m.offset_mask(feat)[..., : G * 27].reshape(2, H, W, G, 27)
+        core = torch.from_numpy(
+            _cuda_reference(
+                v,
+                om[..., :18].reshape(2, H, W, 36),
+                om[..., 18:].reshape(2, H, W, 18),
+                3,
+                1,
+                1,
+                1,
+                G,
+                C // G,
+                1.0,
+                False,
+            )
+        ).float()
+        gate = torch.sigmoid(core @ m.center_feature_scale_proj_weight.T + m.center_feature_scale_proj_bias)
+        gate = gate.repeat_interleave(C // G, dim=-1)
+        want = m.output_proj((core * (1 - gate) + v * gate).reshape(2, H * W, C))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0, atol=ATOL)
+
+
+def test_errors_name_the_fix():
+    with pytest.raises(ValueError, match="divisible by group"):
+        DCNv4(30, group=4)
+    with pytest.raises(ValueError, match="stride"):
+        DCNv4(16, group=2, stride=2)
+    with pytest.raises(ValueError, match="pad"):
+        DCNv4(16, group=2, pad=0)
+
+
+def _block() -> FlashBlock:
+    torch.manual_seed(0)
+    m = FlashBlock().eval()
+    with torch.no_grad():
+        for blk in m.blocks:
+            blk.dcn.offset_mask.weight.normal_(0, 0.5)
+            if blk.dcn.center_feature_scale:
+                blk.dcn.center_feature_scale_proj_weight.normal_(0, 0.3)
+    return m
+
+
+def _image(H: int, W: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(1, 3, H, W, generator=torch.Generator().manual_seed(seed))
+
+
+def _ort(path, x: torch.Tensor) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_flash_block_exports_with_default_arguments(tmp_path, opset):
+    """The block exports at opset 11 (gather) and 17 with defaults; the file matches PyTorch in ONNX Runtime
+    at the export size and (17: dynamic H and W) at a non-square size it was not exported at."""
+    m, x = _block(), _image(32, 32)
+    path = tmp_path / f"flash{opset}.onnx"
+    dynamic = dict(input_names=["x"], dynamic_axes={"x": {2: "H", 3: "W"}}) if opset == 17 else {}
+    report = deform_onnx.export(m, (x,), path, opset_version=opset, **dynamic)
+    assert report.opset == opset
+    for size in [x] + ([_image(24, 48, seed=1)] if dynamic else []):
+        with torch.no_grad():
+            want = m(size).numpy()
+        got = _ort(path, size)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("executorch") is None, reason="executorch is not installed")
+def test_flash_block_to_pte(tmp_path):
+    """``.pte`` with default arguments: written, and the file itself rerun in ExecuTorch matches PyTorch."""
+    from deform_onnx.formats.executorch import ExecuTorchSession
+
+    m, x = _block(), _image(24, 32)
+    path = tmp_path / "flash.pte"
+    report = deform_onnx.export(m, (x,), path)
+    assert path.is_file() and report.verified
+    with torch.no_grad():
+        want = m(x).numpy()
+    got = ExecuTorchSession(path.read_bytes()).run(None, {"input_0": x.numpy()})[0]
+    np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=ATOL)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("coremltools") is None, reason="coremltools is not installed")
+def test_flash_block_to_mlpackage(tmp_path):
+    """``.mlpackage``: DCNv3/DCNv4 sampling stays at rank <= 5 (Core ML's limit), so coremltools converts it
+    (Core ML cannot run on Linux: converted and validated, not run; the report says so)."""
+    m, x = _block(), _image(16, 24)
+    path = tmp_path / "flash.mlpackage"
+    report = deform_onnx.export(m, (x,), path)
+    assert path.is_dir() and not report.verified
+    assert any("not run" in n for n in report.notes)
