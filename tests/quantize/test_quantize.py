@@ -299,6 +299,9 @@ def test_openvino_target_quantizes_with_nncf_and_keeps_predictors_float(example,
     out = files["tmp"] / "example_int8.xml"
     report = deform_onnx.quantize(files["native"], out, files["calibration"], target="openvino", eval_inputs=photo)
     assert out.is_file() and out.with_suffix(".bin").is_file()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert all(p.stat().st_mode & 0o777 == 0o666 & ~umask for p in (out, out.with_suffix(".bin")))
     assert report.quantizer.startswith("nncf") and report.quantized
     model = ov.Core().read_model(str(out))
     predictors = {n for n, _, why in report.kept_float if why.startswith("offset path") and n.startswith("node_conv")}
