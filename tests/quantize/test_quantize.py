@@ -339,8 +339,6 @@ def test_64_channel_dcnv2_stack_keeps_cosine_on_an_unseen_photo(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    import torch
-
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "quantize.py"
     spec = importlib.util.spec_from_file_location("benchmarks_quantize", path)
     bench = importlib.util.module_from_spec(spec)
@@ -505,20 +503,3 @@ def test_rebuild_reads_each_layers_weights_back_from_its_subgraph(example, from_
         None, {native.graph.input[0].name: photo.numpy()}
     )[0]
     assert np.abs(got - want).max() <= 1e-4
-
-
-def test_a_dynamic_export_quantizes_and_runs_at_another_size(example, files):
-    """A file exported with dynamic N/H/W quantizes (ONNX Runtime's symbolic shape inference asserted on its
-    Range over a dynamic size, a traceback before), and the INT8 file keeps its cosine to PyTorch at the
-    calibration size and at a size it was not calibrated at."""
-    model, photo, want = example
-    dynamic = files["tmp"] / "example_dynamic.onnx"
-    axes = {"x": {0: "N", 2: "H", 3: "W"}}
-    deform_onnx.export(model, (photo,), dynamic, input_names=["x"], dynamic_axes=axes)
-    int8 = files["tmp"] / "example_dynamic_int8.onnx"
-    deform_onnx.quantize(dynamic, int8, files["calibration"], eval_inputs=photo)
-    assert cosine(run(int8, photo.numpy()), want) >= MIN_COSINE
-    other = torch.nn.functional.interpolate(photo, size=(96, 160), mode="bilinear").repeat(2, 1, 1, 1)
-    with torch.no_grad():
-        want_other = model(other).numpy()
-    assert cosine(run(int8, other.numpy()), want_other) >= MIN_COSINE
