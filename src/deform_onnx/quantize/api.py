@@ -139,6 +139,7 @@ def quantize(
             made in its folder (checked first, before any work).
         ImportError: nncf is not installed (``target="openvino"``; ``pip install deform-onnx[quantize]``).
     """
+    bound = Bound(min_cosine, max_error, accept)  # a bound out of range: before any work (a module's export too)
     if is_module(src):
         from .from_model import quantize_model
 
@@ -164,7 +165,6 @@ def quantize(
     check_output_path(dst, "dst")  # before any work: a folder it cannot write fails here, not after quantizing
     if method not in (None, "grid_sample", "gather", "native"):
         raise ValueError(f"method {method!r}: use grid_sample, gather or native")
-    bound = Bound(min_cosine, max_error, accept)
     step = progress or (lambda *_: None)
     step("read", 0, 1)
     try:
