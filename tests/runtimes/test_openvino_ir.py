@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +19,16 @@ from runtimes.test_deployed import TinyDCN  # noqa: E402
 
 def test_xml_writes_ir_with_native_deformable_convolution(tmp_path: Path) -> None:
     model, x = TinyDCN().eval(), torch.randn(1, 4, 16, 16, generator=torch.Generator().manual_seed(2))
-    report = deform_onnx.export(model, (x,), tmp_path / "m.xml", dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}},
-                                input_names=["x"])  # fmt: skip
+    umask = os.umask(0o022)
+    try:
+        report = deform_onnx.export(model, (x,), tmp_path / "m.xml", dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}},
+                                    input_names=["x"])  # fmt: skip
+    finally:
+        os.umask(umask)
     assert report.format == "openvino" and report.path == tmp_path / "m.xml"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin", "m.xml"]
+    # Like any file the user writes (issue 35 item 8: they were mkstemp's 0600)
+    assert all((tmp_path / n).stat().st_mode & 0o777 == 0o644 for n in ("m.bin", "m.xml"))
     assert report.runtimes and report.runtimes[0].startswith("openvino ")
     assert len(report.checked_shapes) == 2  # the second size the ONNX file was checked at: the IR ran there too
     ir = ov.Core().read_model(str(tmp_path / "m.xml"))  # a plain Core: the IR needs no extension

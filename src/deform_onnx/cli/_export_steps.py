@@ -104,6 +104,8 @@ def check_arguments(a: ExportArgs) -> Asked:
     asked = Asked(kind, "example" if a.model is None else _stem(a.model, kind), specs, want_dtype, npz)
     _check_example_inputs(a, asked)
     _check_dynamic(a, asked)
+    if a.keep_artifacts is not None:  # before any conversion work
+        check_output_folder(a.keep_artifacts, "--keep-artifacts")
     if a.output.suffix == ".onnx":
         check_output_folder(a.output.parent, "-o")
     else:

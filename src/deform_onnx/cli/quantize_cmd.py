@@ -9,7 +9,7 @@ import typer
 
 from ..core.atomic_io import check_output_path
 from ._app import app
-from ._common import UserError, console, user_errors
+from ._common import CHECK_FAILED, UserError, console, err_console, one_line, user_errors
 
 _TARGETS = (
     "onnxruntime",
@@ -39,6 +39,28 @@ def _size(text: str | None) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+def _quantize(src: Path, output: Path, calibration: Path, options: dict):
+    """:func:`deform_onnx.quantize` under a progress bar; a file below the accuracy gate: one line, exit 1."""
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..quantize import quantize
+    from ..quantize.gate import AccuracyError
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task("read", total=1)
+
+            def step(name: str, done: int, total: int) -> None:
+                bar.update(task, description=name, completed=done, total=max(total, 1))
+
+            return quantize(src, output, str(calibration), progress=step, **options)
+    except AccuracyError as exc:  # the file was made and measured, and refused: nothing written
+        err_console.print(f"[bold red]failed:[/] {escape(one_line(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(CHECK_FAILED) from None
+
+
 @app.command("quantize")
 def quantize_command(
     src: Path = typer.Argument(..., help="Float ONNX file (DeformConv nodes are lowered first)."),
@@ -56,7 +78,10 @@ def quantize_command(
     layout: str = typer.Option("NCHW", "--layout", help="Images: NCHW or NHWC."),
     scale: float = typer.Option(1.0, "--scale", help="Images: pixel range after reading, [0, SCALE] (255 for raw)."),
     eval_npz: Path | None = typer.Option(
-        None, "--eval", help="A held-out .npz sample for the error table (default: the first calibration sample)."
+        None,
+        "--eval",
+        help="Held-out inputs the INT8 file is measured and gated on: an .npz (samples stacked) or a folder of "
+        "images (default: the calibration samples).",
     ),
     table: bool = typer.Option(False, "--table", help="Print the per-layer error table."),
     skip_lowering_check: bool = typer.Option(
@@ -64,13 +89,26 @@ def quantize_command(
         "--skip-lowering-check",
         help="Do not check the lowered float model against SRC (needed when ONNX Runtime cannot run SRC).",
     ),
+    min_cosine: float = typer.Option(
+        0.99, "--min-cosine", help="Accuracy gate: each output's smallest cosine to the float model's, per input."
+    ),
+    max_error: float = typer.Option(
+        0.35,
+        "--max-error",
+        help="Accuracy gate: each output's largest |int8 - float| as a fraction of its largest |float|, per input.",
+    ),
+    accept_accuracy: bool = typer.Option(
+        False, "--accept-accuracy", help="Write the INT8 file even below the accuracy gate (the report says so)."
+    ),
 ) -> None:
     """Write an INT8 (QDQ) file that keeps the offset path float, calibrated on CALIBRATION.
 
     ONNX Runtime and TensorRT: onnxruntime.quantization (quantize_static,
     per-channel int8 weights); OpenVINO: nncf. Writes atomically. Exit code
-    2 on a missing file, an output folder it cannot write (checked first), bad
-    options or calibration data the model cannot take.
+    1 when the INT8 file misses the accuracy gate (--min-cosine, --max-error
+    against the float model on the --eval inputs; nothing written, unless
+    --accept-accuracy); 2 on a missing file, an output folder it cannot write
+    (checked first), bad options or calibration data the model cannot take.
     """
     with user_errors(ValueError, FileNotFoundError, NotADirectoryError, PermissionError, ImportError):
         if target not in _TARGETS:
@@ -90,57 +128,35 @@ def quantize_command(
             raise UserError(f"--calibration {calibration}: no such file or folder")
         if calibration.is_file() and calibration.suffix != ".npz":
             raise UserError(f"--calibration {calibration}: give an .npz file or a folder of images")
+        if eval_npz is not None and not (eval_npz.is_dir() or (eval_npz.is_file() and eval_npz.suffix == ".npz")):
+            raise UserError(f"--eval {eval_npz}: give an .npz file or a folder of images")
+        if not -1.0 <= min_cosine <= 1.0:
+            raise UserError(f"--min-cosine {min_cosine}: give a number in [-1, 1] (default 0.99)")
+        if not max_error > 0:
+            raise UserError(f"--max-error {max_error}: give a positive fraction of the output's scale (default 0.35)")
         size_hw, mean_rgb, std_rgb = _size(size), _floats(mean, "--mean"), _floats(std, "--std")
 
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        from ..quantize import Preprocess, quantize
+        from ..quantize import Preprocess
 
         preprocess = None
-        if calibration.is_dir():
+        if calibration.is_dir() or (eval_npz is not None and eval_npz.is_dir()):
             preprocess = Preprocess(size=size_hw, layout=layout, scale=scale)  # mean, std: Preprocess's defaults
             if mean_rgb is not None:
                 preprocess = dataclasses.replace(preprocess, mean=mean_rgb)
             if std_rgb is not None:
                 preprocess = dataclasses.replace(preprocess, std=std_rgb)
-        evaluation = None
-        if eval_npz is not None:
-            import onnx
-
-            from ..quantize.api import _inputs
-            from ..quantize.calibration import feeds
-
-            evaluation = feeds(eval_npz, _inputs(onnx.load(str(src), load_external_data=False)))[0]
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as bar:
-            task = bar.add_task("read", total=1)
-
-            def step(name: str, done: int, total: int) -> None:
-                bar.update(task, description=name, completed=done, total=max(total, 1))
-
-            report = quantize(
-                src,
-                output,
-                str(calibration),
-                target=target,
-                method=method,
-                preprocess=preprocess,
-                eval_inputs=evaluation,
-                skip_lowering_check=skip_lowering_check,
-                progress=step,
-            )
+        options = {
+            "target": target,
+            "method": method,
+            "preprocess": preprocess,
+            "eval_inputs": str(eval_npz) if eval_npz is not None else None,
+            "skip_lowering_check": skip_lowering_check,
+            "min_cosine": min_cosine,
+            "max_error": max_error,
+            "accept": accept_accuracy,
+        }
+        report = _quantize(src, output, calibration, options)
     text = str(report)
     console.print(text if table else text.split("\n\n")[0], highlight=False, soft_wrap=True)
-    console.print(f"wrote {output}", highlight=False)
+    below = " (below the accuracy bound: written because --accept-accuracy was given)" if report.accepted else ""
+    console.print(f"wrote {output}{below}", highlight=False, soft_wrap=True)

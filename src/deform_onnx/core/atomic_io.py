@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+
+def file_mode() -> int:
+    """The mode ``open()`` gives a new file here: ``0o666`` less the process umask (``0o644`` under umask 022).
+
+    Every file deform-onnx writes for the user gets it, not the ``0o600`` of ``mkstemp`` or of the
+    writers that save through a temporary file.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 @contextlib.contextmanager
@@ -26,9 +38,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise FileNotFoundError(f"output folder {path.parent} does not exist; create it first")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+    os.chmod(tmp, file_mode())
     try:
         yield Path(tmp)
         os.replace(tmp, path)
@@ -42,6 +52,38 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     return Path(path)
+
+
+def commit_copies(pairs: Sequence[tuple[str | os.PathLike, str | os.PathLike]]) -> list[Path]:
+    """Copy each ``(source, destination)`` to a temporary name beside its destination, then rename each into place.
+
+    The renames run in the order given (put a file that names another after it: an IR's ``.bin`` before its
+    ``.xml``). Every destination gets :func:`file_mode`, whatever the source's mode. Nothing is renamed until
+    every copy is complete; on an error the temporary files are removed. Returns the destinations.
+
+    Raises:
+        FileNotFoundError: a destination's folder does not exist (before anything is copied).
+    """
+    staged: list[tuple[Path, Path]] = []
+    for _, dst in pairs:
+        if not Path(dst).parent.is_dir():
+            raise FileNotFoundError(f"output folder {Path(dst).parent} does not exist; create it first")
+    mode = file_mode()
+    try:
+        for src, dst in pairs:
+            dst = Path(dst)
+            fd, name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+            os.close(fd)
+            staged.append((Path(name), dst))
+            shutil.copyfile(src, name)
+            os.chmod(name, mode)
+        for tmp, dst in staged:
+            os.replace(tmp, dst)
+    finally:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+    return [dst for _, dst in staged]
 
 
 def check_output_path(path: str | os.PathLike, name: str = "output") -> None:
@@ -66,12 +108,37 @@ def check_output_path(path: str | os.PathLike, name: str = "output") -> None:
         raise NotADirectoryError(f"{name} {path}: {folder} is a file, not a folder")
     if not folder.is_dir():
         raise FileNotFoundError(f"{name} {path}: folder {folder} does not exist; create it first")
-    problem = None if os.access(folder, os.W_OK | os.X_OK) else "permission denied"
-    if problem is None:
-        try:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-        except OSError as exc:
-            problem = exc.strerror or str(exc)
+    problem = _unwritable(folder)
     if problem is not None:
         raise PermissionError(f"{name} {path}: cannot write in the folder {folder} ({problem}); choose another folder")
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why no new file can be made in ``folder`` (``None``: one can), by ``os.access`` and a temporary file."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "permission denied"
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def check_folder(folder: str | os.PathLike, name: str) -> None:
+    """Refuse, before any work, a ``folder`` to write files into (``keep_artifacts``) that is missing, a file,
+    or takes no new file (probed as :func:`check_output_path` probes). ``name`` starts each message.
+
+    Raises:
+        FileNotFoundError: the folder does not exist.
+        NotADirectoryError: it is a file.
+        PermissionError: no new file can be made in it.
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{name} {folder} is a file, not a folder")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{name} {folder}: no such folder; create it first")
+    problem = _unwritable(folder)
+    if problem is not None:
+        raise PermissionError(f"{name} {folder}: cannot write in the folder ({problem}); choose another folder")

@@ -205,7 +205,8 @@ def export(
             ``tflite``, ``tvm``, ``onnx2torch``, ``openvino``, ...) the verified file is also converted with (their
             own converter, in a cached venv each) and run on, against PyTorch on ``args``, before it is written.
         keep_artifacts: a folder for those converters' outputs (``.mnn``, ``.ncnn.param``/``.bin``, ``.tflite``,
-            OpenVINO ``.xml``/``.bin``), named after ``f``; kept only when every runtime matched.
+            OpenVINO ``.xml``/``.bin``), named after ``f``; kept only when every runtime matched. A missing folder
+            (``FileNotFoundError``), a file or one it cannot write in is refused before any work.
 
     Returns:
         :class:`ExportReport` (exporter used, repairs, tolerances, max error).
@@ -224,6 +225,10 @@ def export(
         ExportError: with dynamic axes, the file keeps a requested dynamic dimension static or fails at a
             second size (named, with what froze and what to do; dynamo: after the fallback); nothing written.
     """
+    if keep_artifacts is not None:  # a folder it could not keep them in: refused before any conversion work
+        from ..core.atomic_io import check_folder
+
+        check_folder(keep_artifacts, "keep_artifacts")
     fmt = format_for(f, format)
     if fmt.writer is not None:  # another format: its writer module writes and proves it (deform_onnx.formats)
         settings = {k: v for k, v in locals().items() if k not in ("model", "args", "f", "format", "fmt")}

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core.atomic_io import commit_copies
 from ..core.errors import VerificationError
 
 
@@ -44,8 +44,6 @@ def check_deployed(
         if bad:
             raise VerificationError(f"the file fails on {len(bad)} of {len(rows)} runtimes: "
                                     + "; ".join(describe(r) for r in bad) + "; nothing was written")  # fmt: skip
-        if keep_artifacts is not None:
-            for row in rows:
-                for kept in row.artifacts:
-                    shutil.move(str(kept), Path(keep_artifacts) / kept.name)
+        if keep_artifacts is not None:  # all or none, with a new file's mode
+            commit_copies([(kept, Path(keep_artifacts) / kept.name) for row in rows for kept in row.artifacts])
     return [f"{r.runtime} {r.version}: max abs error {r.max_error:.2g}" for r in rows]

@@ -27,6 +27,7 @@ from pathlib import Path
 import onnx
 import torch
 
+from ..core.atomic_io import file_mode
 from ..core.errors import ExportError
 
 #: protobuf's limit on a serialized message (2 GiB - 1); a module attribute so tests can lower it.
@@ -130,10 +131,8 @@ class ExternalSink:
     def commit(self) -> Path:
         """Move the data file, then the ``.onnx``, into place; remove the temporary folder."""
         data_src, data_dst = self.folder / self.data_name, self.path.parent / self.data_name
-        umask = os.umask(0)
-        os.umask(umask)
         for p in (data_src, self.folder / self.path.name):  # as open() would make them (onnx writes 0o600)
-            os.chmod(p, 0o666 & ~umask)
+            os.chmod(p, file_mode())
         os.replace(data_src, data_dst)
         try:
             os.replace(self.folder / self.path.name, self.path)

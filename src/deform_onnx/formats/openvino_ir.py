@@ -14,15 +14,13 @@ which form was written. ``.xml`` and ``.bin`` are written both or neither.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..core.atomic_io import commit_copies
 from ..core.errors import VerificationError
 
 __all__ = ["FASTEST_FORM", "ONNX_TARGET", "write"]
@@ -144,18 +142,7 @@ def _run_ir(compiled, feeds: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _commit(pairs: list[tuple[Path, Path]]) -> None:
-    """Copy each ``(source, destination)`` beside its destination under a temporary name, then rename all."""
-    staged: list[tuple[Path, Path]] = []
-    try:
-        for src, dst in pairs:
-            fd, name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-            os.close(fd)
-            staged.append((Path(name), dst))
-            shutil.copyfile(src, name)
-        for tmp, dst in reversed(staged):  # the .bin first: an .xml never points at missing weights
-            os.replace(tmp, dst)
-    except BaseException:
-        for tmp, _ in staged:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-        raise
+    """Copy each ``(source, destination)`` beside its destination under a temporary name, then rename all
+    (:func:`~deform_onnx.core.atomic_io.commit_copies`: a new file's mode, not the temporary file's 0600).
+    """
+    commit_copies(pairs[::-1])  # the .bin first: an .xml never points at missing weights

@@ -7,7 +7,8 @@ the package and the function, whichever Python finds first).
 Modules: :mod:`.api` (the entry point, ONNX Runtime / TensorRT through
 ``onnxruntime.quantization``), :mod:`.placement` (what gets Q/DQ, by graph
 analysis), :mod:`.calibration` (feeds from arrays, ``.npz`` or images),
-:mod:`.report` (:class:`QuantizeReport`), :mod:`.openvino` (nncf).
+:mod:`.report` (:class:`QuantizeReport`), :mod:`.gate` (the accuracy gate), :mod:`.measure`
+(the INT8 file against the float model on every evaluation input), :mod:`.openvino` (nncf).
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ import types
 
 from .api import TARGETS, quantize, tensorrt_violations
 from .calibration import Preprocess
+from .gate import AccuracyError, Bound
 from .placement import Placement, place
-from .report import LayerError, QuantizeReport
+from .report import LayerError, OutputAccuracy, QuantizeReport
 
 __all__ = [
     "TARGETS",
+    "AccuracyError",
+    "Bound",
     "LayerError",
+    "OutputAccuracy",
     "Placement",
     "Preprocess",
     "QuantizeReport",

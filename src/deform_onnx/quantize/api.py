@@ -9,18 +9,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import onnx
 
-from ..core.atomic_io import check_output_path
-from .calibration import Preprocess, Reader, feeds
+from ..core.atomic_io import check_output_path, commit_copies
+from .calibration import Preprocess, Reader, eval_feeds, feeds
 from .from_model import is_module
+from .gate import DEFAULT_MAX_ERROR, DEFAULT_MIN_COSINE, Bound, enforce
 from .lowering import check_lowering, lower_for_quantization, pre_process, skipped_note
-from .placement import LAYOUT_OPS, LINEAR_OPS, SAMPLERS, Placement, place
+from .measure import measure
+from .placement import LAYOUT_OPS, LINEAR_OPS, Placement, place
 from .rebuild import rebuild_deform_convs, rebuilt_note
-from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare, form_written
+from .report import HELD_OUT_NOTE, QuantizeReport, form_written
 from .tensorrt import tensorrt_violations as tensorrt_violations
-from .timing import fused_kernels, median_ms, ort_session, slower_note
+from .timing import fused_kernels, median_ms, slower_note
 from .weight_first import overrides, quantize_before_layout
 
 #: Targets and the quantizer each uses.
@@ -42,6 +43,9 @@ def quantize(
     per_channel: bool = True,
     quantize_offset_path: bool = False,
     skip_lowering_check: bool = False,
+    min_cosine: float = DEFAULT_MIN_COSINE,
+    max_error: float = DEFAULT_MAX_ERROR,
+    accept: bool = False,
     progress: Progress | None = None,
 ) -> QuantizeReport:
     """Write an INT8 (QDQ) version of the float ONNX file (or PyTorch model) ``src`` to ``dst``, calibrated on ``calibration``.
@@ -103,8 +107,9 @@ def quantize(
         target: ``"onnxruntime"`` (default), ``"tensorrt"`` or ``"openvino"``.
         method: lowering of deformable nodes (``"grid_sample"``, ``"gather"``, ``"native"`` to keep them).
         preprocess: how a folder's images become the input (:class:`Preprocess`).
-        eval_inputs: one sample (as in ``calibration``) for the report's error table;
-            default: the first calibration sample (then the table is not a held-out measure).
+        eval_inputs: held-out inputs the INT8 file is measured and gated on: one sample (a dict, a tuple in
+            input order, an array), a list of samples, or an ``.npz``/folder as ``calibration``; default: every
+            calibration sample (then the measure is not held out; a note says so).
         per_channel: per-output-channel weight scales (default on).
         quantize_offset_path: also quantize the offset path's convolutions (to measure the
             harm; the report's ``sample_shift_px`` shows how far samples move).
@@ -112,13 +117,19 @@ def quantize(
             notes it). Without it, a check that cannot run (ONNX Runtime runs neither ``src`` nor its
             ``DeformConv`` re-stamp) is a ``ValueError``: the INT8 file is measured against the lowered
             model, so a wrong lowering would go unseen.
+        min_cosine, max_error: the accuracy gate (:mod:`deform_onnx.quantize.gate`): on each evaluation input,
+            each output's cosine to the float model's at least ``min_cosine`` (default 0.99) and its largest
+            error at most ``max_error`` times its largest float value (default 0.35); else nothing is written.
+        accept: write a file below that bound anyway (``report.accepted``; a note says by how much).
         progress: called as ``progress(step, done, total)``.
 
     Returns:
         A :class:`QuantizeReport`.
 
     Raises:
-        ValueError: unknown target or method, ``dst`` equal to ``src`` or of the wrong suffix, a
+        AccuracyError: the INT8 file misses the accuracy bound on some output (without ``accept``): one line
+            naming the output, the input and by how much; nothing written.
+        ValueError: unknown target or method, a bound out of range, ``dst`` equal to ``src`` or of the wrong suffix, a
             ``src`` that is no ONNX model or has inputs other than float32, a lowering that misses ``src``
             or cannot be checked against it (see ``skip_lowering_check``),
             bad calibration data (see :func:`~deform_onnx.quantize.calibration.feeds`), a model
@@ -128,12 +139,14 @@ def quantize(
             made in its folder (checked first, before any work).
         ImportError: nncf is not installed (``target="openvino"``; ``pip install deform-onnx[quantize]``).
     """
+    bound = Bound(min_cosine, max_error, accept)  # a bound out of range: before any work (a module's export too)
     if is_module(src):
         from .from_model import quantize_model
 
         return quantize_model(
             src, dst, calibration, args=args, target=target, method=method, preprocess=preprocess,
             eval_inputs=eval_inputs, per_channel=per_channel, quantize_offset_path=quantize_offset_path,
+            skip_lowering_check=skip_lowering_check, min_cosine=min_cosine, max_error=max_error, accept=accept,
             progress=progress,
         )  # fmt: skip
     if args is not None:
@@ -169,14 +182,14 @@ def quantize(
             "(the quantizers calibrate float32 graphs)"
         )
     samples = feeds(calibration, inputs, preprocess)
-    evaluation = samples[0] if eval_inputs is None else feeds([eval_inputs], inputs)[0]
+    evaluations = samples if eval_inputs is None else eval_feeds(eval_inputs, inputs, preprocess)
     if target == "openvino":
         from .openvino import quantize_openvino
 
-        return quantize_openvino(src, dst, model, samples, evaluation, step, eval_given=eval_inputs is not None)
+        return quantize_openvino(src, dst, model, samples, evaluations, step, bound, eval_given=eval_inputs is not None)
     return _quantize_onnx(
-        _Job(src, dst, model, samples, evaluation, target, method, per_channel, quantize_offset_path,
-             skip_lowering_check, step, eval_given=eval_inputs is not None)
+        _Job(src, dst, model, samples, evaluations, target, method, per_channel, quantize_offset_path,
+             skip_lowering_check, step, bound, eval_given=eval_inputs is not None)
     )  # fmt: skip
 
 
@@ -199,23 +212,25 @@ class _Job:
 
     Attributes:
         src: the float file; ``dst``: the output path; ``model``: ``src`` read.
-        samples: the calibration feeds; ``evaluation``: the feed the report measures on.
+        samples: the calibration feeds; ``evaluations``: the feeds the report measures and the gate holds on.
         target: ``"onnxruntime"`` or ``"tensorrt"``; ``method``: the lowering (``None``: the default).
         per_channel, quantize_offset_path, skip_lowering_check: as :func:`quantize` takes them.
-        step: the progress callback; ``eval_given``: the evaluation feed was given (held out).
+        step: the progress callback; ``bound``: the accuracy gate; ``eval_given``: the evaluation feeds were
+            given (held out).
     """
 
     src: Path
     dst: Path
     model: onnx.ModelProto
     samples: list
-    evaluation: dict
+    evaluations: list[dict]
     target: str
     method: str | None
     per_channel: bool
     quantize_offset_path: bool
     skip_lowering_check: bool
     step: Progress
+    bound: Bound
     eval_given: bool
 
 
@@ -231,11 +246,11 @@ def _quantize_onnx(job: _Job) -> QuantizeReport:
 
     job.step("lower", 0, 1)
     # A lowered file that recorded its layers (deform_onnx.export): each back as DeformConv first (.rebuild).
-    source, rebuilt, rebuild_notes = rebuild_deform_convs(job.model, job.evaluation)
+    source, rebuilt, rebuild_notes = rebuild_deform_convs(job.model, job.evaluations[0])
     lowered, used = lower_for_quantization(source, job.method, job.target)
     checked = used is not None or bool(rebuilt)
     if checked and not job.skip_lowering_check:
-        check_lowering(job.src, job.model, lowered, job.evaluation)
+        check_lowering(job.src, job.model, lowered, job.evaluations)
     with tempfile.TemporaryDirectory(prefix="deform_onnx_quantize_") as tmp:
         tmp_in, tmp_pre, tmp_q = (os.path.join(tmp, n) for n in ("float.onnx", "pre.onnx", "int8.onnx"))
         onnx.save(lowered, tmp_in)
@@ -266,10 +281,15 @@ def _quantize_onnx(job: _Job) -> QuantizeReport:
         report.quantized = [(n, ops[n], placement.why_quantized.get(n, "")) for n in placement.quantize]
         report.kept_float = [(n, ops[n], why) for n, why in placement.keep_float.items()]
         job.step("measure", 0, 1)
-        _measure(report, pre, quantized, placement, job.evaluation)
+        measure(report, pre, quantized, placement, job.evaluations)
+        report.bound = str(job.bound)
+        note = enforce(report.outputs, job.bound, len(job.evaluations), job.eval_given, job.dst)
+        if note is not None:  # below the bound, written on request (accept=True)
+            report.accepted = True
+            report.notes.append(note)
         if job.target == "onnxruntime":
             _time(report, job, pre, tmp_q, tmp)
-        _atomic_copy(tmp_q, job.dst)
+        commit_copies([(tmp_q, job.dst)])
     job.step("done", 1, 1)
     return report
 
@@ -359,8 +379,8 @@ def _notes(job: _Job, used: str | None, lowered: onnx.ModelProto, placement: Pla
 def _time(report: QuantizeReport, job: _Job, pre: onnx.ModelProto, tmp_q: str, tmp: str) -> None:
     """ONNX Runtime's fused integer kernels and the float and INT8 files' times (a note when INT8 is slower)."""
     report.fused = fused_kernels(tmp_q, tmp)
-    report.float_ms = median_ms(job.model, job.evaluation) or median_ms(pre, job.evaluation)
-    report.int8_ms = median_ms(tmp_q, job.evaluation)
+    report.float_ms = median_ms(job.model, job.evaluations[0]) or median_ms(pre, job.evaluations[0])
+    report.int8_ms = median_ms(tmp_q, job.evaluations[0])
     if report.float_ms and report.int8_ms and (note := slower_note(report.float_ms, report.int8_ms)):
         report.notes.append(note)
 
@@ -405,85 +425,3 @@ def _name_nodes(model: onnx.ModelProto) -> None:
         if not node.name or node.name in seen:
             node.name = f"{node.op_type}_{i}"
         seen.add(node.name)
-
-
-def _atomic_copy(path: str, dst: Path) -> None:
-    """Copy ``path`` onto ``dst``: complete or absent, with a normal file's permissions (:mod:`deform_onnx.core.atomic_io`)."""
-    from ..core.atomic_io import atomic_path
-
-    with atomic_path(dst) as tmp, open(path, "rb") as g:
-        tmp.write_bytes(g.read())
-
-
-def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    have = {o.name for o in copy.graph.output}
-    inferred = onnx.shape_inference.infer_shapes(model)
-    types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(inferred.graph.input)}
-    for name in names:
-        if name not in have:
-            elem = types.get(name) or onnx.TensorProto.FLOAT
-            copy.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, None))
-    return copy
-
-
-def _measure(
-    report: QuantizeReport, pre: onnx.ModelProto, quantized: onnx.ModelProto, placement: Placement, evaluation: dict
-) -> None:
-    """Fill the per-layer table, the output cosine and the largest sample shift."""
-    nodes = {n.name: n for n in pre.graph.node}
-    rows: list[tuple[str, str, str, str]] = []  # tensor, node, op, role
-    for name, op, why in report.quantized:
-        if op in LINEAR_OPS:
-            rows.append((nodes[name].output[0], name, op, why))
-    for name in placement.samplers:
-        rows.append((nodes[name].output[0], name, nodes[name].op_type, "sampler (float)"))
-    outputs = [o.name for o in pre.graph.output]
-    rows += [(o, "", "output", "graph output") for o in outputs]
-    grid_tensors = [t for _, t in placement.grids]
-    data_tensors = [nodes[s].input[SAMPLERS[nodes[s].op_type][0]] for s, _ in placement.grids]
-    watch = list(dict.fromkeys([r[0] for r in rows] + grid_tensors))
-    shapes = _shapes(pre)
-    unknown = [d for d in dict.fromkeys(data_tensors) if not _static_4d(shapes.get(d))]  # sizes read at run time
-    float_watch = list(dict.fromkeys(watch + unknown))
-    float_run = dict(zip(float_watch, ort_session(_with_outputs(pre, float_watch)).run(float_watch, evaluation)))
-    for d in unknown:
-        shapes[d] = list(np.shape(float_run[d]))
-    q_names = {t for n in quantized.graph.node for t in n.output}
-    q_watch = [t for t in watch if t in q_names or t in outputs]
-    q_run = dict(zip(q_watch, ort_session(_with_outputs(quantized, q_watch)).run(q_watch, evaluation)))
-    for tensor, node, op, role in rows:
-        if tensor in q_run:
-            report.layers.append(LayerError(tensor, node, op, role, *compare(float_run[tensor], q_run[tensor])))
-    report.output_cosine = min(compare(float_run[o], q_run[o])[0] for o in outputs)
-    shift, total, count = 0.0, 0.0, 0
-    for (sampler, grid), data in zip(placement.grids, data_tensors):
-        if grid not in q_run:
-            continue
-        delta = np.abs(np.asarray(float_run[grid], np.float64) - np.asarray(q_run[grid], np.float64))
-        op = nodes[sampler].op_type
-        if op == "GridSample":  # normalised (x, y) -> pixels: size / 2 per unit (align_corners=0)
-            shape = shapes.get(data)
-            if shape is None or not _static_4d(shape):
-                continue
-            delta = delta * (np.array([shape[3], shape[2]], np.float64) / 2.0)
-        elif op.startswith("Gather"):  # a changed index moves a corner by at least one pixel
-            delta = (delta > 0).astype(np.float64)
-        if delta.size:
-            shift, total, count = max(shift, float(delta.max())), total + float(delta.sum()), count + delta.size
-    if count:  # else no coordinate tensor survived quantization under its name: not measured
-        report.sample_shift_px, report.mean_sample_shift_px = shift, total / count
-
-
-def _static_4d(shape) -> bool:
-    return shape is not None and len(shape) == 4 and all(isinstance(d, int) and d > 0 for d in shape[2:])
-
-
-def _shapes(model: onnx.ModelProto) -> dict[str, list]:
-    inferred = onnx.shape_inference.infer_shapes(model)
-    out = {}
-    for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
-        dims = v.type.tensor_type.shape.dim
-        out[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
-    return out

@@ -120,6 +120,25 @@ def feeds(calibration, inputs: list[tuple[str, list]], preprocess: Preprocess | 
     return samples
 
 
+def eval_feeds(eval_inputs, inputs: list[tuple[str, list]], preprocess: Preprocess | None = None) -> list[dict]:
+    """The evaluation inputs as feed dicts: one sample, a list of samples, or an ``.npz``/folder (as :func:`feeds`).
+
+    One sample is a dict by input name, a tuple in input order, or one array (tensor) of a one-input
+    model; a list holds samples (for a one-input model, arrays), except a list of arrays for a model of
+    several inputs, which is one sample in input order.
+
+    Raises:
+        ValueError, FileNotFoundError: as :func:`feeds`.
+    """
+    if isinstance(eval_inputs, (str, os.PathLike)):
+        return feeds(eval_inputs, inputs, preprocess)
+    if isinstance(eval_inputs, list) and (
+        len(inputs) == 1 or all(isinstance(s, (dict, tuple, list)) for s in eval_inputs)
+    ):
+        return feeds(eval_inputs, inputs)
+    return feeds([eval_inputs], inputs)
+
+
 def _array(value) -> np.ndarray:
     if hasattr(value, "detach"):  # torch tensor
         value = value.detach().cpu().numpy()

@@ -57,48 +57,67 @@ def _drop_unused_initializers(model: onnx.ModelProto) -> None:
 SKIP_OPTION = "skip_lowering_check=True (CLI: --skip-lowering-check)"
 
 
-def check_lowering(src, model: onnx.ModelProto, lowered: onnx.ModelProto, evaluation: dict) -> None:
-    """Refuse a lowered float model whose outputs miss ``src``'s on the evaluation sample (float32 tolerance).
+def check_lowering(src, model: onnx.ModelProto, lowered: onnx.ModelProto, evaluations: list[dict]) -> None:
+    """Refuse a lowered float model whose outputs miss ``src``'s on any evaluation input, per element and output.
 
     The quantized file is measured against the lowered float model, so a wrong lowering would go unseen
-    there. ``src``'s outputs come from ONNX Runtime on ``src``, or, where it cannot run ``src`` (mmcv
+    there. Every output is compared element by element at verification's tolerance for its dtype
+    (:func:`~deform_onnx.exporting.verification.tolerance_for`: float32 ``1e-4 + 1e-4*|x|``, integers
+    exactly), on every input: a fault in a small-valued part of an output is not hidden by a large part
+    elsewhere. ``src``'s outputs come from ONNX Runtime on ``src``, or, where it cannot run ``src`` (mmcv
     nodes, ``DeformConv`` below opset 19), on ``src`` re-stamped as the standard ``DeformConv`` (the
     reference of ``deform-onnx check``: ONNX Runtime's own kernel, which matches torchvision).
 
     Raises:
-        ValueError: the lowered model misses ``src`` (or has another number of outputs); or the check
-            cannot run (neither way of running ``src`` works): one line naming why and
-            :data:`SKIP_OPTION`, the explicit way to quantize without it.
+        ValueError: the lowered model misses ``src`` (naming the output, the input, the worst element and the
+            tolerance) or has another number of outputs; or the check cannot run (neither way of running
+            ``src`` works): one line naming why and :data:`SKIP_OPTION`, the explicit way to quantize without it.
     """
-    from ..exporting.verification import _within, tolerance_for
     from .timing import ort_session
 
-    want, why = source_outputs(model, evaluation)
-    if want is None:
+    wants, why = source_outputs(model, evaluations)
+    if wants is None:
         raise ValueError(
             f"{src}: the lowered float model cannot be checked against the original ({why}), so a wrong lowering "
             f"would go unseen in the quantized file; pass {SKIP_OPTION} to quantize without that check"
         )
-    got = ort_session(lowered).run(None, evaluation)
+    session = ort_session(lowered)
     names = [o.name for o in model.graph.output]
-    if len(got) != len(want):
-        raise ValueError(f"{src}: the lowered float model has {len(got)} outputs, the original {len(want)} "
-                         f"({', '.join(names)}); nothing written: please report this model")  # fmt: skip
-    tol = tolerance_for("float32")
-    for name, g, w in zip(names, got, want):
-        g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
-        # The float32 tolerance (verification's rule), or within 1e-4 of the output's own scale (two float32
-        # samplers round differently where a layer is ill-conditioned; a wrong sample is off by the feature's scale).
-        close = g64.shape == w64.shape and (
-            _within(g64, w64, tol)
-            or float(np.max(np.abs(g64 - w64), initial=0.0)) <= tol.rtol * float(np.max(np.abs(w64), initial=1.0))
-        )
-        if not close:
-            err = float(np.max(np.abs(g64 - w64))) if g64.shape == w64.shape else float("inf")
-            raise ValueError(
-                f"{src}: the lowered float model misses the original on output {name!r} (max abs error {err:.3g}, "
-                f"float32 tolerance {tol.atol:g} + {tol.rtol:g}*|x|); nothing written: please report this model"
-            )
+    for i, (evaluation, want) in enumerate(zip(evaluations, wants, strict=True)):
+        got = session.run(None, evaluation)
+        if len(got) != len(want):
+            raise ValueError(f"{src}: the lowered float model has {len(got)} outputs, the original {len(want)} "
+                             f"({', '.join(names)}); nothing written: please report this model")  # fmt: skip
+        for name, g, w in zip(names, got, want):
+            miss = elementwise_miss(np.asarray(g), np.asarray(w))
+            if miss is not None:
+                on = f" on evaluation input {i + 1} of {len(evaluations)}" if len(evaluations) > 1 else ""
+                raise ValueError(f"{src}: the lowered float model misses the original on output {name!r}{on}: "
+                                 f"{miss}; nothing written: please report this model")  # fmt: skip
+
+
+def elementwise_miss(got: np.ndarray, want: np.ndarray) -> str | None:
+    """How ``got`` misses ``want`` element by element at verification's tolerance for ``want``'s dtype, in words
+    (``None``: every element is within it). The one compare of the lowering check.
+    """
+    from ..exporting.verification import tolerance_for
+
+    tol = tolerance_for(want.dtype)
+    if got.shape != want.shape:
+        return f"shape {list(got.shape)} where the original has {list(want.shape)}"
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    diff = np.abs(g64 - w64)
+    allowed = tol.atol + tol.rtol * np.abs(w64)
+    bad = ~((g64 == w64) | (diff <= allowed))  # NaN where the original has a number (or none) misses
+    if not bad.any():
+        return None
+    worst = np.unravel_index(
+        int(np.argmax(np.where(bad, np.nan_to_num(diff - allowed, nan=np.inf), -np.inf))), bad.shape
+    )
+    return (
+        f"{int(bad.sum())} of {bad.size} elements off, the worst at {list(map(int, worst))}: {got[worst]:.6g} where "
+        f"the original has {want[worst]:.6g} ({tol.dtype} tolerance {tol.atol:g} + {tol.rtol:g}*|x|)"
+    )
 
 
 def skipped_note(src) -> str:
@@ -106,21 +125,24 @@ def skipped_note(src) -> str:
     return f"the lowered float model was not checked against {src} ({SKIP_OPTION} was given)"
 
 
-def source_outputs(model: onnx.ModelProto, evaluation: dict) -> tuple[list | None, str | None]:
-    """``model``'s outputs on ``evaluation`` in ONNX Runtime, or on its ``DeformConv`` re-stamp; ``(None, why)``."""
+def source_outputs(model: onnx.ModelProto, evaluations: list[dict]) -> tuple[list[list] | None, str | None]:
+    """``model``'s outputs on each of ``evaluations`` in ONNX Runtime, or on its ``DeformConv`` re-stamp;
+    ``(None, why)`` when neither runs.
+    """
     from ..rewrite import lower
     from ..runtimes.deadline import one_line
     from .timing import ort_session
 
     try:
-        return ort_session(model).run(None, evaluation), None
+        session = ort_session(model)
+        return [session.run(None, e) for e in evaluations], None
     except Exception as exc:  # noqa: BLE001 - nodes ONNX Runtime has no kernel for: try the re-stamp
         first = one_line(exc)
     current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 19)
     opset = max(current, 19)
     try:
-        native = lower(model, method="native", opset=opset)
-        return ort_session(native).run(None, evaluation), None
+        session = ort_session(lower(model, method="native", opset=opset))
+        return [session.run(None, e) for e in evaluations], None
     except Exception as exc:  # noqa: BLE001 - said in the one-line error
         return None, (f"ONNX Runtime cannot run it: {first[:120]}; nor its deformable nodes re-stamped as DeformConv "
                       f"at opset {opset}: {one_line(exc)[:120]}")  # fmt: skip

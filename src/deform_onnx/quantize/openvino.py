@@ -13,23 +13,34 @@ conversion of ``DeformConv``) float: it quantizes the model's convolutions.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 
+from ..core.atomic_io import commit_copies
+from .gate import Bound, enforce, output_accuracy
 from .placement import place
 from .report import HELD_OUT_NOTE, LayerError, QuantizeReport, compare
 
 
 def quantize_openvino(
-    src: Path, dst: Path, model: onnx.ModelProto, samples: list[dict], evaluation: dict, step, eval_given: bool
+    src: Path,
+    dst: Path,
+    model: onnx.ModelProto,
+    samples: list[dict],
+    evaluations: list[dict],
+    step,
+    bound: Bound,
+    eval_given: bool,
 ) -> QuantizeReport:
-    """Quantize ``src`` for OpenVINO with nncf, writing ``dst`` (``.xml``, with its ``.bin``) atomically."""
+    """Quantize ``src`` for OpenVINO with nncf, writing ``dst`` (``.xml``, with its ``.bin``) atomically.
+
+    The INT8 model is measured against the float one on every input of ``evaluations`` and held to ``bound``
+    (:func:`~.gate.enforce`) before anything is written.
+    """
     try:
         import nncf  # type: ignore[import-untyped]
     except ImportError as exc:
@@ -65,9 +76,13 @@ def quantize_openvino(
         ignored_scope=nncf.IgnoredScope(names=names, patterns=[f"^{re.escape(n)}/.*$" for n in names], validate=False),
     )
     step("measure", 0, 1)
-    feed = [evaluation[n] for n in order]
-    ref = ov_compile(ov_model)(feed)
-    got = ov.Core().compile_model(quantized, "CPU")(feed)
+    float_model, int8_model = ov_compile(ov_model), ov.Core().compile_model(quantized, "CPU")
+    reference, got = [], []
+    for evaluation in evaluations:
+        feed = [evaluation[n] for n in order]
+        ref, out = float_model(feed), int8_model(feed)
+        reference.append([np.asarray(ref[k]) for k in range(len(ov_model.outputs))])
+        got.append([np.asarray(out[k]) for k in range(len(ov_model.outputs))])
     report = QuantizeReport(
         src=src, dst=dst, target="openvino", quantizer=f"nncf {nncf.__version__}", method=None, samples=total
     )
@@ -82,17 +97,21 @@ def quantize_openvino(
         for n in sorted(placement.offset_path)
         if n not in placement.keep_float
     ]
-    cosines = []
-    for k, out in enumerate(ov_model.outputs):
-        a, b = np.asarray(ref[k]), np.asarray(got[k])
-        c = compare(a, b)
-        cosines.append(c[0])
-        report.layers.append(LayerError(out.get_any_name(), "", "output", "graph output", *c))
-    report.output_cosine = min(cosines)
-    with tempfile.TemporaryDirectory(prefix=".deform_onnx_ov_", dir=dst.parent) as tmp:
-        xml = os.path.join(tmp, dst.name)
-        ov.save_model(quantized, xml, compress_to_fp16=False)
-        shutil.move(os.path.splitext(xml)[0] + ".bin", dst.with_suffix(".bin"))  # .bin first: .xml names it
-        os.replace(xml, dst)
+    names = [out.get_any_name() for out in ov_model.outputs]
+    for k, name in enumerate(names):
+        found = [compare(r[k], g[k]) for r, g in zip(reference, got)]
+        cosines, max_abs, rel = zip(*found)
+        report.layers.append(LayerError(name, "", "output", "graph output", min(cosines), max(max_abs), max(rel)))
+    report.outputs = output_accuracy(names, reference, got)
+    report.eval_samples, report.bound = len(evaluations), str(bound)
+    report.output_cosine = min(a.cosine for a in report.outputs)
+    note = enforce(report.outputs, bound, len(evaluations), eval_given, dst)
+    if note is not None:  # below the bound, written on request (accept=True)
+        report.accepted = True
+        report.notes.append(note)
+    with tempfile.TemporaryDirectory(prefix="deform_onnx_ov_") as tmp:
+        xml = Path(tmp) / dst.name
+        ov.save_model(quantized, str(xml), compress_to_fp16=False)
+        commit_copies([(xml.with_suffix(".bin"), dst.with_suffix(".bin")), (xml, dst)])  # .bin first: .xml names it
     step("done", 1, 1)
     return report

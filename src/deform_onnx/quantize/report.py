@@ -8,16 +8,19 @@ from pathlib import Path
 import numpy as np
 
 #: The report's note when no held-out inputs were given (the CLI's option named beside the API's).
-HELD_OUT_NOTE = "errors measured on the first calibration sample (pass eval_inputs=, CLI: --eval, for a held-out one)"
+HELD_OUT_NOTE = (
+    "errors measured (and the accuracy gate held) on the calibration samples, not on held-out inputs "
+    "(pass eval_inputs=, CLI: --eval, for held-out ones)"
+)
 
 
 @dataclass
 class LayerError:
-    """One tensor of the float model against the same tensor of the quantized one, on the evaluation input.
+    """One tensor of the float model against the same tensor of the quantized one, worst over the evaluation inputs.
 
-    ``cosine``: cosine similarity of the flattened tensors; ``max_abs``: largest
-    absolute difference; ``rel_rms``: RMS of the difference over the RMS of the
-    float tensor.
+    ``cosine``: the smallest cosine similarity of the flattened tensors; ``max_abs``:
+    the largest absolute difference; ``rel_rms``: the largest RMS of the difference
+    over the RMS of the float tensor (each over the inputs).
     """
 
     tensor: str
@@ -27,6 +30,28 @@ class LayerError:
     cosine: float
     max_abs: float
     rel_rms: float
+
+
+@dataclass
+class OutputAccuracy:
+    """One graph output of the INT8 file against the float model, worst over the evaluation inputs.
+
+    Attributes:
+        name: the output's name.
+        cosine: the smallest cosine similarity (flattened tensors) over the inputs; ``cosine_input``: its
+            input (0-based, in evaluation order).
+        max_error: the largest ``max|int8 - float| / max|float|`` over the inputs (the error relative to the
+            output's scale on that input); ``error_input``: its input.
+        max_abs, scale: ``max|int8 - float|`` and ``max|float|`` on ``error_input``.
+    """
+
+    name: str
+    cosine: float
+    cosine_input: int
+    max_error: float
+    error_input: int
+    max_abs: float
+    scale: float
 
 
 @dataclass
@@ -42,10 +67,16 @@ class QuantizeReport:
         samples: the number of calibration samples.
         quantized: ``(node, op, why)`` of each quantized node.
         kept_float: ``(node, op, why)`` of each node deliberately left float.
-        layers: per-layer errors (:class:`LayerError`) on the evaluation input.
-        output_cosine: the smallest cosine of a graph output to the float model's.
+        layers: per-layer errors (:class:`LayerError`), worst over the evaluation inputs.
+        outputs: each graph output's accuracy against the float model (:class:`OutputAccuracy`), worst over
+            the evaluation inputs: what the accuracy gate holds (:mod:`deform_onnx.quantize.gate`).
+        eval_samples: how many evaluation inputs the errors cover (``eval_inputs``, else every calibration sample).
+        bound: the accuracy bound the file was held to, in words.
+        accepted: the file is below that bound and was written because ``accept=True`` was given (a note says
+            by how much).
+        output_cosine: the smallest cosine of a graph output to the float model's, over the evaluation inputs.
         sample_shift_px: the largest change of a sampling coordinate, in pixels
-            on the evaluation input; with the offset path float this is what the
+            over the evaluation inputs; with the offset path float this is what the
             quantized layers upstream pass on to the predictors (``None``: not measured).
         mean_sample_shift_px: the mean change of a sampling coordinate, in pixels.
         fused: integer kernels ONNX Runtime's optimizer made of the file
@@ -70,6 +101,10 @@ class QuantizeReport:
     quantized: list[tuple[str, str, str]] = field(default_factory=list)
     kept_float: list[tuple[str, str, str]] = field(default_factory=list)
     layers: list[LayerError] = field(default_factory=list)
+    outputs: list[OutputAccuracy] = field(default_factory=list)
+    eval_samples: int = 0
+    bound: str = ""
+    accepted: bool = False
     output_cosine: float = float("nan")
     sample_shift_px: float | None = None
     mean_sample_shift_px: float | None = None
@@ -116,6 +151,14 @@ class QuantizeReport:
             ),
         ]
         head += [f"  {n} x {why}" for why, n in self.reasons().items()]
+        if self.outputs:
+            worst = max(self.outputs, key=lambda a: a.max_error)
+            head.append(
+                f"accuracy on {self.eval_samples} evaluation input(s), worst output: cosine {self.output_cosine:.5f}, "
+                f"max abs error {worst.max_abs:.3g} = {worst.max_error:.3g} x max|{worst.name}|; "
+                + ("BELOW the bound " if self.accepted else "bound ")
+                + f"{self.bound}"
+            )
         if self.fused:
             head.append(
                 "ONNX Runtime integer kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.fused.items()))

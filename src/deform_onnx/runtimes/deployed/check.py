@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -199,22 +197,12 @@ def reference_outputs(path: Path, feeds: dict[str, np.ndarray], model: Any = Non
 
 
 def _keep(files: list[tuple[Path, str]], folder: Path, stem: str) -> list[Path]:
-    """Copy ``files`` into ``folder`` as ``<stem><suffix>``: temporary names first, then renamed (all or none)."""
-    staged: list[tuple[Path, Path]] = []
-    try:
-        for src, suffix in files:
-            fd, name = tempfile.mkstemp(prefix=f".{stem}{suffix}.", suffix=".tmp", dir=folder)
-            os.close(fd)
-            tmp = Path(name)
-            staged.append((tmp, folder / f"{stem}{suffix}"))
-            shutil.copyfile(src, tmp)
-        for done, final in staged:
-            os.replace(done, final)
-    finally:
-        for left, _ in staged:
-            with contextlib.suppress(FileNotFoundError):
-                left.unlink()
-    return [final for _, final in staged]
+    """Copy ``files`` into ``folder`` as ``<stem><suffix>``: temporary names first, then renamed (all or none),
+    with a new file's mode (:func:`~deform_onnx.core.atomic_io.commit_copies`).
+    """
+    from ...core.atomic_io import commit_copies
+
+    return commit_copies([(src, folder / f"{stem}{suffix}") for src, suffix in files])
 
 
 def failed(rows: list[RuntimeRow]) -> list[RuntimeRow]:
