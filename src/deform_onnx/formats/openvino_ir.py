@@ -72,6 +72,8 @@ def write(model, args, path, **settings: Any):
     first = verify and static and settings.get("target") is None  # convert_model: only where it is proved
     settings["target"] = settings.get("target") or ONNX_TARGET
     settings.pop("format", None)
+    if settings.get("verify_runtimes") is None:  # the IR itself runs in OpenVINO below: no second OpenVINO run
+        settings["verify_runtimes"] = ()
     tol = settings.get("rtol"), settings.get("atol")
     with tempfile.TemporaryDirectory(prefix="deform-onnx-ir-") as tmp:
         onnx_path = Path(tmp) / f"{path.stem}.onnx"
