@@ -200,7 +200,10 @@ def pin_f32(ov_model) -> None:
     dynamic-quantization keys of ``runtime_options``), and every node gets OpenVINO's ``disable_fp16_compression``
     mark (rt_info key ``precise_0``; saved as ``DisablePrecisionConversion``), which the CPU plugin honours: on a
     CPU with bf16 (AMX) a plain Core then keeps each node in f32. Measured here (Xeon with AMX, OpenVINO 2026.4.1,
-    a 3-layer conv net): plain Core 3.9e-3 to 4.7e-3 off PyTorch without the marks, 4.2e-7 with them.
+    a 3-layer conv net): plain Core 3.4e-3 to 4.7e-3 off PyTorch without the marks, 4.2e-7 with them; the
+    grid_sample form's IR (target openvino) 0.017 off with them (a VariadicSplit the plugin makes from grouped
+    Slices carries no mark). Issue 35 measured a DCNv2 block's ONNX file 0.07-0.16 off (0.30 at a second size)
+    and its .xml 0.048 under a plain Core there.
     """
     ov_model.set_rt_info("f32", ["runtime_options", "INFERENCE_PRECISION_HINT"])
     for op in ov_model.get_ops():
