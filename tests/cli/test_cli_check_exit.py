@@ -3,7 +3,7 @@
 A path that timed out, failed or whose ``lower()`` failed, and a path compared with no reference ("n/a"),
 make the exit code 1, and the summary line names them. A runtime that is not installed and that the
 user did not name is skipped, said in its row. Each fault is planted in the two-DeformConv file
-(tests/models.py), whose four paths all run and match when nothing is planted.
+(tests/models.py), whose five paths all run and match when nothing is planted.
 """
 
 from __future__ import annotations
@@ -20,7 +20,13 @@ from deform_onnx.runtimes.deadline import Deadline
 from models import two_node_model
 
 runner = CliRunner()
-PATHS = ("onnxruntime as is", "onnxruntime lower(auto)", "openvino extension", "openvino lower(auto)")
+PATHS = (
+    "onnxruntime as is",
+    "onnxruntime lower(auto)",
+    "openvino extension",
+    "openvino extension, defaults",  # OpenVINO with no config: its own precision on this CPU
+    "openvino lower(auto)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +61,7 @@ def rows(result) -> dict[str, str]:
 def test_all_paths_ran_and_matched_exits_0(two):
     result, text = check(two)
     assert result.exit_code == 0, result.output
-    assert set(rows(result)) == set(PATHS) and "all 4 paths ran and match the reference within 0.0001" in text, text
+    assert set(rows(result)) == set(PATHS) and "all 5 paths ran and match the reference within 0.0001" in text, text
 
 
 def test_timed_out_paths_fail_the_check(two, monkeypatch):
@@ -65,7 +71,7 @@ def test_timed_out_paths_fail_the_check(two, monkeypatch):
     result, text = check(two)
     assert result.exit_code == 1, result.output
     assert all("not run: timed out" in row for row in rows(result).values()), rows(result)
-    assert f"check failed: 4 of 4 paths did not run ({', '.join(PATHS)})" in text, text
+    assert f"check failed: 5 of 5 paths did not run ({', '.join(PATHS)})" in text, text
 
 
 def test_a_failed_lower_fails_the_check(two, monkeypatch):
@@ -80,7 +86,7 @@ def test_a_failed_lower_fails_the_check(two, monkeypatch):
     result, text = check(two)
     assert result.exit_code == 1, result.output
     assert "lower() failed: planted lowering failure" in rows(result)["openvino lower(auto)"]
-    assert "check failed: 2 of 4 paths did not run (onnxruntime lower(auto), openvino lower(auto))" in text, text
+    assert "check failed: 2 of 5 paths did not run (onnxruntime lower(auto), openvino lower(auto))" in text, text
 
 
 def test_no_reference_fails_the_check(two, monkeypatch):
@@ -106,4 +112,5 @@ def test_a_runtime_not_installed_is_skipped_unless_named(two, monkeypatch):
     ), text
     result, text = check(two, "-r", "ort,openvino")  # named: its paths must run
     assert result.exit_code == 1, result.output
+    # not installed: no "defaults" row (the one OpenVINO row of each path says why)
     assert "check failed: 2 of 4 paths did not run (openvino extension, openvino lower(auto))" in text, text

@@ -130,7 +130,7 @@ def test_check_mmcv_model_uses_restamped_reference(tmp_path):
     # the random and the border input); the three others ran and matched on both.
     assert result.exit_code == 1, result.output
     summary = " ".join(result.stdout.split()).rpartition("check failed: ")[2]
-    assert summary == "2 of 8 paths did not run (onnxruntime as is, onnxruntime as is (border input))", summary
+    assert summary == "2 of 9 paths did not run (onnxruntime as is, onnxruntime as is (border input))", summary
 
 
 def test_check_fails_above_tolerance(tmp_path):
@@ -179,7 +179,7 @@ def test_check_bundled_example_on_the_photo(tmp_path):
     result = invoke("check", path, "--inputs", tmp_path / "photo.npz", "--repeat", "1")
     assert result.exit_code == 0, result.output
     rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
-    assert len(rows) == 4 and all(" ran " in row for row in rows), result.stdout
+    assert len(rows) == 5 and all(" ran " in row for row in rows), result.stdout  # + OpenVINO defaults
     # The table's reference (ORT's DeformConv kernel) agrees with torchvision on the photo.
     with torch.no_grad():
         want = net(photo).numpy()

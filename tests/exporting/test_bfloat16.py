@@ -142,7 +142,7 @@ def test_a_target_picks_opset_22(c31, target):
     """With a target and no opset: 22, not the target's pick (openvino 17; tflite 13, TorchScript), verified."""
     model, x = c31
     buf = io.BytesIO()
-    report = deform_onnx.export(model, (x,), buf, target=target)
+    report = deform_onnx.export(model, (x,), buf, target=target, verify_runtimes=())  # no conversion in tflite here
     assert report.opset == 22 and report.exporter == "dynamo"
     err = file_error(buf.getvalue(), model, (x,))  # tflite's method is gather, openvino's grid_sample
     assert err <= BOUND["gather" if target == "tflite" else "grid_sample"], err

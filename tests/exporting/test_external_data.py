@@ -109,4 +109,4 @@ def test_check_reads_external_data(small_limit, model, tmp_path):
     deform_onnx.export(m, (x,), path, opset_version=19, method="native", input_names=["x"])
     result = CliRunner().invoke(app, ["check", str(path), "--input-shape", "x=1,8,8,8"])
     assert result.exit_code == 0, result.output
-    assert "all 4 paths ran and match the reference" in result.output and "lower(auto)" in result.output
+    assert "all 5 paths ran and match the reference" in result.output and "lower(auto)" in result.output

@@ -59,15 +59,85 @@ def test_static_xml_takes_the_measured_fastest_form(tmp_path: Path) -> None:
 
 
 def test_target_given_takes_the_onnx_files_ir(tmp_path: Path) -> None:
+    """target openvino: the grid_sample form's IR. Written only when a plain Core runs it within float32's rule;
+    on a CPU where OpenVINO's default is bf16 and its own nodes drop the f32 marks, refused naming that precision."""
     model, x = TinyDCN().eval(), torch.randn(1, 4, 16, 16)
-    report = deform_onnx.export(model, (x,), tmp_path / "g.xml", target="openvino")
+    try:
+        report = deform_onnx.export(model, (x,), tmp_path / "g.xml", target="openvino")
+    except deform_onnx.VerificationError as exc:
+        assert "whose default on this CPU is" in str(exc) and "nothing was written" in str(exc)
+        assert list(tmp_path.iterdir()) == []
+        return
     assert any("the ONNX file (target 'openvino')" in n for n in report.notes), report.notes
     ops = {op.get_type_name() for op in ov.Core().read_model(str(tmp_path / "g.xml")).get_ordered_ops()}
     assert "GridSample" in ops and "DeformableConvolution" not in ops
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert float(np.abs(ov.Core().compile_model(str(tmp_path / "g.xml"), "CPU")([x.numpy()])[0] - want).max()) < 1e-4
+
+
+class WithIndex(torch.nn.Module):
+    """Two outputs: a float32 map and an int64 one (the argmax over channels)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.conv(x)
+        return y, y.argmax(1)
+
+
+@pytest.fixture(scope="module")
+def written_ir(tmp_path_factory: pytest.TempPathFactory):
+    """One static .xml of TinyDCN (the default convert_model form): its path, model, input and report."""
+    path = tmp_path_factory.mktemp("ir") / "m.xml"
+    model, x = TinyDCN().eval(), torch.randn(1, 4, 16, 16, generator=torch.Generator().manual_seed(5))
+    return path, model, x, deform_onnx.export(model, (x,), path)
+
+
+def test_ir_carries_f32_and_a_plain_core_runs_it_within_the_float32_rule(written_ir) -> None:
+    """The rule on any CPU (with bf16/AMX or without): the written .xml asks for f32 in its rt_info, and a plain
+    ``Core().compile_model(xml, "CPU")`` with no config gives PyTorch's result within float32's 1e-4."""
+    path, model, x, _ = written_ir
+    ir = ov.Core().read_model(str(path))
+    assert ir.get_rt_info(["runtime_options", "INFERENCE_PRECISION_HINT"]).astype(str) == "f32"
+    got = ov.Core().compile_model(str(path), "CPU")([x.numpy()])[0]
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert np.all(np.abs(got - want) <= 1e-4 + 1e-4 * np.abs(want))
+
+
+def test_report_numbers_are_the_irs_own(written_ir) -> None:
+    """max_error, worst_output, tolerances and the runtimes line come from the IR run, not the ONNX file's."""
+    path, model, x, report = written_ir
+    got = ov.Core().compile_model(str(path), "CPU")([x.numpy()])[0]
+    with torch.no_grad():
+        ir_err = float(np.abs(got.astype(np.float64) - model(x).numpy()).max())
+    assert report.max_error == pytest.approx(ir_err, rel=1e-6, abs=1e-12)
+    assert "plain Core" in report.runtimes[0] and any("the ONNX file the IR came from" in n for n in report.notes)
+    assert set(report.tolerances) == {report.worst_output} and report.tolerances[report.worst_output].dtype == "float32"
+
+
+def test_int64_output_off_by_three_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted fault in the IR's int64 output (3 off, in one element): refused by the integer rule (exact)."""
+    real = openvino_ir._run_ir
+
+    def planted(compiled, feeds):
+        out = real(compiled, feeds)
+        out[1] = out[1].copy()
+        out[1].flat[0] += 3
+        return out
+
+    monkeypatch.setattr(openvino_ir, "_run_ir", planted)
+    with pytest.raises(deform_onnx.VerificationError, match=r"output .* 3 off PyTorch .*int64 rule"):
+        deform_onnx.export(WithIndex().eval(), (torch.randn(1, 4, 8, 8),), tmp_path / "i.xml")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_writes_ir_with_the_onnx_options(tmp_path: Path) -> None:
-    """``deform-onnx export MODEL -o m.xml --target openvino --dynamic``: one row, the IR and its weights, run in
+    """``deform-onnx export MODEL -o m.xml --target openvino-extension --dynamic``: one row, the IR and its weights, run in
     OpenVINO at a size it was not exported at against PyTorch (the CLI made such paths a folder before)."""
     from typer.testing import CliRunner
 
@@ -85,7 +155,7 @@ def test_cli_writes_ir_with_the_onnx_options(tmp_path: Path) -> None:
             "-s",
             "x=1,4,16,16",
             "--target",
-            "openvino",
+            "openvino-extension",  # target openvino's grid_sample IR runs bf16 under a plain Core on AMX CPUs
             "--dynamic",
             "-o",
             str(out),
@@ -100,3 +170,29 @@ def test_cli_writes_ir_with_the_onnx_options(tmp_path: Path) -> None:
     assert float(np.abs(got - want).max()) < 1e-5
     refused = CliRunner().invoke(app, ["export", "-o", str(tmp_path / "m.pte"), "--verify-runtime", "mnn"])
     assert refused.exit_code == 2 and "ExecuTorch files do not take it" in refused.output
+
+
+class Float64Head(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).sin()
+
+
+def test_float64_ir_is_held_to_the_float64_rule(tmp_path: Path) -> None:
+    """A float64 model: the IR is written only if a plain Core's result is within float64's 1e-8 (else refused
+    naming the float64 rule), never passed at float32's tolerance (OpenVINO's CPU computes float64 in f32 or bf16)."""
+    model = Float64Head().double().eval()
+    x = torch.randn(1, 4, 8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    try:
+        deform_onnx.export(model, (x,), tmp_path / "d.xml")
+    except deform_onnx.VerificationError as exc:
+        assert "float64 rule" in str(exc) and list(tmp_path.iterdir()) == []
+        return
+    got = ov.Core().compile_model(str(tmp_path / "d.xml"), "CPU")([x.numpy()])[0]
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert np.all(np.abs(got - want) <= 1e-8 + 1e-8 * np.abs(want))

@@ -30,11 +30,16 @@ def _c38():
     return TinyVxm(size[2:]).eval(), torch.randn(*size)
 
 
+NO_RUNTIMES = bool(os.environ.get("DEFORM_ONNX_NO_DEPLOYED_RUNTIMES"))
+
+
 @pytest.fixture(scope="module")
 def c38_ncnn(tmp_path_factory):
+    """The c38 export with ``target="ncnn"``: by default the target also runs the file in ncnn before writing."""
     model, x = _c38()
     path = tmp_path_factory.mktemp("c38") / "vxm.onnx"
-    return model, x, path, deform_onnx.export(model, (x,), path, target="ncnn")
+    opt_out = {"verify_runtimes": ()} if NO_RUNTIMES else {}
+    return model, x, path, deform_onnx.export(model, (x,), path, target="ncnn", **opt_out)
 
 
 def test_c38_target_file_has_only_ops_ncnn_loads(c38_ncnn):
@@ -47,12 +52,11 @@ def test_c38_target_file_has_only_ops_ncnn_loads(c38_ncnn):
     np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], want, atol=ATOL, rtol=0)
 
 
-@pytest.mark.skipif(bool(os.environ.get("DEFORM_ONNX_NO_DEPLOYED_RUNTIMES")), reason="deployed runtimes off")
+@pytest.mark.skipif(NO_RUNTIMES, reason="DEFORM_ONNX_NO_DEPLOYED_RUNTIMES is set")
 def test_c38_runs_in_ncnn(c38_ncnn):
-    """The target's file loads and runs in ncnn (pnnx, its cached venv) within the float32 rule."""
-    model, x, path, _ = c38_ncnn
-    (row,) = deform_onnx.check_runtimes(path, ["ncnn"], model=model, args=(x,))
-    assert row.error is None and row.ok, row
+    """The target's file was run in ncnn (pnnx, its cached venv) within the float32 rule before it was written."""
+    *_, report = c38_ncnn
+    assert any(line.startswith("ncnn") for line in report.runtimes), report.runtimes
 
 
 def test_partial_scatter_is_refused_naming_the_op(tmp_path):
@@ -65,7 +69,9 @@ def test_partial_scatter_is_refused_naming_the_op(tmp_path):
             return y
 
     with pytest.raises(ValueError, match=r"Scatter(Elements|ND) node .* in-place assignment") as info:
-        deform_onnx.export(Partial(), (torch.randn(1, 2, 4, 4),), tmp_path / "p.onnx", target="ncnn")
+        deform_onnx.export(
+            Partial(), (torch.randn(1, 2, 4, 4),), tmp_path / "p.onnx", target="ncnn", verify_runtimes=()
+        )
     assert "\n" not in str(info.value) and not (tmp_path / "p.onnx").exists()
 
 

@@ -56,6 +56,7 @@ class ExportArgs:
     no_verify: bool
     verify_runtime: list[str] = field(default_factory=list)
     keep_artifacts: Path | None = None
+    no_verify_runtime: bool = False
 
 
 @dataclass
@@ -176,6 +177,10 @@ def plan_jobs(a: ExportArgs, asked: Asked) -> list[Job]:
         job.extra = {"target": a.target, "force": a.force, "ir_version": a.ir_version}
         if a.verify_runtime:  # hook (issue 28): each file also runs on these runtimes before it is written
             job.extra.update(verify_runtimes=a.verify_runtime, keep_artifacts=a.keep_artifacts)
+        elif a.no_verify_runtime:  # issue 35: --target mnn (...) runs the file in MNN unless told not to
+            job.extra.update(verify_runtimes=())
+        elif a.keep_artifacts is not None:  # the target's own runtime keeps its converter's files
+            job.extra.update(keep_artifacts=a.keep_artifacts)
         if asked.kind == "torchscript" and a.exporter is None:
             job.exporter_chosen = False
     return jobs
@@ -286,7 +291,7 @@ def report(a: ExportArgs, asked: Asked, loaded: Loaded, results: list[Result], t
         from ..runtimes.ort_distribution import describe
 
         console.print(f"checked in ONNX Runtime: {describe()}, CPU execution provider", highlight=False)
-    for r in results:  # --verify-runtime: what each runtime said (deform_onnx.exporting.deployed_check)
+    for r in results:  # --verify-runtime or --target's runtime: where each file ran (exporting.deployed_check)
         if r.runtimes:
             console.print(f"{r.job.path.name} also ran on: {'; '.join(r.runtimes)}", highlight=False, soft_wrap=True)
     for note in loaded.notes:

@@ -233,7 +233,8 @@ def _run(a: CheckArgs, read: _Read) -> _Runs:
         timeout=a.timeout,
     )  # fmt: skip
     with _progress() as show:
-        results = paths(a.model_path, feeds, repeat=a.repeat, progress=lambda what: show(f"{what}: running", 0, None))
+        results = paths(a.model_path, feeds, repeat=a.repeat, defaults=True,
+                        progress=lambda what: show(f"{what}: running", 0, None))  # fmt: skip
         want, ref_label = reference(a.model_path, feeds, results, timeout=a.timeout, progress=show)
         runs = _Runs(results, want, ref_label, deformable, to_lower, border_why)
         if border is not None:  # the border input: correctness only, no timing
@@ -258,6 +259,13 @@ def _print_tables(a: CheckArgs, read: _Read, runs: _Runs, tolerance: float, name
         table.add_column(col, justify="right" if col in ("max abs err", "latency ms") else "left")
     outcomes = _add_rows(table, runs.results, runs.want, tolerance, named)
     console.print(table)
+    for r in runs.results:
+        if r.defaults and r.ran and runs.want is not None:  # what OpenVINO chose with no config, and its rule
+            rule = PRECISION_DTYPES.get(r.precision or "", r.precision)
+            console.print(f"{r.runtime} {r.path}: compiled with no config (compile_model(model, \"CPU\")), OpenVINO "
+                          f"ran {r.precision} on this CPU; judged by the {rule} rule: max abs error "
+                          f"{precision_tolerance(r.precision, runs.want, tolerance):.2g}", highlight=False,
+                          soft_wrap=True)  # fmt: skip
     if any(r.runtime == "onnxruntime" and r.ran for r in runs.results):
         from ..runtimes.ort_distribution import describe
 
@@ -310,12 +318,14 @@ def _add_rows(table: Table, results, want, tolerance: float, named: set[str], bo
         else:
             err = max_abs_error(r.outputs, want)
             shown = "mismatch" if math.isinf(err) else f"{err:.2e}"
-            if err > tolerance or math.isnan(err):
+            bound = precision_tolerance(r.precision, want, tolerance) if r.defaults else tolerance
+            if err > bound or math.isnan(err):
                 err_text, problem = f"[red]{shown}[/red]", "exceeded the tolerance"
             else:
                 err_text = f"[green]{shown}[/green]"
+        precision = f"{r.precision} (default)" if r.defaults and r.precision else (r.precision or "")
         latency = [] if border else [f"{r.latency_ms:.3f}"]
-        table.add_row(r.runtime, r.path, "[green]ran[/green]", r.precision or "", err_text, *latency)
+        table.add_row(r.runtime, r.path, "[green]ran[/green]", precision, err_text, *latency)
         outcomes.append((label, problem))
     return outcomes
 
@@ -361,6 +371,29 @@ def dtype_tolerance(want) -> float:
         scale = float(np.nanmax(np.abs(w.astype(np.float64)))) if low and w.size else 0.0
         bounds.append(tol.atol + tol.rtol * scale)
     return min(bounds)
+
+
+#: OpenVINO's inference precisions -> the dtype whose rule a row run at that precision is judged by.
+PRECISION_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def precision_tolerance(precision: str | None, want, tolerance: float) -> float:
+    """The bound of a row OpenVINO ran at its own default ``precision``: ``tolerance`` for f32; for f16/bf16 the
+    larger of ``tolerance`` and that dtype's rule on the reference (``atol + rtol * max|reference|``, per output,
+    :func:`deform_onnx.exporting.verification.tolerance_for`): bf16 inference is held to bfloat16's rule, not
+    float32's (on CPUs with AMX OpenVINO's default is bf16).
+    """
+    import numpy as np
+
+    from ..exporting.verification import tolerance_for
+
+    dtype = PRECISION_DTYPES.get(precision or "")
+    if dtype is None or dtype == "float32" or not want:
+        return tolerance
+    tol = tolerance_for(dtype)
+    bounds = [tol.atol + tol.rtol * (float(np.nanmax(np.abs(np.asarray(w, np.float64)))) if np.size(w) else 0.0)
+              for w in want]  # fmt: skip
+    return max(tolerance, min(bounds))
 
 
 def _check_precision(precision: str, runtimes: list[str]) -> None:

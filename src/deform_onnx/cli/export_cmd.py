@@ -108,6 +108,12 @@ def export_command(
     keep_artifacts: Path | None = typer.Option(
         None, "--keep-artifacts", help="Folder to keep the --verify-runtime converters' outputs in (.mnn, ...)."
     ),
+    no_verify_runtime: bool = typer.Option(
+        False,
+        "--no-verify-runtime",
+        help="Do not run the file in the runtime --target names (mnn, ncnn, tflite, tvm, onnx2torch, openvino), "
+        "which export does by default before writing it.",
+    ),
 ) -> None:
     """Export with each lowering, check every file in ONNX Runtime against PyTorch, print a table.
 
@@ -118,7 +124,8 @@ def export_command(
     """
     a = ExportArgs(model, input_shape, inputs_npz, dtype, opset, method, exporter, dynamic, output, repeat, verbose,
                    target, force, ir_version, no_verify,
-                   [r.strip() for spec in verify_runtime for r in spec.split(",") if r.strip()], keep_artifacts)  # fmt: skip
+                   [r.strip() for spec in verify_runtime for r in spec.split(",") if r.strip()], keep_artifacts,
+                   no_verify_runtime)  # fmt: skip
     edge = edge_format(output)
     if edge is not None:
         run_edge(a, edge)

@@ -80,8 +80,8 @@ class ExportReport:
             provider), e.g. ``"onnxruntime-gpu 1.31.1"``; ``None`` when not verified, or verified on
             OpenVINO (a bfloat16 file: ``notes`` says so).
         format: the format written (``"onnx"``, ``"openvino"``, ``"executorch"``, ``"litert"``, ``"coreml"``).
-        runtimes: with ``verify_runtimes`` (and an ``.xml`` file): one line per deployed runtime the file
-            also ran on (version, max error).
+        runtimes: with ``verify_runtimes``, or a ``target`` that names a deployed runtime (and an ``.xml`` file):
+            one line per deployed runtime the file also ran on (version, max error); ``notes`` says so too.
         runtime: the runtime a torch.export format's file ran in (``"ExecuTorch (XNNPACK)"``,
             ``"LiteRT"``); ``None`` for ONNX (see ``onnxruntime``) and for Core ML (not run on Linux).
         verified: torch.export formats: whether the file ran in its runtime and matched PyTorch
@@ -136,7 +136,7 @@ def export(
     ir_version: int | None = None,
     verify_shapes=None,
     format: str | None = None,
-    verify_runtimes: Sequence[str] = (),
+    verify_runtimes: Sequence[str] | None = None,
     keep_artifacts: str | os.PathLike | None = None,
 ) -> ExportReport:
     """Export ``model`` to ONNX with deformable convolution lowered by ``method``.
@@ -204,6 +204,9 @@ def export(
         verify_runtimes: deployed runtimes (:func:`deform_onnx.check_runtimes`' names: ``mnn``, ``ncnn``,
             ``tflite``, ``tvm``, ``onnx2torch``, ``openvino``, ...) the verified file is also converted with (their
             own converter, in a cached venv each) and run on, against PyTorch on ``args``, before it is written.
+            Default (``None``): the runtime ``target`` names when it is one of them (``target="mnn"`` runs the
+            file in MNN; ``openvino-extension`` in OpenVINO), none otherwise or with ``verify=False``; ``()``
+            opts out. ``report.runtimes`` and ``report.notes`` say where the file ran.
         keep_artifacts: a folder for those converters' outputs (``.mnn``, ``.ncnn.param``/``.bin``, ``.tflite``,
             OpenVINO ``.xml``/``.bin``), named after ``f``; kept only when every runtime matched. A missing folder
             (``FileNotFoundError``), a file or one it cannot write in is refused before any work.
@@ -259,9 +262,27 @@ def export(
     _check_opset_range(opset, choice.dynamo)
     # Hook (issue 18): sizes stay symbolic through detector code's size tensors and linspace
     # while exporting (deform_onnx.exporters.rewriters); undone on exit. Hook (issue 12): graph forms.
-    deployed = (list(verify_runtimes), keep_artifacts)
+    deployed = (target_runtimes(target, verify_runtimes, verify), keep_artifacts)
     with _eval_mode(model), choice.emitting(), _rewriters.while_exporting():
         return _export_eval(model, args, f, opts, deployed)
+
+
+def target_runtimes(target: str | None, verify_runtimes: Sequence[str] | None, verify: bool = True) -> list[str]:
+    """The deployed runtimes an export runs its file on: ``verify_runtimes`` when given (``()``: none), else the
+    family ``target`` names (``mnn``, ``ncnn``, ``tflite``, ``tvm``, ``onnx2torch``, ``openvino``; target
+    ``openvino-extension`` runs in ``openvino``), else none; none without ``verify``.
+    """
+    if verify_runtimes is not None:
+        return list(verify_runtimes)
+    if not verify or target is None:
+        return []
+    from ..runtimes.deployed import family
+
+    try:
+        fam = family(target.removesuffix("-extension"))
+    except ValueError:  # a target that is no deployed family (tensorrt, directml, onnxruntime<1.25, ...)
+        return []
+    return [] if fam.name == "onnxruntime" else [fam.name]
 
 
 def _choose(model, args, target, method, opset, dynamo: bool, force: bool, dynamic=None):
@@ -326,6 +347,8 @@ def _export_eval(model, args: tuple, f, opts: ExportOptions, deployed=((), None)
     sized.fill(report, produced.verified)
     if deployed[0]:  # hook (issue 28): each named runtime runs the file before it is written
         report.runtimes = _deployed(produced.data, model, args, f, opts, deployed)
+        report.notes.append(f"the file ran in {', '.join(deployed[0])} (each in its cached venv; openvino here) "
+                            "against PyTorch before it was written: " + "; ".join(report.runtimes))  # fmt: skip
     if sink is not None:
         report.path = sink.commit()
     elif isinstance(produced.data, bytes):  # without a sink, finish() returns the serialized model
@@ -340,7 +363,10 @@ def _deployed(data, model, args: tuple, f, opts: ExportOptions, deployed) -> lis
     from .deployed_check import check_deployed
 
     if not isinstance(data, bytes):
-        raise ValueError("verify_runtimes: models over 2 GiB (external data) are not converted; export without it")
+        raise ValueError(
+            "verify_runtimes: models over 2 GiB (external data) are not converted; pass "
+            "verify_runtimes=() (a target that names a deployed runtime runs the file there by default)"
+        )
     name = Path(f).name.lstrip(".") if not hasattr(f, "write") else "model.onnx"
     stem = name.split(".onnx")[0] if ".onnx" in name else Path(name).stem  # the CLI writes ".m.onnx.partial-PID"
     return check_deployed(data, model, args, deployed[0], deployed[1], (opts.rtol, opts.atol), stem)

@@ -38,6 +38,7 @@ import torch
 
 from ..core.errors import ExportError, VerificationError
 from ..runtimes.sessions import _numpy, input_tensors, make_session, output_tensors, run_file
+from .choices import discrete_flip
 from .pairing import check_count, order_error, swapped_with
 
 #: PyTorch's outputs, flattened as the exporters flatten them: ``[(pytree key path, tensor), ...]``.
@@ -289,7 +290,9 @@ def verify(
                 check = _own_dtype(name, g, _numpy(reference(torch.float32)[0][index]), tol, _Refs(where, None), index,
                                    label="float32 copy")  # fmt: skip
             else:
-                refs = _Refs(where, reference if tol.dtype == "float32" else None, again)
+                refs = _Refs(
+                    where, reference if tol.dtype == "float32" else None, again, lambda: discrete_flip(model, args)
+                )
                 check = _own_dtype(name, g, e_np, tol, refs, index)
         except VerificationError as exc:
             _raise_if_swapped(exc, index, g, tol, names, paths, expected, _Refs(where, reference))
@@ -305,12 +308,14 @@ def verify(
 class _Refs:
     """What one output's check compares with beyond PyTorch's output: ``where`` (the size note of the messages),
     ``reference(dtype)`` (the model rerun as a float32/float64 copy; ``None``: no float64 rule) and ``again(index)``
-    (PyTorch's own output once more, to tell a model whose output changes between runs).
+    (PyTorch's own output once more, to tell a model whose output changes between runs) and ``choices()``
+    (:func:`discrete_flip` of the model: where float32 and float64 choose differently, ``None`` if nowhere).
     """
 
     where: str
     reference: Callable | None
     again: Callable | None = None
+    choices: Callable | None = None
 
 
 def _raise_if_swapped(exc, index, g, tol: Tolerance, names, paths, expected, refs: _Refs) -> None:
@@ -390,6 +395,12 @@ def _own_dtype(name, g, e, tol: Tolerance, refs: _Refs, index: int, label: str =
     if repeat is None or not _within(repeat, e, tol):
         raise VerificationError(f"{head}; PyTorch's own output changes between runs, so no float64 check; "
                                 "no file was written")  # fmt: skip
+    flipped = refs.choices() if refs.choices is not None else None
+    if flipped is not None:  # a discrete choice differs between float32 and float64: neither proves the file
+        raise VerificationError(f"{head}; PyTorch float32 and float64 choose differently at {flipped} (ties or "
+                                "near-ties in its input at this example), so the float64 rule cannot prove this "
+                                "output; no file was written (export with inputs without ties, e.g. random ones, "
+                                "or pass verify=False)")  # fmt: skip
     ref, why = reference(torch.float64)
     if ref is None or index >= len(ref):
         raise VerificationError(f"{head}; the float64 check could not run ({why}); no file was written")

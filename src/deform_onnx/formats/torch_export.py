@@ -44,7 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "force": False,
     "ir_version": None,
     "verify_shapes": None,
-    "verify_runtimes": (),
+    "verify_runtimes": None,
     "keep_artifacts": None,
 }
 #: What a setting means instead, for the one-line refusal.

@@ -14,6 +14,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,8 @@ class PathResult:
 
     ``installed``: ``False`` when the runtime is not installed (``reason`` says how to install it);
     ``deform-onnx check`` may then skip the path when the user did not name the runtime.
+    ``defaults``: OpenVINO compiled with no config (its defaults on this CPU: bf16 where the CPU has AMX);
+    ``precision`` is the one it used.
     """
 
     runtime: str
@@ -39,6 +42,7 @@ class PathResult:
     latency_ms: float | None = None
     precision: str | None = None
     installed: bool = True
+    defaults: bool = False
 
     @property
     def ran(self) -> bool:
@@ -128,6 +132,7 @@ def run_paths(
     target: str | None = None,
     force: bool = False,
     precision: str | None = "f32",
+    defaults: bool = False,
     repeat: int = 5,
     timeout: float | None = None,
     progress: Callable[[str], None] | None = None,
@@ -145,6 +150,9 @@ def run_paths(
         target: runtime target for ``lower()`` (its graph forms and rules, as
             ``deform-onnx lower --target``); ``force`` writes past its rules.
         precision: OpenVINO's inference precision hint.
+        defaults: also run the OpenVINO "as is"/"extension" path as a user who passes no config does (a plain
+            ``compile_model(model, "CPU")``): a path ``"<as is>, defaults"`` whose ``precision`` is the one OpenVINO
+            picked (bf16 on CPUs with AMX); only when OpenVINO is installed.
         repeat: timed runs after the first (the median is reported).
         timeout: seconds each path may spend running (session building not
             counted); a path past it stops with a "timed out" reason, or with
@@ -179,9 +187,12 @@ def run_paths(
 
         missing = (ort_mod if runtime == "onnxruntime" else ov_mod).available()
         as_is = "extension" if runtime == "openvino" and deformable else "as is"
-        paths = [(as_is, model)] + ([(f"lower({method})", lowered)] if to_lower else [])
-        for path, source in paths:
-            result = PathResult(runtime, path)
+        paths: list[tuple[str, Any, str | None]] = [(as_is, model, precision)]
+        if runtime == "openvino" and defaults and not missing:
+            paths.append((f"{as_is}, defaults", model, None))  # OpenVINO's own choice on this CPU
+        paths += [(f"lower({method})", lowered, precision)] if to_lower else []
+        for path, source, hint in paths:
+            result = PathResult(runtime, path, defaults=hint is None and runtime == "openvino")
             results.append(result)
             if missing:
                 result.reason, result.installed = missing, False
@@ -195,7 +206,7 @@ def run_paths(
                 if runtime == "onnxruntime":
                     fn, result.precision = _ort_runner(source, feeds)
                 else:
-                    fn, result.precision = _ov_runner(source, feeds, precision)
+                    fn, result.precision = _ov_runner(source, feeds, hint)
                 result.outputs, result.latency_ms = _timed(fn, repeat, Deadline(timeout))
             except Exception as e:  # noqa: BLE001 - reported in the table
                 result.reason = runtime_reason(e)

@@ -1,0 +1,98 @@
+"""``export(target=...)`` means proven there (issue 35 item 6).
+
+A target that names a deployed runtime (``mnn``, ``ncnn``, ``tflite``, ``tvm``, ``onnx2torch``, ``openvino``;
+``openvino-extension`` runs in ``openvino``) runs the file there against PyTorch before it is written, unless
+the user opts out (``verify_runtimes=()``, CLI ``--no-verify-runtime``; ``verify=False``). Here the family's
+converter-and-run step is replaced by a stand-in that returns a chosen output (no venv, no conversion): what
+is tested is that the export calls it, refuses a wrong result (nothing written), and says where the file ran.
+Each real runtime runs its target's file in tests/runtimes/test_deployed.py (test_family_runs_its_target_file).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import deform_onnx
+from deform_onnx.cli import app
+from deform_onnx.exporting.api import target_runtimes
+from deform_onnx.runtimes.deployed import check
+from deform_onnx.runtimes.deployed.families import Run
+
+
+class Small(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(2, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+X = torch.randn(1, 2, 6, 6, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """A stand-in for each family's convert-and-run: returns PyTorch's output plus ``state["off"]``; records
+    which families ran."""
+    state: dict = {"off": 0.0, "ran": []}
+
+    def run_file(fam, python, path, feeds, shape, work, **kw):
+        state["ran"].append(fam.name)
+        with torch.no_grad():
+            want = Small().eval()(*(torch.from_numpy(a) for a in feeds.values())).numpy()
+        return Run("9.9", None, 1.0, output=want + np.float32(state["off"]))
+
+    monkeypatch.setattr(check, "interpreter", lambda fam, timeout=0, log=None: Path(sys.executable))
+    monkeypatch.setattr(check, "run_file", run_file)
+    return state
+
+
+def test_which_runtime_a_target_runs_in() -> None:
+    assert target_runtimes("mnn", None) == ["mnn"] and target_runtimes("openvino-extension", None) == ["openvino"]
+    assert target_runtimes("litert", None) == ["tflite"]  # the family's alias
+    assert target_runtimes("tensorrt", None) == [] and target_runtimes("onnxruntime", None) == []
+    assert target_runtimes(None, None) == [] and target_runtimes("mnn", ()) == []  # () opts out
+    assert target_runtimes("mnn", None, verify=False) == [] and target_runtimes(None, ["tvm"]) == ["tvm"]
+
+
+@pytest.mark.parametrize(("target", "name"), [("mnn", "mnn"), ("openvino-extension", "openvino")])
+def test_target_runs_the_file_there_before_writing(tmp_path: Path, runs: dict, target: str, name: str) -> None:
+    path = tmp_path / "m.onnx"
+    report = deform_onnx.export(Small().eval(), (X,), path, target=target)
+    assert runs["ran"] == [name] and path.is_file()
+    assert report.runtimes == [f"{name} 9.9: max abs error 0"], report.runtimes
+    assert any(n.startswith(f"the file ran in {name} ") for n in report.notes), report.notes
+
+
+def test_a_wrong_result_there_writes_nothing(tmp_path: Path, runs: dict) -> None:
+    runs["off"] = 0.5
+    with pytest.raises(deform_onnx.VerificationError, match=r"mnn \(9\.9\): max abs error 0\.5"):
+        deform_onnx.export(Small().eval(), (X,), tmp_path / "m.onnx", target="mnn")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_opting_out(tmp_path: Path, runs: dict) -> None:
+    report = deform_onnx.export(Small().eval(), (X,), tmp_path / "a.onnx", target="mnn", verify_runtimes=())
+    assert report.runtimes == [] and runs["ran"] == []
+    report = deform_onnx.export(Small().eval(), (X,), tmp_path / "b.onnx", target="mnn", verify=False)
+    assert report.runtimes == [] and runs["ran"] == []
+
+
+def test_cli_says_where_the_file_ran(tmp_path: Path, runs: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "small.py").write_text("from exporting.test_target_runs_there import Small\n")
+    monkeypatch.chdir(tmp_path)
+    common = ["export", "small.py:Small", "-s", "1,2,6,6", "--target", "mnn"]
+    result = CliRunner().invoke(app, [*common, "-o", "m.onnx"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "m.onnx also ran on: mnn 9.9: max abs error 0" in " ".join(result.output.split())
+    result = CliRunner().invoke(app, [*common, "--no-verify-runtime", "-o", "n.onnx"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "also ran on" not in result.output and runs["ran"] == ["mnn"]
