@@ -122,6 +122,8 @@ class SizeMode(TorchFunctionMode):
         super().__init__()
         self._funcs = {_resolve(name): rewrite for name, rewrite in REWRITES.items()}
         self._values: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+        #: qualified names of the :data:`REWRITES` that acted (replaced a call), in first-use order.
+        self.applied: list[str] = []
 
     # --- recorded sizes -------------------------------------------------------------------------
     def record(self, tensor: torch.Tensor, values) -> torch.Tensor:
@@ -176,7 +178,11 @@ class SizeMode(TorchFunctionMode):
         if rewrite is not None:
             out = rewrite.fn(self, func, *args, **kwargs)
             if out is not NotImplemented:
+                if rewrite.name not in self.applied:
+                    self.applied.append(rewrite.name)
                 return out
+        if self._values and _in_place(func) and args:  # a size tensor changed in place: its record is stale
+            self._values.pop(id(args[0]), None)
         if self._values:
             from .size_tensors import propagate
 
@@ -195,6 +201,19 @@ class SizeMode(TorchFunctionMode):
                 except TypeError:  # a function that takes tensors only (torch.maximum): the arguments as given
                     pass
         return func(*args, **kwargs)
+
+
+def _in_place(func) -> bool:
+    """Whether ``func`` changes its first argument (``add_``, ``__iadd__``, ``__setitem__``, ``copy_``)."""
+    name = getattr(func, "__name__", "")
+    if name.startswith("__"):
+        return name in _IN_PLACE_OPERATORS
+    return name.endswith("_")
+
+
+_IN_PLACE_OPERATORS = {"__setitem__"} | {
+    f"__i{op}__" for op in "add sub mul truediv floordiv mod pow and or xor lshift rshift matmul".split()
+}
 
 
 #: qualified name of a model-library function -> :class:`Rewrite` (``fn(original, *args, **kwargs)``).
