@@ -18,7 +18,9 @@ open-mmlab/mmdeploy ``mmdeploy/core/rewriters/function_rewriter.py``) to a
 replacement that computes the same values from the sizes at run time. Each
 replacement is only taken when its arguments carry a symbolic size (a
 ``SymInt`` under ``torch.export``, a traced size under the TorchScript tracer);
-with plain numbers the original function runs. The mode is popped on exit:
+with plain numbers the original function runs (a small integer tensor made of
+plain ints, a static size tensor, is made by torch and remembers its ints:
+:func:`.size_tensors.as_tensor`). The mode is popped on exit:
 nothing stays patched, and eager PyTorch (the verification reference) is
 untouched. The patterns live in one small module per family
 (:mod:`.size_tensors`, :mod:`.size_ranges`); each cites the code it serves.
