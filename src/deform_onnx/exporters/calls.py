@@ -21,6 +21,7 @@ from . import dynamo as _dynamo
 from . import torchscript as _torchscript
 from .examples import widen_unit_dims
 from .forward_defaults import bound
+from .function_fallbacks import dead_nodes_dropped
 from .guards import check_guards, parameter_names
 
 if TYPE_CHECKING:
@@ -240,6 +241,7 @@ def export_torchscript(model, args, opts: ExportOptions, sink=None) -> onnx.Mode
         written.recording() as calls,
         bound(model, args),
         _output_names.recording(model) as seen,
+        dead_nodes_dropped(),  # a model's try: Function.apply(...) except: fallback (function_fallbacks.py)
     ):
         torch.onnx.export(
             model,

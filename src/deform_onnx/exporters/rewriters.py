@@ -18,7 +18,9 @@ open-mmlab/mmdeploy ``mmdeploy/core/rewriters/function_rewriter.py``) to a
 replacement that computes the same values from the sizes at run time. Each
 replacement is only taken when its arguments carry a symbolic size (a
 ``SymInt`` under ``torch.export``, a traced size under the TorchScript tracer);
-with plain numbers the original function runs. The mode is popped on exit:
+with plain numbers the original function runs (a small integer tensor made of
+plain ints, a static size tensor, is made by torch and remembers its ints:
+:func:`.size_tensors.as_tensor`). The mode is popped on exit:
 nothing stays patched, and eager PyTorch (the verification reference) is
 untouched. The patterns live in one small module per family
 (:mod:`.size_tensors`, :mod:`.size_ranges`); each cites the code it serves.
@@ -122,6 +124,8 @@ class SizeMode(TorchFunctionMode):
         super().__init__()
         self._funcs = {_resolve(name): rewrite for name, rewrite in REWRITES.items()}
         self._values: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+        #: qualified names of the :data:`REWRITES` that acted (replaced a call), in first-use order.
+        self.applied: list[str] = []
 
     # --- recorded sizes -------------------------------------------------------------------------
     def record(self, tensor: torch.Tensor, values) -> torch.Tensor:
@@ -176,7 +180,11 @@ class SizeMode(TorchFunctionMode):
         if rewrite is not None:
             out = rewrite.fn(self, func, *args, **kwargs)
             if out is not NotImplemented:
+                if rewrite.name not in self.applied:
+                    self.applied.append(rewrite.name)
                 return out
+        if self._values and _in_place(func) and args:  # a size tensor changed in place: its record is stale
+            self._values.pop(id(args[0]), None)
         if self._values:
             from .size_tensors import propagate
 
@@ -195,6 +203,19 @@ class SizeMode(TorchFunctionMode):
                 except TypeError:  # a function that takes tensors only (torch.maximum): the arguments as given
                     pass
         return func(*args, **kwargs)
+
+
+def _in_place(func) -> bool:
+    """Whether ``func`` changes its first argument (``add_``, ``__iadd__``, ``__setitem__``, ``copy_``)."""
+    name = getattr(func, "__name__", "")
+    if name.startswith("__"):
+        return name in _IN_PLACE_OPERATORS
+    return name.endswith("_")
+
+
+_IN_PLACE_OPERATORS = {"__setitem__"} | {
+    f"__i{op}__" for op in "add sub mul truediv floordiv mod pow and or xor lshift rshift matmul".split()
+}
 
 
 #: qualified name of a model-library function -> :class:`Rewrite` (``fn(original, *args, **kwargs)``).

@@ -75,12 +75,12 @@ def _from_sizes(mode: SizeMode, original, data, *args, dtype=None, device=None, 
     if not isinstance(data, (list, tuple)) or not _leaves(mode, data, leaves):
         return NotImplemented
     traced = any(is_traced_size(v) for v in leaves)
-    if not traced and not any(is_symbolic(v) for v in leaves):
-        return NotImplemented
     if kwargs.get("requires_grad") or kwargs.get("pin_memory"):
         return NotImplemented
     if dtype is None:  # as torch.tensor infers it: the promotion of every element's own type
         dtype = functools.reduce(torch.promote_types, map(_leaf_dtype, leaves))
+    if not traced and not any(is_symbolic(v) for v in leaves):
+        return _static(mode, original, data, leaves, dtype, device, kwargs)
 
     def build(d):
         if isinstance(d, (list, tuple)):
@@ -96,6 +96,47 @@ def _from_sizes(mode: SizeMode, original, data, *args, dtype=None, device=None, 
         values[:] = leaves
         mode.record(tensor, values.reshape(tuple(tensor.shape)))
     return tensor
+
+
+#: At most this many numbers in a static size tensor that is recorded (feature-map sizes: 2 per level).
+STATIC_MAX = 64
+
+
+def _static(mode: SizeMode, original, data, leaves: list, dtype, device, kwargs):
+    """``original(data)`` as torch makes it, recorded (:meth:`.rewriters.SizeMode.record`) when it is a small
+    integer tensor of plain Python ints: static sizes (``torch.as_tensor([(h, w), ...])`` with ``h``, ``w`` the
+    example's ints). ``torch.export`` makes such a tensor a constant whose values it cannot read back ("Could
+    not guard on data-dependent expression", measured on RF-DETR 1.4.1's ``assert (...).sum() == Len_in``);
+    recorded, the numbers read back are the same ints eager PyTorch reads.
+    """
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool or len(leaves) > STATIC_MAX:
+        return NotImplemented
+    if not all(type(v) is int for v in leaves):
+        return NotImplemented
+    out = original(mode.substitute(data), dtype=dtype, device=device, **kwargs)  # [H_, W_]: their ints, not tensors
+    if out.numel() == len(leaves):
+        values = np.empty(len(leaves), dtype=object)
+        values[:] = leaves
+        mode.record(out, values.reshape(tuple(out.shape)))
+    return out
+
+
+@register("torch._shape_as_tensor", "roboflow/rf-detr rfdetr/models/transformer.py Transformer.forward (a release that "
+          "builds spatial_shapes = torch.stack([torch._shape_as_tensor(src)[2:4] for src in srcs]))")  # fmt: skip
+def shape_as_tensor(mode, original, tensor):
+    """``torch._shape_as_tensor(x)`` (1-D int64, CPU) stacked from ``x``'s sizes and recorded; under the TorchScript
+    tracer torch's own (its symbolic writes ``Shape``). ``torch.export`` cannot run torch's own on a fake tensor
+    ("The tensor has a non-zero number of elements, but its data is not allocated yet", torch 2.14).
+    """
+    if torch._C._get_tracing_state() is not None or not isinstance(tensor, torch.Tensor):
+        return NotImplemented
+    sizes = list(tensor.shape)
+    if not sizes:
+        return original(tensor)
+    out = torch.stack([torch.scalar_tensor(s, dtype=torch.long) for s in sizes])
+    values = np.empty(len(sizes), dtype=object)
+    values[:] = sizes
+    return mode.record(out, values)
 
 
 @register("torch.as_tensor", _SOURCE)
@@ -119,7 +160,8 @@ def setitem(mode, original, target, index, value):
     """
     value = mode.scalar(value)
     known = mode.values(target, partial=True)
-    if not (is_symbolic(value) or (known is not None and isinstance(value, int))):
+    # a static size (a plain int) too: the record is complete, and read back, only once every entry is written
+    if not (is_symbolic(value) or type(value) is int or (known is not None and isinstance(value, int))):
         return NotImplemented
     if target.is_floating_point() or target.is_complex() or target.dim() > 2 or target.numel() > 64:
         return NotImplemented

@@ -79,7 +79,8 @@ def write(model, args, path, **settings) -> ExportReport:
     args = args if isinstance(args, tuple) else (args,)
     method = opts["method"] or "auto"
     model.eval()
-    ep = exported(model, args, None, method, TITLE)
+    notes: list[str] = []
+    ep = exported(model, args, None, method, TITLE, notes=notes)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         convert(ep, staging / target.name)
@@ -92,4 +93,5 @@ def write(model, args, path, **settings) -> ExportReport:
     report = report_for(target, "coreml", method, [], _folder_size(target), started, ep)
     report.verified = False
     report.notes.append(NOTE)
+    report.notes.extend(notes)
     return report

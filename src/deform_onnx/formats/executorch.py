@@ -117,9 +117,10 @@ def write(model, args, path, **settings) -> ExportReport:
     started = time.perf_counter()
     opts, args, method = prepare(TITLE, settings, TAKEN, path, args, AUTO_METHOD)
     model.eval()
-    ep = exported(model, args, opts["dynamic_shapes"], method, TITLE, core=False)
+    checks: list = []
+    notes: list[str] = []
+    ep = exported(model, args, opts["dynamic_shapes"], method, TITLE, core=False, notes=notes)
     data = lower(ep)
-    checks, notes = [], []
     if opts["verify"]:
         session = ExecuTorchSession(data)
         sizes = [args]

@@ -99,10 +99,12 @@ def write(model, args, path, **settings) -> ExportReport:
         )
     opts, args, method = prepare(TITLE, settings, TAKEN, path, args, AUTO_METHOD)
     model.eval()
-    ep = exported(model, args, None, method, TITLE)
+    notes: list[str] = []
+    ep = exported(model, args, None, method, TITLE, notes=notes)
     data = convert(ep, args)
     checks = prove(LiteRTSession(data), model, [args], opts) if opts["verify"] else []
     written = write_bytes_atomic(path, data)
     report = report_for(written, "litert", method, checks, len(data), started, ep)
     report.verified = bool(checks)
+    report.notes.extend(notes)
     return report

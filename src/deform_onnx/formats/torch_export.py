@@ -131,28 +131,35 @@ def _one_line(exc: BaseException) -> str:
     return (text.splitlines() or [type(exc).__name__])[0][:300]
 
 
-def exported(model, args: tuple, dynamic_shapes, method: str, title: str, core: bool = True):
+def exported(
+    model, args: tuple, dynamic_shapes, method: str, title: str, core: bool = True, notes: list[str] | None = None
+):
     """``torch.export.export(model, args)`` with the family rewritten by :func:`deform_onnx.decompositions`.
 
+    The model is captured by the ONNX path's strategies (:func:`.capture.capture`: non-strict with the
+    size rewrites, then ``strict=True``); ``notes`` (a list) gets one line saying which strategy captured it.
     ``core``: decompose the rest into core ATen ops too; ``False`` leaves the rest to the backend's own
     lowering (ExecuTorch: its XNNPACK recomposition of ``linear`` fails on a program already decomposed
     to core ATen ops, measured on 4-D ``nn.Linear`` inputs: DCNv3, Deformable DETR).
 
     Raises:
-        ExportError: torch.export fails (its first line; a dynamic dimension the model fixes is named by
-            torch.export), or an op no decomposition covers is left (named, with the format and what to do).
+        ExportError: no strategy captures the model (each one's first line; a dynamic dimension the model
+            fixes is named by torch.export), or an op no decomposition covers is left (named, with the format
+            and what to do).
     """
+    from .capture import capture, drop_aliases
     from .decompose import decompositions
 
     table = decompositions(method, core=core)
-    try:
-        ep = torch.export.export(model, tuple(args), dynamic_shapes=dynamic_shapes, strict=False)
-    except Exception as exc:  # torch.export's errors are many kinds and many lines
-        raise ExportError(f"torch.export could not export the model for {title}: {_one_line(exc)}") from exc
+    captured = capture(model, args, dynamic_shapes, title)
+    if notes is not None:
+        notes.append(captured.note())
+    ep = captured.program
     try:
         ep = ep.run_decompositions(table)
     except Exception as exc:
         raise ExportError(f"decomposing the model for {title} failed: {_one_line(exc)}") from exc
+    drop_aliases(ep)
     left = sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function" and _foreign(n.target)})
     if left:
         raise ExportError(
