@@ -56,6 +56,7 @@ class ExportArgs:
     no_verify: bool
     verify_runtime: list[str] = field(default_factory=list)
     keep_artifacts: Path | None = None
+    precision: str | None = None
 
 
 @dataclass
