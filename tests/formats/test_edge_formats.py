@@ -5,7 +5,9 @@ from a conv), a 5-D optical-flow-style warp, the fused MSDA op, Deformable DETR'
 core and an int64 input. Each written file is run again here in its runtime (ExecuTorch, LiteRT) at the
 sizes it claims and compared with PyTorch, not read from the report. Measured (torch 2.14.1, executorch
 1.5.1, litert-torch 0.10.0): ExecuTorch <= 1.2e-6 (every size), LiteRT <= 1.2e-6; bound 1e-4 (float32).
-Planted faults use a one-DCN neck (the cheapest export that goes through a decomposition).
+Planted faults: through each written file's runner (no new export: a fault in the last, integer output,
+a float16 precision drop, a fault at a larger size only), and in a decomposition (off by H - W, so zero
+on a square example) on a one-DCN neck, the cheapest export that goes through one.
 """
 
 from __future__ import annotations
@@ -157,6 +159,63 @@ def test_written_tflite_matches_pytorch(tflite):
     assert any("int32 in the file" in n for n in report.notes)  # litert-torch writes the int64 input as int32
     with torch.no_grad():
         _close(_run_tflite(path, _args()), model.eval()(*_args()))
+
+
+class _Planted:
+    """A written file's session (the writer's runner) with one fault planted in what it returns."""
+
+    def __init__(self, session, fault: str):
+        self.session, self.fault = session, fault
+        self.runtime = session.runtime
+        self.planned = getattr(session, "planned", None)
+        self.get_inputs, self.get_outputs = session.get_inputs, session.get_outputs
+
+    def run(self, names, feeds):
+        out = self.session.run(names, feeds)
+        first = next(iter(feeds.values()))
+        if self.fault == "last output, integer":
+            out[-1] = out[-1] + 1
+        elif self.fault == "float16 where float32 is claimed":
+            out[0] = out[0].astype(np.float16).astype(out[0].dtype)
+        elif self.fault == "larger size only" and first.shape[2] > 6:
+            out[0] = out[0] + 0.5
+        return out
+
+
+FAULTS = {  # fault: (output named, size named)
+    "last output, integer": ("output_3", "example 1,4,6,7"),
+    "float16 where float32 is claimed": ("output_0", "example 1,4,6,7"),
+    "larger size only": ("output_0", "second size 1,4,10,7"),
+}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fault"),
+    [("pte", f) for f in FAULTS] + [("tflite", f) for f in FAULTS if f != "larger size only"],  # .tflite: static
+)
+def test_planted_fault_in_the_runner_is_refused(request, fmt, fault):
+    """Through the runner of each written file: a fault in the last (integer) output, a precision drop, a
+    fault at a larger size only; each refused with the output, the runtime and the size named."""
+    from deform_onnx.formats.torch_export import plan_sizes, prove
+
+    if importlib.util.find_spec("executorch" if fmt == "pte" else "litert_torch") is None:
+        pytest.skip("format not installed")
+    path, model, _, _ = request.getfixturevalue(fmt)
+    if fmt == "pte":
+        from deform_onnx.formats.executorch import ExecuTorchSession as Session
+
+        dynamic = ({2: torch.export.Dim("H", min=H_MIN, max=H_MAX)}, None, None, None, None, None, None)
+    else:
+        from deform_onnx.formats.litert import LiteRTSession as Session
+
+        dynamic = None
+    session = _Planted(Session(path.read_bytes()), fault)
+    plan = plan_sizes(model.eval(), _args(), dynamic)
+    name, size = FAULTS[fault]
+    with pytest.raises(VerificationError) as info:
+        prove(session, model, plan, {"rtol": None, "atol": None})
+    message = str(info.value)
+    assert f"'{name}'" in message and session.runtime in message and size in message and "\n" not in message
 
 
 def _plant_hw_fault(monkeypatch) -> None:
