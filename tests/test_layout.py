@@ -303,8 +303,8 @@ FUNCTIONS = {name: (count, lines) for name, count, lines in _functions()}
 def test_functions_are_read():
     """The reader sees the package's functions (one that found none would pass the next tests)."""
     assert (
-        FUNCTIONS["deform_onnx.exporting.api:export"][0] == 21
-    )  # the public keywords (format=, verify_runtimes=, keep_artifacts=)
+        FUNCTIONS["deform_onnx.exporting.api:export"][0] == 22
+    )  # the public keywords (format=, verify_runtimes=, keep_artifacts=, precision=)
     assert FUNCTIONS["deform_onnx.ops.registry:register"] == (1, 2)
     assert FUNCTIONS["deform_onnx.ops.registry:_Registry.add"][0] == 1  # self not counted
 

@@ -1,15 +1,20 @@
 """export() to .pte / .tflite / .mlpackage: each file run in its own runtime against PyTorch before it is written.
 
 One shared export per format of one small model holding the family: a DCNv2 neck (offsets and mask
-from a conv), a 5-D optical-flow-style warp, the fused MSDA op and Deformable DETR's per-level
-PyTorch core. Measured (torch 2.14.1, executorch 1.5.1, litert-torch 0.10.0): ExecuTorch <= 1.2e-6
-(both sizes), LiteRT <= 1.2e-6; bound 1e-4 (float32 default).
+from a conv), a 5-D optical-flow-style warp, the fused MSDA op, Deformable DETR's per-level PyTorch
+core and an int64 input. Each written file is run again here in its runtime (ExecuTorch, LiteRT) at the
+sizes it claims and compared with PyTorch, not read from the report. Measured (torch 2.14.1, executorch
+1.5.1, litert-torch 0.10.0): ExecuTorch <= 1.2e-6 (every size), LiteRT <= 1.2e-6; bound 1e-4 (float32).
+Planted faults: through each written file's runner (no new export: a fault in the last, integer output,
+a float16 precision drop, a fault at a larger size only), and in a decomposition (off by H - W, so zero
+on a square example) on a one-DCN neck, the cheapest export that goes through one.
 """
 
 from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,6 +25,8 @@ from deform_onnx.core.errors import ExportError, VerificationError
 from deform_onnx.ops.msda.op import MSDeformAttnCore, MSDeformAttnReference
 
 SHAPES = [(4, 5), (2, 3)]
+#: The .pte's dynamic H: example 6, declared 4..16 (checked at both bounds and a second size).
+H_MIN, H_MAX = 4, 16
 
 
 def _needs(module: str):
@@ -27,7 +34,7 @@ def _needs(module: str):
 
 
 class Family(torch.nn.Module):
-    """DCNv2 + 5-D warp + MSDA (fused and per-level core) on small tensors."""
+    """DCNv2 + 5-D warp + MSDA (fused and per-level core) + an int64 input, on small tensors."""
 
     def __init__(self):
         super().__init__()
@@ -37,11 +44,25 @@ class Family(torch.nn.Module):
         self.fused = MSDeformAttnCore(SHAPES)
         self.core = MSDeformAttnReference(SHAPES)
 
-    def forward(self, x, volume, flow, value, loc, attn):
+    def forward(self, x, volume, flow, value, loc, attn, k):
         o = self.offsets(x)
         y = self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
         warped = F.grid_sample(volume, flow, align_corners=False, padding_mode="border")
-        return y, warped, self.fused(value, loc, attn) + self.core(value, loc, attn)
+        return y * k.to(y.dtype), warped, self.fused(value, loc, attn) + self.core(value, loc, attn), k + 1
+
+
+class Neck(torch.nn.Module):
+    """One DCNv2 (offsets and mask from a conv)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.offsets = torch.nn.Conv2d(4, 27, 3, padding=1)
+        self.dcn = torchvision.ops.DeformConv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        o = self.offsets(x)
+        return self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
 
 
 def _args(H: int = 6):
@@ -54,77 +75,216 @@ def _args(H: int = 6):
         torch.randn(1, S, 2, 4, generator=gen),
         torch.rand(1, 5, 2, len(SHAPES), 2, 2, generator=gen),
         torch.rand(1, 5, 2, len(SHAPES), 2, generator=gen),
+        torch.tensor([3], dtype=torch.int64),
     )
+
+
+def _close(got: list[np.ndarray], want) -> None:
+    """Every output of the file against PyTorch's (floats within the float32 bound, integers exactly)."""
+    want = [w.detach().numpy() for w in want]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        if np.issubdtype(w.dtype, np.integer):
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def _run_pte(path, args) -> list[np.ndarray]:
+    """The written .pte run in ExecuTorch's own runtime (not the writer's session)."""
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(path.read_bytes())
+    method = program.load_method("forward")
+    return [o.numpy() for o in method.execute(list(args))]
+
+
+def _run_tflite(path, args) -> list[np.ndarray]:
+    """The written .tflite run in LiteRT's interpreter; inputs fed in the dtypes the file declares."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    runner = Interpreter(model_content=path.read_bytes()).get_signature_runner()
+    key = lambda name: int(name.rsplit("_", 1)[-1])  # noqa: E731 - args_0, args_1, ... / output_0, ...
+    inputs = sorted(runner.get_input_details().items(), key=lambda kv: key(kv[0]))
+    feeds = {name: a.numpy().astype(d["dtype"]) for (name, d), a in zip(inputs, args)}
+    out = runner(**feeds)
+    return [np.asarray(out[name]) for name in sorted(out, key=key)]
 
 
 @pytest.fixture(scope="module")
 def pte(tmp_path_factory):
     path = tmp_path_factory.mktemp("pte") / "family.pte"
-    H = torch.export.Dim("H", min=4, max=16)
-    dynamic = ({2: H}, None, None, None, None, None)
-    return path, deform_onnx.export(Family().eval(), _args(), path, dynamic_shapes=dynamic)
+    model = Family()  # training mode: the writer exports in eval mode and restores it
+    H = torch.export.Dim("H", min=H_MIN, max=H_MAX)
+    dynamic = ({2: H}, None, None, None, None, None, None)
+    report = deform_onnx.export(model, _args(), path, dynamic_shapes=dynamic)
+    return path, model, report, model.training
 
 
 @pytest.fixture(scope="module")
 def tflite(tmp_path_factory):
     path = tmp_path_factory.mktemp("tflite") / "family.tflite"
-    return path, deform_onnx.export(Family().eval(), _args(), path)
+    model = Family()
+    report = deform_onnx.export(model, _args(), path)
+    return path, model, report, model.training
 
 
 @_needs("executorch")
-def test_pte_runs_in_executorch_at_two_sizes(pte, capfd):
-    path, report = pte
+def test_pte_is_checked_at_the_second_size_and_both_bounds(pte, capfd):
+    path, _, report, training = pte
     assert path.is_file() and report.format == "executorch" and report.verified
-    assert report.runtime == "ExecuTorch (XNNPACK)"
-    assert len(report.checked_shapes) == 2 and report.checked_shapes[0] != report.checked_shapes[1]
-    assert report.max_error is not None and report.max_error <= 1e-4
+    assert report.runtime == "ExecuTorch (XNNPACK)" and report.method == "gather" and training
+    heights = [shapes[0][2] for shapes in report.checked_shapes]
+    assert heights[0] == 6 and {H_MIN, H_MAX} <= set(heights[1:]) and len(set(heights)) == len(heights) >= 3
+    assert any("upper bound" in n for n in report.notes)
     assert not any("torchvision" in op or "grid_sampler_3d" in op for op in report.op_types)
     assert "cpuinfo" not in capfd.readouterr().err
 
 
+@_needs("executorch")
+@pytest.mark.parametrize("H", [H_MIN, 11, H_MAX])
+def test_written_pte_matches_pytorch_at_its_claimed_sizes(pte, H):
+    path, model, _, _ = pte
+    args = _args(H)
+    with torch.no_grad():
+        _close(_run_pte(path, args), model.eval()(*args))
+
+
 @_needs("litert_torch")
-def test_tflite_runs_in_litert(tflite):
-    path, report = tflite
+def test_written_tflite_matches_pytorch(tflite):
+    path, model, report, training = tflite
     assert path.is_file() and report.format == "litert" and report.verified and report.runtime == "LiteRT"
-    assert report.max_error is not None and report.max_error <= 1e-4
+    assert report.method == "gather" and training
+    assert any("int32 in the file" in n for n in report.notes)  # litert-torch writes the int64 input as int32
+    with torch.no_grad():
+        _close(_run_tflite(path, _args()), model.eval()(*_args()))
 
 
-@_needs("litert_torch")
-def test_planted_fault_is_refused_and_not_written(tmp_path, monkeypatch):
+class _Planted:
+    """A written file's session (the writer's runner) with one fault planted in what it returns."""
+
+    def __init__(self, session, fault: str):
+        self.session, self.fault = session, fault
+        self.runtime = session.runtime
+        self.planned = getattr(session, "planned", None)
+        self.get_inputs, self.get_outputs = session.get_inputs, session.get_outputs
+
+    def run(self, names, feeds):
+        out = self.session.run(names, feeds)
+        first = next(iter(feeds.values()))
+        if self.fault == "last output, integer":
+            out[-1] = out[-1] + 1
+        elif self.fault == "float16 where float32 is claimed":
+            out[0] = out[0].astype(np.float16).astype(out[0].dtype)
+        elif self.fault == "larger size only" and first.shape[2] > 6:
+            out[0] = out[0] + 0.5
+        return out
+
+
+FAULTS = {  # fault: (output named, size named)
+    "last output, integer": ("output_3", "example 1,4,6,7"),
+    "float16 where float32 is claimed": ("output_0", "example 1,4,6,7"),
+    "larger size only": ("output_0", "second size 1,4,10,7"),
+}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fault"),
+    [("pte", f) for f in FAULTS] + [("tflite", f) for f in FAULTS if f != "larger size only"],  # .tflite: static
+)
+def test_planted_fault_in_the_runner_is_refused(request, fmt, fault):
+    """Through the runner of each written file: a fault in the last (integer) output, a precision drop, a
+    fault at a larger size only; each refused with the output, the runtime and the size named."""
+    from deform_onnx.formats.torch_export import plan_sizes, prove
+
+    if importlib.util.find_spec("executorch" if fmt == "pte" else "litert_torch") is None:
+        pytest.skip("format not installed")
+    path, model, _, _ = request.getfixturevalue(fmt)
+    if fmt == "pte":
+        from deform_onnx.formats.executorch import ExecuTorchSession as Session
+
+        dynamic = ({2: torch.export.Dim("H", min=H_MIN, max=H_MAX)}, None, None, None, None, None, None)
+    else:
+        from deform_onnx.formats.litert import LiteRTSession as Session
+
+        dynamic = None
+    session = _Planted(Session(path.read_bytes()), fault)
+    plan = plan_sizes(model.eval(), _args(), dynamic)
+    name, size = FAULTS[fault]
+    with pytest.raises(VerificationError) as info:
+        prove(session, model, plan, {"rtol": None, "atol": None})
+    message = str(info.value)
+    assert f"'{name}'" in message and session.runtime in message and size in message and "\n" not in message
+
+
+def _plant_hw_fault(monkeypatch) -> None:
+    """deform_conv2d's decomposition off by H - W: zero on a square input, visible at any other size."""
     import deform_onnx.formats.decompose as decompose
 
     real = decompose.decompositions
 
-    def shifted(method="auto", **kw):
+    def faulty(method="auto", **kw):
         table = real(method, **kw)
         op = torch.ops.torchvision.deform_conv2d.default
         good = table[op]
-        table[op] = lambda x, w, off, *rest: good(x, w, off + 0.5, *rest)
+        table[op] = lambda x, *rest: good(x, *rest) + (x.shape[-2] - x.shape[-1])
         return table
 
-    monkeypatch.setattr(decompose, "decompositions", shifted)
-    model = Family().eval()
-    with pytest.raises(VerificationError, match="output"):
-        deform_onnx.export(model, _args(), tmp_path / "bad.tflite")
+    monkeypatch.setattr(decompose, "decompositions", faulty)
+
+
+@_needs("executorch")
+def test_pte_fault_only_off_square_is_refused(tmp_path, monkeypatch):
+    """A square example (8x8) passes the fault; the non-square second size (16x8 here) must refuse it."""
+    _plant_hw_fault(monkeypatch)
+    H = torch.export.Dim("H", min=4, max=16)
+    with pytest.raises(VerificationError) as info:
+        deform_onnx.export(Neck(), (torch.randn(1, 4, 8, 8),), tmp_path / "bad.pte", dynamic_shapes=({2: H},))
+    message = str(info.value)
+    assert "ExecuTorch" in message and "1,4,16,8" in message and "\n" not in message
     assert list(tmp_path.iterdir()) == []
 
 
+@_needs("litert_torch")
+def test_tflite_fault_is_refused_and_not_written(tmp_path, monkeypatch):
+    _plant_hw_fault(monkeypatch)
+    with pytest.raises(VerificationError) as info:
+        deform_onnx.export(Neck(), (torch.randn(1, 4, 6, 7),), tmp_path / "bad.tflite")
+    assert "LiteRT" in str(info.value) and "1,4,6,7" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_memory_plan_below_a_claimed_size_is_refused():
+    """A runtime whose memory plan holds less than a claimed bound: refused before running, naming the plan."""
+    from deform_onnx.formats.torch_export import SizeSet, prove
+
+    class Planned:
+        runtime = "ExecuTorch (XNNPACK)"
+        planned = ((1, 4, 10, 8),)
+
+        def run(self, *_):
+            raise AssertionError("must not run beyond the plan")
+
+    plan = [SizeSet((torch.zeros(1, 4, 16, 8),), [(1, 4, 16, 8)], "upper bound")]
+    with pytest.raises(ExportError, match=r"holds the inputs up to 1,4,10,8, but the upper bound 1,4,16,8"):
+        prove(Planned(), Neck(), plan, {"rtol": None, "atol": None})
+
+
 @_needs("coremltools")
-def test_mlpackage_is_converted_not_run(tmp_path):
-    class Neck(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.offsets = torch.nn.Conv2d(4, 27, 3, padding=1)
-            self.dcn = torchvision.ops.DeformConv2d(4, 4, 3, padding=1)
+@pytest.mark.parametrize("precision", [None, "float16"])
+def test_mlpackage_precision(tmp_path, precision):
+    import coremltools as ct
 
-        def forward(self, x):
-            o = self.offsets(x)
-            return self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
-
-    report = deform_onnx.export(Neck().eval(), (torch.randn(1, 4, 6, 7),), tmp_path / "neck.mlpackage")
+    model = Neck()
+    extra = {} if precision is None else {"precision": precision}
+    report = deform_onnx.export(model, (torch.randn(1, 4, 6, 7),), tmp_path / "neck.mlpackage", **extra)
     assert report.verified is False and report.max_error is None and "not run" in report.notes[0]
-    assert (tmp_path / "neck.mlpackage" / "Manifest.json").is_file()
+    assert report.method == "grid_sample" and model.training
+    assert any(f"computes in {precision or 'float32'}" in n for n in report.notes)
     assert [p.name for p in tmp_path.iterdir()] == ["neck.mlpackage"]
+    spec = ct.models.MLModel(str(tmp_path / "neck.mlpackage"), skip_model_load=True).get_spec()
+    assert ("FLOAT16" in str(spec.mlProgram)) == (precision == "float16")
 
 
 @pytest.mark.parametrize(
@@ -133,6 +293,8 @@ def test_mlpackage_is_converted_not_run(tmp_path):
         (".pte", "opset_version", 17),
         (".tflite", "dynamic_shapes", {"x": {}}),
         (".pte", "dynamic_axes", {"x": {0: "n"}}),
+        (".pte", "precision", "float16"),
+        (".tflite", "verify_shapes", [(1, 2)]),
     ],
 )
 def test_settings_that_mean_nothing_are_one_line(tmp_path, suffix, setting, value):
@@ -142,8 +304,29 @@ def test_settings_that_mean_nothing_are_one_line(tmp_path, suffix, setting, valu
 
     if importlib.util.find_spec("executorch" if suffix == ".pte" else "litert_torch") is None:
         pytest.skip("format not installed")
-    with pytest.raises(ValueError, match=f"{setting}= is not taken") as info:
+    match = "verify_shapes= needs dynamic axes" if setting == "verify_shapes" else f"{setting}= is not taken"
+    with pytest.raises(ValueError, match=match) as info:
         deform_onnx.export(Boom(), (torch.zeros(1),), tmp_path / f"m{suffix}", **{setting: value})
+    assert "\n" not in str(info.value) and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("suffix", "arg", "message"),
+    [
+        (".pte", 0.5, r"input 1 is a Python number \(0.5\)"),
+        (".tflite", 2, r"input 1 is a Python number \(2\)"),
+        (".pte", torch.zeros(1, dtype=torch.bfloat16), "input 1 is bfloat16"),
+    ],
+)
+def test_inputs_the_formats_cannot_take_are_one_line(tmp_path, suffix, arg, message):
+    class Boom(torch.nn.Module):
+        def forward(self, x, s):
+            raise AssertionError("must not run")
+
+    if importlib.util.find_spec("executorch" if suffix == ".pte" else "litert_torch") is None:
+        pytest.skip("format not installed")
+    with pytest.raises(ValueError, match=message) as info:
+        deform_onnx.export(Boom(), (torch.zeros(1), arg), tmp_path / f"m{suffix}")
     assert "\n" not in str(info.value) and list(tmp_path.iterdir()) == []
 
 
@@ -163,17 +346,5 @@ def test_uncovered_op_is_named(tmp_path):
 def test_float16_pte_within_the_float16_rule(tmp_path):
     """Measured: 7.5e-4 against the float32 model (float16 rule). LiteRT: litert-torch 0.10.0's converter
     refuses float16 here ("failed to legalize operation 'tfl.pad'"), a one-line ExportError."""
-
-    class Neck(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(0)
-            self.offsets = torch.nn.Conv2d(4, 27, 3, padding=1)
-            self.dcn = torchvision.ops.DeformConv2d(4, 4, 3, padding=1)
-
-        def forward(self, x):
-            o = self.offsets(x)
-            return self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
-
     report = deform_onnx.export(Neck().eval().half(), (torch.randn(1, 4, 6, 7).half(),), tmp_path / "neck.pte")
     assert report.verified and report.tolerances["output_0"].dtype == "float16"

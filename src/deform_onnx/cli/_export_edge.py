@@ -121,6 +121,8 @@ def run_edge(a: ExportArgs, fmt) -> None:
 def _options(a: ExportArgs, fmt, inputs) -> dict:
     """export()'s keywords for the format: an OpenVINO IR takes the ONNX export's options (it is one, converted)."""
     options: dict[str, Any] = {"method": a.method, "verify": not a.no_verify}
+    if a.precision is not None:  # Core ML only (export_cmd refuses it for the other formats)
+        options["precision"] = a.precision
     if fmt.name != "openvino":
         return {**options, "dynamic_shapes": _dynamic_shapes(inputs.tensors) if a.dynamic else None}
     names = list(inputs.names)

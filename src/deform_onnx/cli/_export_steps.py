@@ -57,6 +57,7 @@ class ExportArgs:
     verify_runtime: list[str] = field(default_factory=list)
     keep_artifacts: Path | None = None
     no_verify_runtime: bool = False
+    precision: str | None = None
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from ._app import app
-from ._common import user_errors
+from ._common import fail, user_errors
 from ._export_checks import DEFAULT_PLAN as DEFAULT_PLAN
 from ._export_edge import edge_format, run_edge
 from ._export_rows import _resized_input
@@ -114,6 +114,11 @@ def export_command(
         help="Do not run the file in the runtime --target names (mnn, ncnn, tflite, tvm, onnx2torch, openvino), "
         "which export does by default before writing it.",
     ),
+    precision: str | None = typer.Option(
+        None,
+        "--precision",
+        help="Compute precision of a .mlpackage (Core ML): float32 (default) or float16 (coremltools' own default).",
+    ),
 ) -> None:
     """Export with each lowering, check every file in ONNX Runtime against PyTorch, print a table.
 
@@ -125,8 +130,11 @@ def export_command(
     a = ExportArgs(model, input_shape, inputs_npz, dtype, opset, method, exporter, dynamic, output, repeat, verbose,
                    target, force, ir_version, no_verify,
                    [r.strip() for spec in verify_runtime for r in spec.split(",") if r.strip()], keep_artifacts,
-                   no_verify_runtime)  # fmt: skip
+                   no_verify_runtime, precision)  # fmt: skip
     edge = edge_format(output)
+    if precision is not None and (edge is None or edge.name != "coreml"):
+        fail(f"--precision is a Core ML option (-o model.mlpackage); {edge.title if edge else 'ONNX'} files compute "
+             "in the model's dtype (--dtype)")  # fmt: skip
     if edge is not None:
         run_edge(a, edge)
         return

@@ -138,6 +138,7 @@ def export(
     format: str | None = None,
     verify_runtimes: Sequence[str] | None = None,
     keep_artifacts: str | os.PathLike | None = None,
+    precision: str | None = None,
 ) -> ExportReport:
     """Export ``model`` to ONNX with deformable convolution lowered by ``method``.
 
@@ -210,6 +211,8 @@ def export(
         keep_artifacts: a folder for those converters' outputs (``.mnn``, ``.ncnn.param``/``.bin``, ``.tflite``,
             OpenVINO ``.xml``/``.bin``), named after ``f``; kept only when every runtime matched. A missing folder
             (``FileNotFoundError``), a file or one it cannot write in is refused before any work.
+        precision: the compute precision of a Core ML package (``.mlpackage``): ``"float32"`` (default) or
+            ``"float16"`` (coremltools' own default); other formats refuse it (their precision is the model's dtype).
 
     Returns:
         :class:`ExportReport` (exporter used, repairs, tolerances, max error).
@@ -233,6 +236,9 @@ def export(
 
         check_folder(keep_artifacts, "keep_artifacts")
     fmt = format_for(f, format)
+    if precision is not None and fmt.name != "coreml":
+        raise ValueError(f"precision= is not taken when writing {fmt.title} files: it is a Core ML (.mlpackage) "
+                         "option; the file computes in the model's dtype (cast the model and inputs instead)")  # fmt: skip
     if fmt.writer is not None:  # another format: its writer module writes and proves it (deform_onnx.formats)
         settings = {k: v for k, v in locals().items() if k not in ("model", "args", "f", "format", "fmt")}
         require(fmt)

@@ -25,7 +25,8 @@ name; unnamed axes of equal example size):
 
 Candidates outside a ``torch.export.Dim``'s ``min``/``max`` are skipped; the first
 candidate that PyTorch itself runs is used (a model may need sizes divisible by
-its stride, or a minimum size).
+its stride, or a minimum size). :func:`bound_inputs` gives the sizes at the declared
+``min``/``max`` themselves (the torch.export formats check those too).
 """
 
 from __future__ import annotations
@@ -311,6 +312,24 @@ def second_inputs(model, args: tuple, axes: list[Axis], verify_shapes=None) -> t
         return [(new, shapes)], note
     tried = " | ".join(shown(_shapes_for(args, c)) for c in candidate_sizes(axes))
     return [], f"PyTorch ran none of the second sizes tried ({tried or 'none'}; last: {last})"
+
+
+def bound_inputs(args: tuple, axes: list[Axis]) -> list[tuple[tuple, list[tuple[int, ...]], str]]:
+    """Input sets at the bounds the file claims: ``[(args_at_size, shapes, label), ...]``.
+
+    One set with every axis that has a declared ``min`` (a ``torch.export.Dim``'s) at it, one with every
+    axis that has a declared ``max`` at it (the other axes keep the example's size); labels ``"lower
+    bound"`` and ``"upper bound"``. A set equal to the example's sizes is left out. Inputs are rebuilt from
+    the user's own (:func:`inputs_at`).
+    """
+    out = []
+    for label, field in (("lower bound", "min"), ("upper bound", "max")):
+        picked = {(a.index, a.axis): getattr(a, field) for a in axes if getattr(a, field) is not None}
+        if not picked or all(picked[(a.index, a.axis)] == a.size for a in axes if (a.index, a.axis) in picked):
+            continue
+        shapes = _shapes_for(args, picked)
+        out.append((inputs_at(args, shapes), shapes, label))
+    return out
 
 
 def shown(shapes: list[tuple[int, ...]]) -> str:

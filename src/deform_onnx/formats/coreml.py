@@ -5,7 +5,8 @@ into core ATen ops (:func:`deform_onnx.decompositions`) and converts the program
 ``coremltools.convert`` (ML program, iOS 17), which builds and validates the MIL program. Core ML
 predictions need macOS, so the package is never run here: the report says ``verified=False`` and notes
 it. coremltools 9.0's torch.export frontend has no ``grid_sampler_2d`` entry (only TorchScript's
-``grid_sampler``); :func:`_alias_grid_sampler_2d` maps it to that conversion. The gather form writes
+``grid_sampler``); :func:`_alias_grid_sampler_2d` maps it to that conversion. The package computes in
+float32 (``compute_precision=FLOAT32``; coremltools' own default is float16) unless ``precision="float16"``. The gather form writes
 rank-6 tensors, beyond Core ML's rank 5, so ``method="gather"`` fails there with coremltools' message.
 """
 
@@ -19,12 +20,30 @@ from pathlib import Path
 
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
-from .torch_export import check_settings, exported, first_error, quiet, report_for
+from .torch_export import (
+    check_inputs,
+    check_settings,
+    eval_mode,
+    exported,
+    first_error,
+    plan_sizes,
+    quiet,
+    report_for,
+    resolved,
+)
 
 TITLE = "Core ML"
 #: export()'s keyword arguments a .mlpackage takes.
-TAKEN = ("method", "verify")
+TAKEN = ("method", "verify", "verify_shapes", "precision")
 NOTE = "Core ML: converted and validated by coremltools, not run (Core ML predictions need macOS)"
+#: What ``method="auto"`` writes (the gather form's rank-6 tensors are beyond Core ML's rank 5).
+AUTO_METHOD = "grid_sample"
+#: ``precision=`` values (coremltools' compute precisions) and what the report says of each.
+PRECISION_NOTES = {
+    "float32": "Core ML: computes in float32 (compute_precision=FLOAT32; coremltools' default is float16)",
+    "float16": "Core ML: computes in float16 (precision='float16'): outputs are float16, about 1e-3 relative",
+}
+PRECISIONS = tuple(PRECISION_NOTES)
 
 
 def _alias_grid_sampler_2d() -> None:
@@ -41,14 +60,21 @@ def _alias_grid_sampler_2d() -> None:
     register_torch_op(grid_sampler_2d)
 
 
-def convert(ep, folder: Path) -> None:
-    """Convert the decomposed program and save it as the ``.mlpackage`` ``folder``."""
+def convert(ep, folder: Path, precision: str = "float32") -> None:
+    """Convert the decomposed program and save it as the ``.mlpackage`` ``folder``.
+
+    ``precision``: the ML program's compute precision, ``"float32"`` or ``"float16"`` (coremltools'
+    default is float16: a float32 model would compute and return float16).
+    """
     with quiet() as noise:
         try:
             import coremltools as ct
 
             _alias_grid_sampler_2d()
-            mlmodel = ct.convert(ep, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17)
+            compute = ct.precision.FLOAT32 if precision == "float32" else ct.precision.FLOAT16
+            mlmodel = ct.convert(
+                ep, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17, compute_precision=compute
+            )
             mlmodel.save(str(folder))
         except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
             line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -62,36 +88,45 @@ def _folder_size(folder: Path) -> int:
 def write(model, args, path, **settings) -> ExportReport:
     """Convert ``model`` to a Core ML package at ``path`` (``.mlpackage``); it is not run (see the module).
 
-    Takes ``method`` (``auto``/``grid_sample``); ``verify`` is accepted and cannot be honoured (noted).
-    The package is written to a temporary folder beside ``path`` and renamed: complete or absent.
+    Takes ``method`` (``auto`` = ``grid_sample``), ``precision`` (``"float32"``, the default, or ``"float16"``:
+    the package's compute precision, said in the report's notes); ``verify`` is accepted and
+    cannot be honoured (noted). The package is written to a temporary folder beside ``path`` and renamed:
+    complete or absent. The model's training mode is restored after.
 
     Raises:
-        ValueError: a setting a .mlpackage does not take.
+        ValueError: a setting a .mlpackage does not take, an unknown ``precision``, a Python number or
+            bfloat16 input.
         ExportError: export, decomposition or conversion failed (nothing written).
     """
     started = time.perf_counter()
     opts = check_settings(TITLE, settings, TAKEN)
+    precision = opts["precision"] or "float32"
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: a Core ML package computes in one of {', '.join(PRECISIONS)}")
     if not isinstance(path, str | os.PathLike):
         raise ValueError(f"{TITLE} packages are written to a path, not a file object")
     target = Path(path)
     if not target.parent.is_dir():
         raise FileNotFoundError(f"output folder {target.parent} does not exist; create it first")
     args = args if isinstance(args, tuple) else (args,)
-    method = opts["method"] or "auto"
-    model.eval()
+    check_inputs(TITLE, args)
+    method = resolved(opts["method"], AUTO_METHOD)
     notes: list[str] = []
-    ep = exported(model, args, None, method, TITLE, notes=notes)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        convert(ep, staging / target.name)
-        old = staging / "previous"
-        if target.exists():
-            os.replace(target, old)
-        os.replace(staging / target.name, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with eval_mode(model):
+        plan_sizes(model, args, None, opts["verify_shapes"], False)  # verify_shapes= as for a static file
+        ep = exported(model, args, None, method, TITLE, notes=notes)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            convert(ep, staging / target.name, precision)
+            old = staging / "previous"
+            if target.exists():
+                os.replace(target, old)
+            os.replace(staging / target.name, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     report = report_for(target, "coreml", method, [], _folder_size(target), started, ep)
     report.verified = False
     report.notes.append(NOTE)
+    report.notes.append(PRECISION_NOTES[precision])
     report.notes.extend(notes)
     return report

@@ -3,8 +3,10 @@
 ``deform_onnx.export(model, args, "model.pte")`` exports with ``torch.export``, rewrites the family into
 core ATen ops (:func:`deform_onnx.decompositions`), lowers with ``to_edge_transform_and_lower`` and the
 XNNPACK partitioner (the portable kernels run what XNNPACK does not take), and runs the program in
-ExecuTorch's Python runtime against PyTorch eager (at a second size too when ``dynamic_shapes`` has a
-dynamic dimension) before writing it. A program that fails is not written.
+ExecuTorch's Python runtime against PyTorch eager before writing it: at the example's size and, when
+``dynamic_shapes`` has a dynamic dimension, at the sizes the ONNX path picks (a non-square second size)
+and at every declared ``Dim`` bound (:func:`~deform_onnx.formats.torch_export.plan_sizes`). A program
+that fails, or whose memory plan cannot hold a declared bound, is not written.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import torch
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
-from .torch_export import Named, exported, first_error, prepare, prove, quiet, report_for, second_args
+from .torch_export import Named, eval_mode, exported, first_error, plan_sizes, prepare, prove, quiet, report_for
 
 TITLE = "ExecuTorch"
 #: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
 AUTO_METHOD = "gather"
 #: export()'s keyword arguments a .pte takes.
-TAKEN = ("method", "dynamic_shapes", "verify", "rtol", "atol")
+TAKEN = ("method", "dynamic_shapes", "verify", "rtol", "atol", "verify_shapes")
 
 
 class ExecuTorchSession:
@@ -107,32 +109,27 @@ def write(model, args, path, **settings) -> ExportReport:
     """Write ``model`` as an ExecuTorch program to ``path`` (``.pte``), proven in ExecuTorch first.
 
     Takes ``method`` (``auto`` = ``gather`` here, ``grid_sample``, ``gather``), ``dynamic_shapes`` (torch.export Dims with
-    bounds), ``verify``, ``rtol``, ``atol``; other settings of :func:`deform_onnx.export` are refused.
+    bounds), ``verify``, ``rtol``, ``atol``, ``verify_shapes``; other settings of :func:`deform_onnx.export` are
+    refused. With dynamic dimensions the program is proven at the sizes of
+    :func:`~deform_onnx.formats.torch_export.plan_sizes` (a non-square second size, each declared ``Dim``
+    bound). The model's training mode is restored after.
 
     Raises:
-        ValueError: a setting a .pte does not take.
-        ExportError: export, decomposition or lowering failed, or ExecuTorch refused the program.
-        VerificationError: ExecuTorch's outputs differ from PyTorch's (nothing written).
+        ValueError: a setting a .pte does not take, a Python number or bfloat16 input.
+        ExportError: export, decomposition or lowering failed, ExecuTorch refused the program, or its memory
+            plan does not hold a declared upper bound (the message names the largest size that runs).
+        VerificationError: ExecuTorch's outputs differ from PyTorch's at a checked size (nothing written).
     """
     started = time.perf_counter()
     opts, args, method = prepare(TITLE, settings, TAKEN, path, args, AUTO_METHOD)
-    model.eval()
-    checks: list = []
     notes: list[str] = []
-    ep = exported(model, args, opts["dynamic_shapes"], method, TITLE, core=False, notes=notes)
-    data = lower(ep)
-    if opts["verify"]:
-        session = ExecuTorchSession(data)
-        sizes = [args]
-        other = second_args(ep, args, session.planned) if opts["dynamic_shapes"] is not None else None
-        if other is not None:
-            sizes.append(other)
-        elif opts["dynamic_shapes"] is not None:
-            notes.append("dynamic, but checked at the example's size only: no second size fits the bounds, the "
-                         "memory plan and the non-float inputs")  # fmt: skip
-        checks = prove(session, model, sizes, opts)
+    with eval_mode(model):
+        plan = plan_sizes(model, args, opts["dynamic_shapes"], opts["verify_shapes"], opts["verify"])
+        ep = exported(model, args, opts["dynamic_shapes"], method, TITLE, core=False, notes=notes)
+        data = lower(ep)
+        checks = prove(ExecuTorchSession(data), model, plan, opts) if opts["verify"] else []
     written = write_bytes_atomic(path, data)
-    report = report_for(written, "executorch", method, checks, len(data), started, ep)
+    report = report_for(written, "executorch", method, checks, len(data), started, ep, plan)
     report.verified = bool(checks)
     report.notes.extend(notes)
     return report

@@ -16,13 +16,13 @@ import numpy as np
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
-from .torch_export import Named, exported, first_error, prepare, prove, quiet, report_for
+from .torch_export import Named, eval_mode, exported, first_error, plan_sizes, prepare, prove, quiet, report_for
 
 TITLE = "LiteRT"
 #: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
 AUTO_METHOD = "gather"
 #: export()'s keyword arguments a .tflite takes (litert-torch 0.10 writes static shapes here).
-TAKEN = ("method", "verify", "rtol", "atol")
+TAKEN = ("method", "verify", "rtol", "atol", "verify_shapes")
 
 
 def _index(name: str) -> int:
@@ -45,7 +45,12 @@ class LiteRTSession:
                 self._runner = interpreter.get_signature_runner()
             except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
                 raise ExportError(f"LiteRT refused the file: {first_error(noise) or exc}") from None
-        self._inputs = [Named(n) for n in sorted(self._runner.get_input_details(), key=_index)]
+        details = self._runner.get_input_details()
+        self._inputs = [Named(n) for n in sorted(details, key=_index)]
+        #: the dtype the file takes, per input name (litert-torch writes int64 inputs as int32)
+        self._dtypes = {n: np.dtype(d["dtype"]) for n, d in details.items()}
+        #: what the report says about inputs fed in another dtype than the model's
+        self.notes: list[str] = []
         self._outputs = [Named(n) for n in sorted(self._runner.get_output_details(), key=_index)]
 
     def get_inputs(self) -> list[Named]:
@@ -57,13 +62,30 @@ class LiteRTSession:
         return self._outputs
 
     def run(self, _names, feeds: dict) -> list[np.ndarray]:
-        """Run the signature on ``feeds`` (by input name); numpy outputs."""
+        """Run the signature on ``feeds`` (by input name); numpy outputs.
+
+        An integer feed the file takes in a narrower integer type (int64 written as int32 by litert-torch)
+        is cast to it when every value fits (noted once in :attr:`notes`); one that does not fit is refused.
+        """
         with quiet() as noise:
             try:
-                out = self._runner(**{k: np.ascontiguousarray(v) for k, v in feeds.items()})
+                out = self._runner(**{k: self._cast(k, np.ascontiguousarray(v)) for k, v in feeds.items()})
             except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
                 raise ExportError(f"LiteRT could not run the file: {first_error(noise) or exc}") from None
         return [np.asarray(out[o.name]) for o in self._outputs]
+
+    def _cast(self, name: str, value: np.ndarray) -> np.ndarray:
+        want = self._dtypes.get(name, value.dtype)
+        if want == value.dtype or value.dtype.kind not in "iu" or want.kind not in "iu":
+            return value
+        info = np.iinfo(want)
+        if value.size and (value.min() < info.min or value.max() > info.max):
+            raise ExportError(f"LiteRT: input {name!r} is {want} in the file, and the {value.dtype} values fed "
+                              f"({value.min()}..{value.max()}) do not fit it")  # fmt: skip
+        note = f"LiteRT: input {name!r} is {want} in the file (the model's is {value.dtype}): feed it as {want}"
+        if note not in self.notes:
+            self.notes.append(note)
+        return value.astype(want)
 
 
 def convert(ep, args: tuple) -> bytes:
@@ -84,10 +106,11 @@ def write(model, args, path, **settings) -> ExportReport:
     """Write ``model`` as a LiteRT flatbuffer to ``path`` (``.tflite``), proven in LiteRT first.
 
     Takes ``method`` (``auto`` = ``gather`` here, ``grid_sample``, ``gather``), ``verify``, ``rtol``, ``atol``; other settings of
-    :func:`deform_onnx.export` (``dynamic_shapes`` among them) are refused.
+    :func:`deform_onnx.export` (``dynamic_shapes`` among them) are refused; ``verify_shapes`` is refused as for a
+    static ONNX file. The model's training mode is restored after.
 
     Raises:
-        ValueError: a setting a .tflite does not take.
+        ValueError: a setting a .tflite does not take, a Python number or bfloat16 input.
         ExportError: export, decomposition or conversion failed, or LiteRT refused the file.
         VerificationError: LiteRT's outputs differ from PyTorch's (nothing written).
     """
@@ -98,13 +121,16 @@ def write(model, args, path, **settings) -> ExportReport:
             "example's size (write .pte or .onnx for dynamic sizes)"
         )
     opts, args, method = prepare(TITLE, settings, TAKEN, path, args, AUTO_METHOD)
-    model.eval()
     notes: list[str] = []
-    ep = exported(model, args, None, method, TITLE, notes=notes)
-    data = convert(ep, args)
-    checks = prove(LiteRTSession(data), model, [args], opts) if opts["verify"] else []
+    with eval_mode(model):
+        plan = plan_sizes(model, args, None, opts["verify_shapes"], opts["verify"])
+        ep = exported(model, args, None, method, TITLE, notes=notes)
+        data = convert(ep, args)
+        session = LiteRTSession(data)
+        checks = prove(session, model, plan, opts) if opts["verify"] else []
     written = write_bytes_atomic(path, data)
-    report = report_for(written, "litert", method, checks, len(data), started, ep)
+    report = report_for(written, "litert", method, checks, len(data), started, ep, plan)
     report.verified = bool(checks)
+    report.notes.extend(session.notes)
     report.notes.extend(notes)
     return report

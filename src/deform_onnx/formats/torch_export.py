@@ -20,12 +20,24 @@ from typing import Any
 
 import torch
 
-from ..core.errors import ExportError
+from ..core.errors import ExportError, VerificationError
 from ..exporting.api import ExportReport
+from ..exporting.api import _eval_mode as eval_mode
 from ..exporting.verification import Verified, verify
-from ..runtimes.sessions import input_tensors
 
-__all__ = ["Named", "check_settings", "exported", "prove", "quiet", "report_for", "second_args"]
+__all__ = [
+    "Named",
+    "SizeSet",
+    "check_inputs",
+    "check_settings",
+    "eval_mode",
+    "exported",
+    "plan_sizes",
+    "prove",
+    "quiet",
+    "report_for",
+    "resolved",
+]
 
 #: export()'s keyword arguments and their defaults; the formats take the ones in their ``TAKEN``.
 DEFAULTS: dict[str, Any] = {
@@ -46,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "verify_shapes": None,
     "verify_runtimes": None,
     "keep_artifacts": None,
+    "precision": None,
 }
 #: What a setting means instead, for the one-line refusal.
 _INSTEAD = {
@@ -88,8 +101,39 @@ def prepare(title: str, settings: dict, taken: tuple[str, ...], path, args, auto
     if not isinstance(path, str | os.PathLike):
         raise ValueError(f"{title} files are written to a path, not a file object")
     check_output_path(path)
-    method = opts["method"] or "auto"
-    return opts, args if isinstance(args, tuple) else (args,), auto if method == "auto" else method
+    args = args if isinstance(args, tuple) else (args,)
+    check_inputs(title, args)
+    return opts, args, resolved(opts["method"], auto)
+
+
+def resolved(method: str | None, auto: str) -> str:
+    """``method`` with ``None``/``"auto"`` resolved to the format's ``auto`` form (what the report names)."""
+    return auto if method in (None, "auto") else method
+
+
+def check_inputs(title: str, args: tuple) -> None:
+    """A one-line ``ValueError`` for an input a torch.export format cannot take, before any work.
+
+    int64 (and other integer, bool, float16/32/64) tensors are inputs of the program like any other.
+
+    Raises:
+        ValueError: a Python number (torch.export bakes it into the program as a constant, so the file
+            has no such input) or a bfloat16 tensor (the runtimes' Python APIs here take no bfloat16
+            inputs), anywhere in ``args`` (nested tuples, lists and dicts included).
+    """
+    from torch.utils._pytree import tree_leaves
+
+    for i, a in enumerate(tree_leaves(args)):
+        if isinstance(a, bool | int | float):
+            raise ValueError(
+                f"{title}: input {i} is a Python number ({a!r}); torch.export bakes it into the program as a "
+                f"constant, so the file would have no such input: pass torch.tensor({a!r}) or fix it in the model"
+            )
+        if isinstance(a, torch.Tensor) and a.dtype == torch.bfloat16:
+            raise ValueError(
+                f"{title}: input {i} is bfloat16, which the file's runtime here cannot be fed; write it in float32 "
+                "or float16 (model.float() / .half() with the inputs), or export to .onnx (opset 22 bfloat16)"
+            )
 
 
 @contextlib.contextmanager
@@ -175,55 +219,53 @@ def _foreign(target) -> bool:
     return namespace is not None and namespace not in ("aten", "prims")
 
 
-def second_args(ep, args: tuple, limits: list | None = None) -> tuple | None:
-    """Inputs of another size within each dynamic dimension's bounds (``None`` when no dimension is dynamic).
+@dataclass
+class SizeSet:
+    """One input set a file is proven at: the arguments, their tensor shapes and what the size is.
 
-    Each free size symbol of the program moves by half its example value (at least 1) inside its range,
-    up, or down when up leaves the range or ``limits`` (per input, the largest sizes the runtime planned
-    for: ExecuTorch's memory plan); derived dimensions (``2*H``) follow. Float inputs are random, others kept.
+    ``label``: ``"example"``, ``"second size"`` (:func:`deform_onnx.exporting.sizes.second_inputs`),
+    ``"given size"`` (``verify_shapes=``), ``"lower bound"`` or ``"upper bound"``
+    (:func:`deform_onnx.exporting.sizes.bound_inputs`).
     """
-    user = set(ep.graph_signature.user_inputs)
-    shapes = [n.meta["val"].shape for n in ep.graph.nodes
-              if n.op == "placeholder" and n.name in user and hasattr(n.meta.get("val"), "shape")]  # fmt: skip
-    symbols = _symbols(shapes)
-    if not symbols:
-        return None
-    for up in (True, False):
-        moved = {}
-        for sym, v in symbols.items():
-            r = ep.range_constraints.get(sym)
-            lo, hi = (int(r.lower), int(r.upper) if r.upper.is_finite else v * 4) if r is not None else (2, v * 4)
-            step = max(1, v // 2)
-            moved[sym] = min(hi, v + step) if up else max(lo, v - step)
-        sizes = [[int(d.node.expr.subs(moved)) if isinstance(d, torch.SymInt) else int(d) for d in sh] for sh in shapes]
-        if limits is None or all(all(a <= b for a, b in zip(sz, lim)) for sz, lim in zip(sizes, limits)):
-            return _resized(input_tensors(args), sizes)
-    return None
+
+    args: tuple
+    shapes: list[tuple[int, ...]]
+    label: str
 
 
-def _symbols(shapes) -> dict:
-    """The free size symbols of the inputs' shapes and their example values."""
-    symbols = {}
-    for shape in shapes:
-        for d in shape:
-            if isinstance(d, torch.SymInt):
-                env: Any = d.node.shape_env
-                values = getattr(env, "backed_var_to_val", None) or env.var_to_val
-                for sym in d.node.expr.free_symbols:
-                    symbols[sym] = int(values[sym])
-    return symbols
+def plan_sizes(model, args: tuple, dynamic_shapes, verify_shapes=None, verify: bool = True) -> list[SizeSet]:
+    """The input sets a torch.export format's file is proven at, chosen as the ONNX path chooses them.
 
+    The example; with dynamic dimensions, the second size of :mod:`deform_onnx.exporting.sizes` (each
+    dynamic axis moved by its own amount, a square example made non-square, inputs rebuilt from the
+    user's own; or the ``verify_shapes`` given), then every declared ``Dim`` range's lower and upper
+    bound (:func:`~deform_onnx.exporting.sizes.bound_inputs`). Runs before the (slow) export.
 
-def _resized(tensors: list, sizes: list) -> tuple | None:
-    new = []
-    for t, size in zip(tensors, sizes):
-        if list(t.shape) == size:
-            new.append(t)
-        elif t.is_floating_point():
-            new.append(torch.randn(size, dtype=t.dtype))
-        else:
-            return None
-    return tuple(new)
+    Raises:
+        ValueError: ``verify_shapes`` without a dynamic dimension, or shapes that do not fit the inputs.
+        ExportError: PyTorch runs none of the second sizes tried (named, with what to do).
+    """
+    from ..exporters.guards import parameter_names
+    from ..exporting import sizes
+
+    example = SizeSet(args, [tuple(t.shape) for t in args if isinstance(t, torch.Tensor)], "example")
+    forward = parameter_names(model, len(args))
+    axes = sizes.dynamic_axes_of(args, dynamic_shapes, None, forward, forward)
+    if verify_shapes is not None and not axes:
+        raise ValueError("verify_shapes= needs dynamic axes (dynamic_shapes): a static file runs at the example "
+                         "size only")  # fmt: skip
+    if not verify or not axes:
+        return [example]
+    second, why = sizes.second_inputs(model, args, axes, verify_shapes)
+    if not second:
+        raise ExportError(f"cannot check the dynamic file at a second size: {why}; give verify_shapes= sizes "
+                          "that the model runs, or export without dynamic_shapes")  # fmt: skip
+    label = "second size" if verify_shapes is None else "given size"
+    out = [example] + [SizeSet(a, list(shapes), label) for a, shapes in second]
+    for a, shapes, bound in sizes.bound_inputs(args, axes):
+        if all(list(shapes) != s.shapes for s in out):
+            out.append(SizeSet(a, list(shapes), bound))
+    return out
 
 
 @dataclass
@@ -233,23 +275,56 @@ class Named:
     name: str
 
 
-def prove(session, model, sizes: list[tuple], settings: dict) -> list[Verified]:
-    """Run ``session`` at each argument tuple of ``sizes`` against PyTorch eager (:func:`~deform_onnx.exporting.verification.verify`).
+def prove(session, model, plan: list[SizeSet], settings: dict) -> list[Verified]:
+    """Run ``session`` at each input set of ``plan`` against PyTorch eager (:func:`~deform_onnx.exporting.verification.verify`).
+
+    A session with ``planned`` (per input, the largest sizes its memory plan holds: ExecuTorch) is
+    asked nothing beyond them: a set that exceeds them is refused, naming the largest size that runs.
 
     Raises:
-        VerificationError: an output off beyond the tolerance (the message names the output and size).
+        VerificationError: an output off beyond the tolerance (the message names the output, the
+            runtime and the size).
+        ExportError: a size beyond the runtime's memory plan, the runtime fails at a size, or PyTorch
+            itself fails at a declared bound or a given size.
     """
+    from ..exporting.sizes import shown
+
+    runtime = getattr(session, "runtime", "the runtime")
+    planned = getattr(session, "planned", None)
     checks = []
-    for index, args in enumerate(sizes):
-        where = "" if index == 0 else " at " + ", ".join("x".join(map(str, t.shape)) for t in input_tensors(args))
-        checks.append(verify(model, args, b"", settings["rtol"], settings["atol"], session=session, where=where))
+    for size in plan:
+        if planned is not None and any(a > b for s, p in zip(size.shapes, planned) for a, b in zip(s, p)):
+            raise ExportError(
+                f"{runtime}'s memory plan holds the inputs up to {shown([tuple(p) for p in planned])}, but the "
+                f"{size.label} {shown(size.shapes)} is claimed (dynamic_shapes); declare each Dim's max at most "
+                "the planned size (the largest that runs), or export to .onnx; no file was written"
+            )
+        where = f" ({runtime}, {size.label} {shown(size.shapes)})"
+        try:
+            checks.append(verify(model, size.args, b"", settings["rtol"], settings["atol"], session=session,
+                                 where=where))  # fmt: skip
+        except (VerificationError, ExportError):
+            raise
+        except Exception as exc:  # the model's own code at a size the user claimed: re-raised
+            if size.label in ("example", "second size"):
+                raise
+            text = _one_line(exc)
+            raise ExportError(
+                f"PyTorch itself fails at the {size.label} {shown(size.shapes)} ({type(exc).__name__}: {text}); "
+                "declare a Dim range (or verify_shapes=) the model runs; no file was written"
+            ) from None
     return checks
 
 
 def report_for(
-    path: Path, fmt: str, method: str, checks: list[Verified], data_size: int, started: float, ep
-) -> ExportReport:
-    """The :class:`~deform_onnx.exporting.api.ExportReport` of a torch.export format's file."""
+    path: Path, fmt: str, method: str, checks: list[Verified], data_size: int, started: float, ep,
+    plan: list[SizeSet] | None = None,
+) -> ExportReport:  # fmt: skip
+    """The :class:`~deform_onnx.exporting.api.ExportReport` of a torch.export format's file.
+
+    ``method``: the resolved form (:func:`resolved`). ``plan``: the sizes ``checks`` ran at (a note
+    names each one beyond the example with what it is: second size, declared bound).
+    """
     ops = sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"})
     report = ExportReport(
         path=path,
@@ -272,4 +347,9 @@ def report_for(
         report.size_checks = checks[1:]
         report.runtime = first.runtime
         report.verified = True
+        if plan is not None and len(plan) > 1:
+            from ..exporting.sizes import shown
+
+            sizes = " | ".join(f"{s.label} {shown(s.shapes)}" for s in plan[1:])
+            report.notes.append(f"checked in {first.runtime} at the example's size and at: {sizes}")
     return report
