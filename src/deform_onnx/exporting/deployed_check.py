@@ -22,8 +22,12 @@ def check_deployed(
 ) -> list[str]:
     """Convert and run the serialized file on each runtime (:func:`deform_onnx.check_runtimes`) against PyTorch.
 
+    Every output of the file is compared, element by element with its dtype's rule
+    (:func:`deform_onnx.proof.compare_outputs`).
+
     Returns:
-        One line per runtime (``"mnn 3.6.1: max abs error 1.7e-06"``), for ``ExportReport.runtimes``.
+        One line per runtime (``"mnn 3.6.1: max abs error 1.7e-06"``; with several outputs ``"... over 2 outputs
+        (worst 'y')"``), for ``ExportReport.runtimes``.
 
     Raises:
         ValueError: an unknown runtime name.
@@ -48,4 +52,11 @@ def check_deployed(
             for row in rows:
                 for kept in row.artifacts:
                     shutil.move(str(kept), Path(keep_artifacts) / kept.name)
-    return [f"{r.runtime} {r.version}: max abs error {r.max_error:.2g}" for r in rows]
+    return [_line(r) for r in rows]
+
+
+def _line(row) -> str:
+    """``mnn 3.6.1: max abs error 1.7e-06`` (one output) or ``... 1.7e-06 over 3 outputs (worst 'y')``."""
+    line = f"{row.runtime} {row.version}: max abs error {row.max_error:.2g}"
+    count = len(row.comparison.outputs) if row.comparison is not None else 1
+    return line + (f" over {count} outputs (worst {row.worst_output!r})" if count > 1 else "")

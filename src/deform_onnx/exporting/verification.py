@@ -37,61 +37,12 @@ import numpy as np
 import torch
 
 from ..core.errors import ExportError, VerificationError
+from ..proof.compare import DEFAULT_TOLERANCES, Tolerance, max_abs, tolerance_for, within
 from ..runtimes.sessions import _numpy, input_tensors, make_session, output_tensors, run_file
 from .pairing import check_count, order_error, swapped_with
 
 #: PyTorch's outputs, flattened as the exporters flatten them: ``[(pytree key path, tensor), ...]``.
 Outputs = list[tuple[str, torch.Tensor]]
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """The tolerance one output was checked with: ``|ort - torch| <= atol + rtol * |torch|``.
-
-    Attributes:
-        dtype: the output's dtype name (``float32``, ...).
-        rtol, atol: relative and absolute tolerance.
-        explicit: ``True`` when given to ``export()``, ``False`` for the dtype's default.
-    """
-
-    dtype: str
-    rtol: float
-    atol: float
-    explicit: bool = False
-
-
-#: dtype -> (rtol, atol); the reasoning is in this module's docstring.
-DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-8, 1e-8),
-    "float32": (1e-4, 1e-4),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (8e-2, 8e-2),
-}
-
-
-def tolerance_for(dtype, rtol: float | None = None, atol: float | None = None) -> Tolerance:
-    """The tolerance for an output of ``dtype`` (numpy or torch dtype, or its name).
-
-    Integer and boolean outputs must match exactly. ``rtol``/``atol`` given here win
-    over the dtype's default (each on its own).
-    """
-    if isinstance(dtype, torch.dtype):
-        name = str(dtype).replace("torch.", "")
-    else:
-        try:
-            name = np.dtype(dtype).name
-        except TypeError:  # a name numpy does not know (bfloat16)
-            name = str(dtype)
-    if name == "bool" or "int" in name:
-        default = (0.0, 0.0)
-    else:
-        default = DEFAULT_TOLERANCES.get(name, DEFAULT_TOLERANCES["float32"])
-    return Tolerance(
-        name,
-        default[0] if rtol is None else float(rtol),
-        default[1] if atol is None else float(atol),
-        explicit=rtol is not None or atol is not None,
-    )
 
 
 #: A float32 file that misses the float32 tolerance passes when its error against a float64 run of
@@ -171,12 +122,10 @@ def _copy_run(model, args: tuple, dtype: torch.dtype) -> tuple[Outputs | None, s
 
 
 def _max_abs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None = None) -> float:
-    a, b = np.atleast_1d(a), np.atleast_1d(b)  # a 0-d output (a number): np.abs of 0-d arrays is a scalar
-    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    diff[a == b] = 0.0  # equal infinities (masked logits, -inf in both) match; inf - inf is NaN
-    if where is not None:
-        diff = diff[where]
-    return float(np.nanmax(diff)) if diff.size else 0.0
+    """Max abs difference over the elements where neither side is NaN alone (:func:`deform_onnx.proof.compare.max_abs`)."""
+    a, b = np.atleast_1d(a), np.atleast_1d(b)
+    both = ~(np.isnan(a.astype(np.float64)) ^ np.isnan(b.astype(np.float64)))
+    return max_abs(a, b, both if where is None else both & np.atleast_1d(where))
 
 
 def verify(
@@ -360,9 +309,8 @@ def _own_run(model, args: tuple) -> tuple[Outputs | None, str | None]:
     return output_tensors(value), None
 
 
-def _within(g: np.ndarray, ref: np.ndarray, tol: Tolerance) -> bool:
-    g64, r64 = g.astype(np.float64), ref.astype(np.float64)
-    return bool(np.all((g64 == r64) | (np.abs(g64 - r64) <= tol.atol + tol.rtol * np.abs(r64))))
+#: The elementwise rule (one copy: :func:`deform_onnx.proof.compare.within`); formats and quantize import it from here.
+_within = within
 
 
 def _source(tol: Tolerance) -> str:
