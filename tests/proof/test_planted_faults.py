@@ -7,9 +7,10 @@ convolution), ``v`` (``y`` with 1000 added to its first four channels: large and
 file with four faults planted through the ONNX graph (no mock of the comparison):
 
 (a) ``w``, the last output: one weight of its convolution (an initializer) moved by 0.25;
-(b) ``k``, the integer output: 1 added at one element;
+(b) ``k``, the integer output: 1 added (an ``Add`` of a constant after it);
 (c) ``z``: cast to float16 at the end, where PyTorch's output is float32 (a precision drop);
-(d) ``v``: 0.5 added to every element of its small channels, checked with ``rtol=1e-3`` given for ``v``
+(d) ``v``: 0.5 added to every element of its small channels (its added constant edited), checked with
+    ``rtol=1e-3`` given for ``v``
     (a whole-output bound ``atol + rtol * max|v|`` is about 2 there and would pass it).
 
 Each family converts each file once (module-scoped); the runtime's own outputs are checked here against
@@ -107,20 +108,20 @@ def plant(healthy: Path, out: Path, integer: bool, precision: bool = True) -> No
     array[0, 0, 1, 1] += 0.25
     weight.CopyFrom(numpy_helper.from_array(array, weight.name))
     if integer:  # (b) the integer output one off at one element
-        bump = np.zeros((1, 8, 8), np.int64)
-        bump[0, 3, 5] = 1
-        graph.initializer.append(numpy_helper.from_array(bump, "k__bump"))
+        graph.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "k__bump"))
         _before_output(proto, "k", lambda i, o: [helper.make_node("Add", [i, "k__bump"], [o])])
     # (c) float16 where PyTorch's output is float32: the output cast to float16 (a round trip float16 -> float32
     # inside the graph is no fault to test: OpenVINO removes such a pair and computes in float32)
     if precision:
         _before_output(proto, "z", lambda i, o: [helper.make_node("Cast", [i], [o], to=TensorProto.FLOAT16)])
         next(o for o in graph.output if o.name == "z").type.tensor_type.elem_type = TensorProto.FLOAT16
-    # (d) the small channels of v 0.5 off
-    half = np.zeros((1, 8, 1, 1), np.float32)
-    half[0, 4:] = 0.5
-    graph.initializer.append(numpy_helper.from_array(half, "v__half"))
-    _before_output(proto, "v", lambda i, o: [helper.make_node("Add", [i, "v__half"], [o])])
+    # (d) the small channels of v 0.5 off: the added constant (an initializer) edited. A new Add of a (1, 8, 1, 1)
+    # constant after v instead is no fault onnx2tf keeps: its .tflite adds it to other elements (measured here)
+    add = next(n for n in graph.node if n.output[0] == "v")
+    shift = next(i for i in graph.initializer if i.name in add.input)
+    array = numpy_helper.to_array(shift).copy()
+    array[0, 4:] += 0.5
+    shift.CopyFrom(numpy_helper.from_array(array, shift.name))
     onnx.checker.check_model(proto)
     onnx.save(proto, str(out))
 
@@ -186,6 +187,10 @@ def test_healthy_file_matches_every_output(family_runs, inputs) -> None:
         "openvino": {".xml", ".bin"},
     }
     assert files == wanted.get(name, set())
+    umask = os.umask(0)
+    os.umask(umask)
+    for kept_file in kept.iterdir():  # readable like any file the user writes (not mkstemp's 0600)
+        assert kept_file.stat().st_mode & 0o777 == 0o666 & ~umask, kept_file
     if name == "openvino":  # the kept IR, rerun here in a plain Core at float32 inference
         runner = OpenVINORunner()
         runner.load(kept / f"{healthy.stem}.xml")
@@ -213,7 +218,7 @@ def test_planted_faults_are_refused(family_runs) -> None:
     assert small <= 1e-3, small  # 0.5 off on the small channels ...
     assert 1e-4 + 1e-3 * np.abs(want["v"]).max() >= 0.5  # ... which a whole-output bound would pass
     if "k" in want:
-        assert int((got["k"].astype(np.int64) != want["k"]).sum()) == 1
+        assert np.array_equal(got["k"].astype(np.int64), want["k"] + 1)
     assert not row.ok
     message = row.failure or ""
     assert message.startswith(f"{name} ({row.version}): output "), message

@@ -26,6 +26,10 @@ weights ~ N(0, 1/fan_in): ``sum |w s|`` about 8) that bound is about 1.7e-2;
 rounding errors have random signs, so the expected worst case over a map is a
 fraction of that, and 1e-2 (10 ulps at 1.0) is the default. An explicit
 ``rtol``/``atol`` always wins.
+
+The table and the elementwise rule live in :mod:`deform_onnx.proof.compare` (the one comparison every
+runner's outputs go through); :class:`Tolerance`, :func:`tolerance_for` and :data:`DEFAULT_TOLERANCES` are
+re-exported here. This module adds the references (PyTorch, its float32 and float64 copies) and their rules.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import numpy as np
 import torch
 
 from ..core.errors import ExportError, VerificationError
-from ..proof.compare import DEFAULT_TOLERANCES, Tolerance, max_abs, tolerance_for, within
+from ..proof.compare import DEFAULT_TOLERANCES, Tolerance, compare_output, max_abs, tolerance_for, within
 from ..runtimes.sessions import _numpy, input_tensors, make_session, output_tensors, run_file
 from .pairing import check_count, order_error, swapped_with
 
@@ -330,7 +334,7 @@ def _own_dtype(name, g, e, tol: Tolerance, refs: _Refs, index: int, label: str =
         return OutputCheck(label, err, None, f"within {_source(tol)} tolerance of {whose}")
     head = (
         f"output {name!r} differs from {whose}{where}: max abs error {err:.3g} "
-        f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)})"
+        f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)}){_worst(g, e, tol)}"
     )
     if reference is None or tol.explicit:  # a given tolerance is a hard bound: no float64 rescue
         raise VerificationError(f"{head}; no file was written")
@@ -358,6 +362,15 @@ def _own_dtype(name, g, e, tol: Tolerance, refs: _Refs, index: int, label: str =
         f"{head}; against the model run in float64 the file is off by {file_err:.3g}, PyTorch float32 by "
         f"{torch_err:.3g} (allowed: {FLOAT64_FACTOR:g}x); no file was written"
     )
+
+
+def _worst(g: np.ndarray, e: np.ndarray, tol: Tolerance) -> str:
+    """``", 3 of 512 elements off, worst at [0, 1, 4, 2]: 0.81 vs 0.32"`` (:func:`deform_onnx.proof.compare_output`)."""
+    res = compare_output("", np.asarray(g), np.asarray(e), tol)
+    if res.worst is None or res.mismatched == 0:
+        return ""
+    return f", {res.mismatched} of {np.asarray(e).size} elements off, worst at {list(res.worst)}: " \
+        f"{res.worst_got:.6g} vs {res.worst_ref:.6g}"  # fmt: skip
 
 
 def _low_precision(name, g, e, ref, why, tol: Tolerance, where: str) -> OutputCheck:

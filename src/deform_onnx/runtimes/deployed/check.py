@@ -129,24 +129,24 @@ def check_runtimes(
     rows = []
     with tempfile.TemporaryDirectory(prefix="deform-onnx-runtimes-") as tmp:
         for fam in fams:
-            if log is not None:
-                log(f"{fam.name}: converting and running {path.name}")
             work = Path(tmp) / fam.name
             work.mkdir()
             runner = FamilyRunner(fam.name, work, repeats=repeats, timeout=timeout, keep=keep is not None, log=log)
             runner.shapes = [list(a.shape) for _, a in want]
-            row = _row(runner, path, feeds, want, (rtol, atol, tolerances))
+            row = _row(runner, path, feeds, want, (rtol, atol, tolerances), log)
             if row.ok and keep is not None:
                 row.artifacts = _keep(runner.artifacts, keep, path.stem)
             rows.append(row)
     return rows
 
 
-def _row(runner: FamilyRunner, path: Path, feeds: dict, want: list, tol: tuple) -> RuntimeRow:
+def _row(runner: FamilyRunner, path: Path, feeds: dict, want: list, tol: tuple, log: Callable | None) -> RuntimeRow:
     """Load and run ``path`` on ``runner``, compare every output with ``want``: the row."""
     row = RuntimeRow(runner.name, runner.title)
     try:
-        runner.load(path)
+        runner.load(path)  # the venv (created on first use, said through log)
+        if log is not None:
+            log(f"{runner.name}: converting and running {path.name}")
         got = runner.run(feeds)
     except RunnerError as exc:
         row.version, row.ms, row.error = runner.version, runner.ms, str(exc)
