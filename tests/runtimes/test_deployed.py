@@ -167,3 +167,22 @@ def test_export_cli_verify_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert result.exit_code == 0, result.output
     assert "m.onnx also ran on: mnn 3.6.1: max abs error" in " ".join(result.output.split())
     assert (tmp_path / "m.onnx").is_file() and (tmp_path / "kept" / "m.mnn").is_file()
+
+
+class Unexportable(torch.nn.Module):
+    """A model whose forward fails: an error from it means the export started."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("the export ran the model")
+
+
+def test_verify_runtimes_arguments_refused_before_export(tmp_path: Path) -> None:
+    """A missing keep_artifacts folder or an unknown runtime is refused before any export or conversion work."""
+    out = tmp_path / "m.onnx"
+    missing = tmp_path / "missing"
+    with pytest.raises(FileNotFoundError, match="keep_artifacts: .*missing is not a folder; create it first"):
+        deform_onnx.export(Unexportable(), (torch.zeros(1, 2, 4, 4),), out, verify_runtimes=["mnn"],
+                           keep_artifacts=missing)  # fmt: skip
+    with pytest.raises(ValueError, match="unknown runtime 'coreml'; choose from"):
+        deform_onnx.export(Unexportable(), (torch.zeros(1, 2, 4, 4),), out, verify_runtimes=["coreml"])
+    assert not out.exists() and not missing.exists()

@@ -11,6 +11,21 @@ from pathlib import Path
 from ..core.errors import VerificationError
 
 
+def check_arguments(runtimes: Sequence[str], keep_artifacts: str | os.PathLike | None) -> None:
+    """Refuse ``verify_runtimes``/``keep_artifacts`` before any export or conversion work (issue 35, item 8).
+
+    Raises:
+        ValueError: an unknown runtime name (one line listing the names).
+        FileNotFoundError: ``keep_artifacts`` is not an existing folder.
+    """
+    from ..runtimes.deployed import family
+
+    for name in runtimes:
+        family(name)
+    if keep_artifacts is not None and not Path(keep_artifacts).is_dir():
+        raise FileNotFoundError(f"keep_artifacts: {keep_artifacts} is not a folder; create it first")
+
+
 def check_deployed(
     data: bytes,
     model,
