@@ -2,13 +2,19 @@
 
 A runner is Python source run as ``python -c CODE META`` by the runtime venv's
 interpreter, where ``META`` is a JSON file: ``model`` (path), ``feeds`` (npz,
-inputs by name, in graph order), ``out`` (npy to write; converters write their
-artifacts beside it, named from it), ``inputs`` and ``output`` (names),
-``output_shape`` (the reference's), ``repeats``, ``src`` (the package's parent
-folder, for the OpenVINO extension), ``tool`` (the venv's ``bin``, for converter
-programs), ``extension`` and ``keep`` (OpenVINO: also save the IR it ran). Its
-last line of stdout is JSON: ``version``, ``error`` (the first line of what
-failed, or null) and ``ms`` (median of ``repeats`` timed runs after one warm-up).
+inputs by name, in graph order), ``out`` (the file to write every output to: an
+``.npz`` of ``o0``, ``o1``, ... in the file's order; converters write their
+artifacts beside it, named from it), ``inputs`` (names), ``outputs`` (every
+output's name, in the file's order; older callers give ``output``, the first
+only), ``output_shapes`` (the reference's, one per output; older: ``output_shape``,
+the first's), ``repeats``, ``src`` (the package's parent folder, for the OpenVINO
+extension), ``tool`` (the venv's ``bin``, for converter programs), ``extension``
+and ``keep`` (OpenVINO: also save the IR it ran). Its last line of stdout is
+JSON: ``version``, ``error`` (the first line of what failed, or null), ``ms``
+(median of ``repeats`` timed runs after one warm-up) and ``outputs`` (the names
+of what it saved, in order). Every runner returns every output the file declares
+(:func:`deform_onnx.runtimes.deployed.families.read_outputs` reads them back), so
+:func:`deform_onnx.proof.compare_outputs` can judge each one.
 """
 
 from __future__ import annotations
