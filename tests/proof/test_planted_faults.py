@@ -36,9 +36,6 @@ from onnx import TensorProto, helper, numpy_helper
 import deform_onnx
 from deform_onnx.proof import OnnxRuntimeRunner, OpenVINORunner, compare_outputs
 
-needs_registry = pytest.mark.skipif(
-    os.environ.get("DEFORM_ONNX_NO_DEPLOYED_RUNTIMES") == "1", reason="DEFORM_ONNX_NO_DEPLOYED_RUNTIMES=1"
-)
 #: family -> the target its file is exported for.
 TARGETS = {
     "onnxruntime": None,
