@@ -51,8 +51,10 @@ def run_deployed(model_path: Path, deployed: list[str], feeds: dict, options: di
         rows = check_runtimes(model_path, deployed, inputs=feeds, keep_artifacts=keep,
                               atol=tolerance, rtol=0.0 if tolerance is not None else None,
                               repeats=options.get("repeat", 5), timeout=options.get("timeout", 1800), log=log)  # fmt: skip
-    table = Table(title=f"{model_path.name} through each runtime's own converter: reference = onnxruntime as is")
-    for col in ("runtime", "version", "status", "max abs err", "tolerance", "latency ms"):
+    table = Table(
+        title=f"{model_path.name} through each runtime's own converter: every output against onnxruntime as is, per element"
+    )
+    for col in ("runtime", "version", "status", "max abs err", "worst output", "tolerance", "latency ms"):
         table.add_column(col, justify="right" if col in ("max abs err", "tolerance", "latency ms") else "left")
     for r in rows:
         if r.error is not None:
@@ -62,7 +64,9 @@ def run_deployed(model_path: Path, deployed: list[str], feeds: dict, options: di
             status_text = "[green]ran[/green]" if r.ok else "[red]wrong[/red]"
             err = f"[green]{shown}[/green]" if r.ok else f"[red]{shown}[/red]"
         ms = "" if r.ms is None else f"{r.ms:.3f}"
-        table.add_row(r.runtime, escape(r.version or ""), status_text, err, f"{r.tolerance:.2g}", ms)
+        tol = f"{r.tolerance:.2g}" + (f" + {r.rtol:.2g}*|ref|" if r.rtol else "")
+        worst = escape(r.worst_output or "") if r.error is None else ""
+        table.add_row(r.runtime, escape(r.version or ""), status_text, err, worst, tol, ms)
     console.print(table)
     kept = [str(p) for r in rows for p in r.artifacts]
     if kept:

@@ -29,6 +29,7 @@ from ..formats import format_for, require
 from ..ops import registry
 from . import paths
 from .bfloat16 import choose_opset as _bfloat16_opset  # bfloat16: opset 22 (verified in dynamic_check)
+from .deployed_check import check_arguments
 from .dynamic_check import SizeCheck
 from .finish import write
 from .large import ExternalSink, is_large
@@ -245,6 +246,7 @@ def export(
         return fmt.load_writer()(model, args, f, **settings)
     choice, opset = _choose(model, args, target, method, opset_version, dynamo, force, dynamic_shapes or dynamic_axes)
     _check_before(choice, opset, ir_version, dynamic_shapes is not None or dynamic_axes is not None, f)
+    check_arguments(verify_runtimes or ())  # before any export or conversion work
     # Suggestions name methods that work on the path that will run (the fallback reaches 11).
     lowest = DYNAMO_MIN_OPSET if choice.dynamo and not fallback else None
     opts = ExportOptions(

@@ -11,6 +11,19 @@ from ..core.atomic_io import commit_copies
 from ..core.errors import VerificationError
 
 
+def check_arguments(runtimes: Sequence[str]) -> None:
+    """Refuse an unknown ``verify_runtimes`` name before any export or conversion work (issue 35, item 8; a
+    missing ``keep_artifacts`` folder is refused first of all, by :func:`~deform_onnx.core.atomic_io.check_folder`).
+
+    Raises:
+        ValueError: an unknown runtime name (one line listing the names).
+    """
+    from ..runtimes.deployed import family
+
+    for name in runtimes:
+        family(name)
+
+
 def check_deployed(
     data: bytes,
     model,
@@ -22,8 +35,12 @@ def check_deployed(
 ) -> list[str]:
     """Convert and run the serialized file on each runtime (:func:`deform_onnx.check_runtimes`) against PyTorch.
 
+    Every output of the file is compared, element by element with its dtype's rule
+    (:func:`deform_onnx.proof.compare_outputs`).
+
     Returns:
-        One line per runtime (``"mnn 3.6.1: max abs error 1.7e-06"``), for ``ExportReport.runtimes``.
+        One line per runtime (``"mnn 3.6.1: max abs error 1.7e-06"``; with several outputs ``"... over 2 outputs
+        (worst 'y')"``), for ``ExportReport.runtimes``.
 
     Raises:
         ValueError: an unknown runtime name.
@@ -46,4 +63,11 @@ def check_deployed(
                                     + "; ".join(describe(r) for r in bad) + "; nothing was written")  # fmt: skip
         if keep_artifacts is not None:  # all or none, with a new file's mode
             commit_copies([(kept, Path(keep_artifacts) / kept.name) for row in rows for kept in row.artifacts])
-    return [f"{r.runtime} {r.version}: max abs error {r.max_error:.2g}" for r in rows]
+    return [_line(r) for r in rows]
+
+
+def _line(row) -> str:
+    """``mnn 3.6.1: max abs error 1.7e-06`` (one output) or ``... 1.7e-06 over 3 outputs (worst 'y')``."""
+    line = f"{row.runtime} {row.version}: max abs error {row.max_error:.2g}"
+    count = len(row.comparison.outputs) if row.comparison is not None else 1
+    return line + (f" over {count} outputs (worst {row.worst_output!r})" if count > 1 else "")

@@ -26,6 +26,10 @@ weights ~ N(0, 1/fan_in): ``sum |w s|`` about 8) that bound is about 1.7e-2;
 rounding errors have random signs, so the expected worst case over a map is a
 fraction of that, and 1e-2 (10 ulps at 1.0) is the default. An explicit
 ``rtol``/``atol`` always wins.
+
+The table and the elementwise rule live in :mod:`deform_onnx.proof.compare` (the one comparison every
+runner's outputs go through); :class:`Tolerance`, :func:`tolerance_for` and :data:`DEFAULT_TOLERANCES` are
+re-exported here. This module adds the references (PyTorch, its float32 and float64 copies) and their rules.
 """
 
 from __future__ import annotations
@@ -37,62 +41,13 @@ import numpy as np
 import torch
 
 from ..core.errors import ExportError, VerificationError
+from ..proof.compare import DEFAULT_TOLERANCES, Tolerance, compare_output, max_abs, tolerance_for, within
 from ..runtimes.sessions import _numpy, input_tensors, make_session, output_tensors, run_file
 from .choices import discrete_flip
 from .pairing import check_count, order_error, swapped_with
 
 #: PyTorch's outputs, flattened as the exporters flatten them: ``[(pytree key path, tensor), ...]``.
 Outputs = list[tuple[str, torch.Tensor]]
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """The tolerance one output was checked with: ``|ort - torch| <= atol + rtol * |torch|``.
-
-    Attributes:
-        dtype: the output's dtype name (``float32``, ...).
-        rtol, atol: relative and absolute tolerance.
-        explicit: ``True`` when given to ``export()``, ``False`` for the dtype's default.
-    """
-
-    dtype: str
-    rtol: float
-    atol: float
-    explicit: bool = False
-
-
-#: dtype -> (rtol, atol); the reasoning is in this module's docstring.
-DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-8, 1e-8),
-    "float32": (1e-4, 1e-4),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (8e-2, 8e-2),
-}
-
-
-def tolerance_for(dtype, rtol: float | None = None, atol: float | None = None) -> Tolerance:
-    """The tolerance for an output of ``dtype`` (numpy or torch dtype, or its name).
-
-    Integer and boolean outputs must match exactly. ``rtol``/``atol`` given here win
-    over the dtype's default (each on its own).
-    """
-    if isinstance(dtype, torch.dtype):
-        name = str(dtype).replace("torch.", "")
-    else:
-        try:
-            name = np.dtype(dtype).name
-        except TypeError:  # a name numpy does not know (bfloat16)
-            name = str(dtype)
-    if name == "bool" or "int" in name:
-        default = (0.0, 0.0)
-    else:
-        default = DEFAULT_TOLERANCES.get(name, DEFAULT_TOLERANCES["float32"])
-    return Tolerance(
-        name,
-        default[0] if rtol is None else float(rtol),
-        default[1] if atol is None else float(atol),
-        explicit=rtol is not None or atol is not None,
-    )
 
 
 #: A float32 file that misses the float32 tolerance passes when its error against a float64 run of
@@ -172,12 +127,10 @@ def _copy_run(model, args: tuple, dtype: torch.dtype) -> tuple[Outputs | None, s
 
 
 def _max_abs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None = None) -> float:
-    a, b = np.atleast_1d(a), np.atleast_1d(b)  # a 0-d output (a number): np.abs of 0-d arrays is a scalar
-    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    diff[a == b] = 0.0  # equal infinities (masked logits, -inf in both) match; inf - inf is NaN
-    if where is not None:
-        diff = diff[where]
-    return float(np.nanmax(diff)) if diff.size else 0.0
+    """Max abs difference over the elements where neither side is NaN alone (:func:`deform_onnx.proof.compare.max_abs`)."""
+    a, b = np.atleast_1d(a), np.atleast_1d(b)
+    both = ~(np.isnan(a.astype(np.float64)) ^ np.isnan(b.astype(np.float64)))
+    return max_abs(a, b, both if where is None else both & np.atleast_1d(where))
 
 
 def verify(
@@ -365,9 +318,8 @@ def _own_run(model, args: tuple) -> tuple[Outputs | None, str | None]:
     return output_tensors(value), None
 
 
-def _within(g: np.ndarray, ref: np.ndarray, tol: Tolerance) -> bool:
-    g64, r64 = g.astype(np.float64), ref.astype(np.float64)
-    return bool(np.all((g64 == r64) | (np.abs(g64 - r64) <= tol.atol + tol.rtol * np.abs(r64))))
+#: The elementwise rule (one copy: :func:`deform_onnx.proof.compare.within`); formats and quantize import it from here.
+_within = within
 
 
 def _source(tol: Tolerance) -> str:
@@ -387,7 +339,7 @@ def _own_dtype(name, g, e, tol: Tolerance, refs: _Refs, index: int, label: str =
         return OutputCheck(label, err, None, f"within {_source(tol)} tolerance of {whose}")
     head = (
         f"output {name!r} differs from {whose}{where}: max abs error {err:.3g} "
-        f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)})"
+        f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)}){_worst(g, e, tol)}"
     )
     if reference is None or tol.explicit:  # a given tolerance is a hard bound: no float64 rescue
         raise VerificationError(f"{head}; no file was written")
@@ -421,6 +373,15 @@ def _own_dtype(name, g, e, tol: Tolerance, refs: _Refs, index: int, label: str =
         f"{head}; against the model run in float64 the file is off by {file_err:.3g}, PyTorch float32 by "
         f"{torch_err:.3g} (allowed: {FLOAT64_FACTOR:g}x); no file was written"
     )
+
+
+def _worst(g: np.ndarray, e: np.ndarray, tol: Tolerance) -> str:
+    """``", 3 of 512 elements off, worst at [0, 1, 4, 2]: 0.81 vs 0.32"`` (:func:`deform_onnx.proof.compare_output`)."""
+    res = compare_output("", np.asarray(g), np.asarray(e), tol)
+    if res.worst is None or res.mismatched == 0:
+        return ""
+    return f", {res.mismatched} of {np.asarray(e).size} elements off, worst at {list(res.worst)}: " \
+        f"{res.worst_got:.6g} vs {res.worst_ref:.6g}"  # fmt: skip
 
 
 def _low_precision(name, g, e, ref, why, tol: Tolerance, where: str) -> OutputCheck:

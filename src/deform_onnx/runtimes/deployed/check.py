@@ -6,32 +6,41 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import family, interpreter, run_file
+from ...proof.compare import Comparison, compare_outputs
+from ...proof.runners import FamilyRunner, RunnerError
+from . import family
 
 __all__ = ["RuntimeRow", "check_runtimes", "reference_outputs"]
 
 
 @dataclass
 class RuntimeRow:
-    """One runtime's verdict on one file.
+    """One runtime's verdict on one file: every output compared per element (:mod:`deform_onnx.proof.compare`).
 
     Attributes:
         runtime: the family's name (``"mnn"``).
         title: how tables name it.
         version: the runtime's (and its converter's) version; ``None`` when it did not start.
-        max_error: max abs difference of its first output from the reference's (``inf``: another shape).
-        tolerance: the bound it was held to (``deform-onnx check``'s: float32 ``atol`` 1e-4, float16/bfloat16
-            ``atol + rtol * max|reference|``: :func:`deform_onnx.exporting.verification.tolerance_for`).
+        max_error: the largest max abs difference over its outputs from the reference's (``inf``: another shape
+            or another number of outputs).
+        tolerance: the worst output's ``atol`` (its ``rtol`` is :attr:`rtol`): each element ``e`` of each output is
+            held to ``atol + rtol * |reference e|``, by the output's dtype unless given
+            (:func:`deform_onnx.proof.compare.tolerance_for`).
         ms: median milliseconds per run.
         error: the first line of why it did not run (venv, converter, runtime), ``None`` when it ran.
         artifacts: the converter's files kept under ``keep_artifacts`` (after it matched).
+        worst_output: the name of the output that failed furthest off, else of the one with the largest error.
+        rtol: the worst output's ``rtol``.
+        failure: what failed, one line naming each failing output and the runtime (``None``: all matched).
+        comparison: the per-output statistics (:class:`deform_onnx.proof.Comparison`), ``None`` when it did not run.
+        outputs: every output the runtime returned, ``(name, array)`` in the file's order.
     """
 
     runtime: str
@@ -42,10 +51,17 @@ class RuntimeRow:
     ms: float | None = None
     error: str | None = None
     artifacts: list[Path] = field(default_factory=list)
+    worst_output: str | None = None
+    rtol: float = 0.0
+    failure: str | None = None
+    comparison: Comparison | None = field(default=None, repr=False)
+    outputs: list[tuple[str, np.ndarray]] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
-        """Whether it ran and matched the reference within :attr:`tolerance`."""
+        """Whether it ran and every output matched the reference, element by element."""
+        if self.comparison is not None:
+            return self.error is None and self.comparison.ok
         return self.error is None and self.max_error is not None and self.max_error <= self.tolerance
 
 
@@ -59,16 +75,20 @@ def check_runtimes(
     keep_artifacts: str | os.PathLike | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    tolerances: Mapping[str, tuple[float | None, float | None]] | None = None,
     repeats: int = 5,
     timeout: float = 1800,
     log: Callable[[str], None] | None = None,
 ) -> list[RuntimeRow]:
-    """Convert ``path`` with each runtime's own converter, run it there, and compare with a reference.
+    """Convert ``path`` with each runtime's own converter, run it there, and compare every output with a reference.
 
     Each runtime runs in a cached venv of its own (created on first use: ``log`` hears that and pip's
-    progress); ``onnxruntime`` and ``openvino`` run in this interpreter. The names
+    progress); ``onnxruntime`` and ``openvino`` run with this interpreter. The names
     (:data:`deform_onnx.runtimes.deployed.FAMILIES`): ``onnxruntime`` (``ort``), ``openvino`` (``ov``), ``mnn``
     (MNNConvert), ``ncnn`` (pnnx), ``tflite`` (onnx2tf, then LiteRT; ``litert``), ``tvm`` (relax), ``onnx2torch``.
+    Each runs through :class:`deform_onnx.proof.FamilyRunner` and is judged by
+    :func:`deform_onnx.proof.compare_outputs`: every output, in the file's order, element by element with its
+    dtype's rule (integers exactly), its shape and its precision (a float16 output where float32 is claimed fails).
 
     Args:
         path: the ONNX file.
@@ -80,7 +100,8 @@ def check_runtimes(
         keep_artifacts: a folder: each converter's output (``.mnn``, ``.ncnn.param``/``.ncnn.bin``, ``.tflite``,
             OpenVINO ``.xml``/``.bin``) is kept there as ``<file stem><suffix>``, only when that runtime matched
             (all of a runtime's files or none).
-        rtol, atol: the tolerance (default: the output dtype's, as ``export`` verifies).
+        rtol, atol: the tolerance of every output (default: each output dtype's, as ``export`` verifies).
+        tolerances: ``{output name: (rtol, atol)}`` for some outputs (wins over ``rtol``/``atol``).
         repeats: timed runs after a warm-up.
         timeout: seconds for each runtime's conversion and runs; a venv step may stall (print nothing, read or
             write nothing) for at most this or 300 s, whichever is less.
@@ -88,7 +109,7 @@ def check_runtimes(
             line saying a venv is being created goes to stderr.
 
     Returns:
-        One :class:`RuntimeRow` per runtime, in order; only the first output is compared.
+        One :class:`RuntimeRow` per runtime, in order.
 
     Raises:
         ValueError: an unknown runtime name (one line listing the names), or inputs that do not fit the file.
@@ -104,48 +125,46 @@ def check_runtimes(
         raise FileNotFoundError(f"keep_artifacts: {keep} is not a folder; create it first")
     feeds = _feeds(path, args, inputs)
     want = reference_outputs(path, feeds, model, args)
-    from ...exporting.verification import tolerance_for
-
-    tol = tolerance_for(want.dtype, rtol, atol)
-    # deform-onnx check's rule: float32 a flat atol (1e-4); low precision (or an rtol given) scales with the output
-    scaled = tol.dtype in ("float16", "bfloat16") or rtol is not None
-    bound = tol.atol + (tol.rtol * float(np.abs(want.astype(np.float64)).max()) if scaled and want.size else 0.0)
     rows = []
     with tempfile.TemporaryDirectory(prefix="deform-onnx-runtimes-") as tmp:
         for fam in fams:
-            row = RuntimeRow(fam.name, fam.title, tolerance=bound)
-            try:
-                python = interpreter(fam, min(timeout, 300), log)
-            except RuntimeError as exc:
-                row.error = str(exc).splitlines()[0]
-                rows.append(row)
-                continue
-            if log is not None:
-                log(f"{fam.name}: converting and running {path.name}")
             work = Path(tmp) / fam.name
             work.mkdir()
-            run = run_file(fam, python, path, feeds, list(want.shape), work, repeats=repeats, timeout=timeout,
-                           keep=keep is not None)  # fmt: skip
-            row.version, row.error, row.ms = run.version, run.error, run.ms
-            if run.output is not None:
-                row.max_error = _max_error(run.output, want)
+            runner = FamilyRunner(fam.name, work, repeats=repeats, timeout=timeout, keep=keep is not None, log=log)
+            runner.shapes = [list(a.shape) for _, a in want]
+            row = _row(runner, path, feeds, want, (rtol, atol, tolerances), log)
             if row.ok and keep is not None:
-                row.artifacts = _keep(run.artifacts, keep, path.stem)
+                row.artifacts = _keep(runner.artifacts, keep, path.stem)
             rows.append(row)
     return rows
+
+
+def _row(runner: FamilyRunner, path: Path, feeds: dict, want: list, tol: tuple, log: Callable | None) -> RuntimeRow:
+    """Load and run ``path`` on ``runner``, compare every output with ``want``: the row."""
+    row = RuntimeRow(runner.name, runner.title)
+    try:
+        runner.load(path)  # the venv (created on first use, said through log)
+        if log is not None:
+            log(f"{runner.name}: converting and running {path.name}")
+        got = runner.run(feeds)
+    except RunnerError as exc:
+        row.version, row.ms, row.error = runner.version, runner.ms, str(exc)
+        return row
+    row.version, row.ms, row.outputs = runner.version, runner.ms, got
+    rtol, atol, per_output = tol
+    result = compare_outputs(got, want, runtime=runner.label, rtol=rtol, atol=atol, per_output=per_output)
+    row.comparison, row.max_error = result, result.max_error
+    worst = result.worst
+    if worst is not None:
+        row.worst_output, row.tolerance, row.rtol = worst.name, worst.tolerance.atol, worst.tolerance.rtol
+    row.failure = result.message() or None
+    return row
 
 
 def _announce(line: str) -> None:
     """The default ``log``: say on stderr that a venv is being created, or awaited (minutes, once); nothing else."""
     if line.startswith(("creating the ", "waiting for ")):
         print(f"deform-onnx: {line}", file=sys.stderr, flush=True)
-
-
-def _max_error(got: np.ndarray, want: np.ndarray) -> float:
-    """Max abs difference (``inf`` for another shape, ``nan`` when either holds a NaN the other lacks)."""
-    from .. import max_abs_error
-
-    return max_abs_error([np.asarray(got, dtype=np.float64)], [want.astype(np.float64)])
 
 
 def _feeds(path: Path, args: tuple | None, inputs: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
@@ -168,7 +187,7 @@ def _feeds(path: Path, args: tuple | None, inputs: dict[str, np.ndarray] | None)
 
 
 def _numpy(t: Any) -> np.ndarray:
-    """A tensor as numpy (bfloat16 as float32: exact)."""
+    """A tensor as numpy (bfloat16 as float32: exact; the feeds a runtime gets)."""
     import torch
 
     if isinstance(t, torch.Tensor):
@@ -177,23 +196,36 @@ def _numpy(t: Any) -> np.ndarray:
     return np.asarray(t)
 
 
-def reference_outputs(path: Path, feeds: dict[str, np.ndarray], model: Any = None, args: tuple | None = None):
-    """The reference's first output: ``model(*args)`` in PyTorch when a model is given, else the file on ONNX Runtime."""
+def reference_outputs(
+    path: Path, feeds: dict[str, np.ndarray], model: Any = None, args: tuple | None = None
+) -> list[tuple[str, np.ndarray]]:
+    """Every reference output, ``(the file's output name, array)`` in the file's order: ``model(*args)`` in PyTorch
+    (flattened as the exporters flatten it; bfloat16 as ``ml_dtypes.bfloat16``) when a model is given, else the
+    file on ONNX Runtime (CPU). When the model returns another number of outputs than the file holds, they keep
+    PyTorch's names (the comparison then refuses the pairing).
+    """
+    import onnx
+
+    names = [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
     if model is not None:
         import torch
+
+        from ..sessions import _feed, output_tensors
 
         call = args if args is not None else tuple(torch.from_numpy(a) for a in feeds.values())
         with torch.no_grad():
             out = model(*(call if isinstance(call, tuple | list) else (call,)))
-        while isinstance(out, tuple | list | dict):
-            out = next(iter(out.values())) if isinstance(out, dict) else out[0]
-        return _numpy(out)
+        pairs = [(p, _feed(t)) for p, t in output_tensors(out)]
+        if len(pairs) == len(names):
+            return [(n, a) for n, (_, a) in zip(names, pairs)]
+        return [(p or f"output {i}", a) for i, (p, a) in enumerate(pairs)]
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return np.asarray(session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})[0])
+    got = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
+    return [(o.name, np.asarray(g)) for o, g in zip(session.get_outputs(), got)]
 
 
 def _keep(files: list[tuple[Path, str]], folder: Path, stem: str) -> list[Path]:
@@ -211,9 +243,13 @@ def failed(rows: list[RuntimeRow]) -> list[RuntimeRow]:
 
 
 def describe(row: RuntimeRow) -> str:
-    """One line: ``mnn (MNN 3.6.1): max abs error 2.1 > 0.0001`` or ``mnn: <why it did not run>``."""
+    """One line: ``mnn (3.6.1): output 'z' misses the reference at 12 of 256 elements (max abs error 2.1; ...)``
+    (every failing output), or ``mnn: <why it did not run>``.
+    """
     who = f"{row.runtime} ({row.version})" if row.version else row.runtime
     if row.error is not None:
         return f"{who}: {row.error}"
+    if row.failure is not None:
+        return row.failure
     err = "another output shape" if row.max_error is None or math.isinf(row.max_error) else f"{row.max_error:.2g}"
     return f"{who}: max abs error {err} > {row.tolerance:.2g}"

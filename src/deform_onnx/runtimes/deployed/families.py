@@ -125,15 +125,21 @@ class Run:
         version: the runtime's version (with its converter's), ``None`` when it did not start.
         error: the first line of what failed (conversion, loading, running), ``None`` when it ran.
         ms: median milliseconds of the timed runs.
-        output: its first output (``None`` when it failed).
+        outputs: every output it returned, ``(the file's name for it, array)`` in the file's order (empty when
+            it failed).
         artifacts: the converter's files, ``(path, suffix to keep it under)``.
     """
 
     version: str | None
     error: str | None
     ms: float | None = None
-    output: np.ndarray | None = None
+    outputs: list[tuple[str, np.ndarray]] = field(default_factory=list)
     artifacts: list[tuple[Path, str]] = field(default_factory=list)
+
+    @property
+    def output(self) -> np.ndarray | None:
+        """Its first output (``None`` when it failed); :attr:`outputs` holds every one."""
+        return self.outputs[0][1] if self.outputs else None
 
 
 def run_file(
@@ -141,7 +147,7 @@ def run_file(
     python: Path,
     model: Path,
     feeds: dict[str, np.ndarray],
-    output_shape: list[int],
+    output_shape: list[int] | list[list[int]],
     work: Path,
     *,
     repeats: int = 5,
@@ -155,7 +161,8 @@ def run_file(
         python: the interpreter to run it with.
         model: the ONNX file.
         feeds: inputs by graph input name (numpy arrays; bfloat16 inputs as float32).
-        output_shape: the reference's first output shape (ncnn drops the batch axis; onnx2tf moves channels).
+        output_shape: the reference's output shapes, one list per output of the file (ncnn drops the batch axis;
+            onnx2tf moves channels); one list of ints is the first output's (the others then unknown).
         work: an existing folder for the converter's files.
         repeats: timed runs after a warm-up (the median is ``ms``).
         timeout: seconds the conversion and the runs may take.
@@ -170,11 +177,14 @@ def run_file(
     inputs = [i.name for i in graph.input if i.name in feeds]
     bf16 = [i.name for i in graph.input if i.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
     stem = work / model.stem
-    out = Path(f"{stem}.{fam.name}.out.npy")
+    out = Path(f"{stem}.{fam.name}.out.npz")
     out.unlink(missing_ok=True)
     np.savez(f"{stem}.feeds.npz", **{n: feeds[n] for n in inputs})  # type: ignore[arg-type]
+    nested = bool(output_shape) and isinstance(output_shape[0], list | tuple)
+    shapes = [list(s) for s in output_shape] if nested else ([list(output_shape)] if output_shape else [])  # type: ignore[arg-type]
     meta = {"model": str(model), "feeds": f"{stem}.feeds.npz", "out": str(out), "inputs": inputs,
-            "output": graph.output[0].name, "output_shape": list(output_shape), "repeats": repeats,
+            "output": graph.output[0].name, "output_shape": shapes[0] if shapes else None,
+            "outputs": [o.name for o in graph.output], "output_shapes": shapes, "repeats": repeats,
             "src": str(Path(__file__).resolve().parents[3]), "tool": str(python.parent),
             "extension": fam.extension and any(n.op_type == "DeformConv" for n in graph.node), "keep": keep,
             "bfloat16": bf16}  # fmt: skip
@@ -205,9 +215,23 @@ def run_meta(fam: Family, python: Path, meta: dict, out: Path, timeout: float) -
         return Run(None, f"runner exited {done.returncode}: {first_line(done.stderr or 'no output')}")
     run = Run(status["version"], status["error"], status["ms"])
     if run.error is None:
-        run.output = np.load(out)
+        run.outputs = read_outputs(out, status.get("outputs"))
         run.artifacts = [(p, s) for p, s in fam.artifacts(out) if p.is_file()]
     return run
+
+
+def read_outputs(out: Path, names: list[str] | None) -> list[tuple[str, np.ndarray]]:
+    """The outputs a runner saved at ``out``: every one, named and in order (an ``.npz`` of ``o0``, ``o1``, ...;
+    a runner of an older layout saved one ``.npy``).
+    """
+    saved = np.load(out)
+    if isinstance(saved, np.ndarray):
+        arrays = [saved]
+    else:
+        with saved:
+            arrays = [saved[f"o{i}"] for i in range(len(saved.files))]
+    names = list(names or [])
+    return [(names[i] if i < len(names) else f"output {i}", a) for i, a in enumerate(arrays)]
 
 
 def first_line(text: BaseException | str) -> str:

@@ -2,13 +2,19 @@
 
 A runner is Python source run as ``python -c CODE META`` by the runtime venv's
 interpreter, where ``META`` is a JSON file: ``model`` (path), ``feeds`` (npz,
-inputs by name, in graph order), ``out`` (npy to write; converters write their
-artifacts beside it, named from it), ``inputs`` and ``output`` (names),
-``output_shape`` (the reference's), ``repeats``, ``src`` (the package's parent
-folder, for the OpenVINO extension), ``tool`` (the venv's ``bin``, for converter
-programs), ``extension`` and ``keep`` (OpenVINO: also save the IR it ran). Its
-last line of stdout is JSON: ``version``, ``error`` (the first line of what
-failed, or null) and ``ms`` (median of ``repeats`` timed runs after one warm-up).
+inputs by name, in graph order), ``out`` (the file to write every output to: an
+``.npz`` of ``o0``, ``o1``, ... in the file's order; converters write their
+artifacts beside it, named from it), ``inputs`` (names), ``outputs`` (every
+output's name, in the file's order; older callers give ``output``, the first
+only), ``output_shapes`` (the reference's, one per output; older: ``output_shape``,
+the first's), ``repeats``, ``src`` (the package's parent folder, for the OpenVINO
+extension), ``tool`` (the venv's ``bin``, for converter programs), ``extension``
+and ``keep`` (OpenVINO: also save the IR it ran). Its last line of stdout is
+JSON: ``version``, ``error`` (the first line of what failed, or null), ``ms``
+(median of ``repeats`` timed runs after one warm-up) and ``outputs`` (the names
+of what it saved, in order). Every runner returns every output the file declares
+(:func:`deform_onnx.runtimes.deployed.families.read_outputs` reads them back), so
+:func:`deform_onnx.proof.compare_outputs` can judge each one.
 """
 
 from __future__ import annotations
@@ -24,15 +30,27 @@ def bf16_bits(a):  # exact for values bfloat16 holds
     return (np.ascontiguousarray(a, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
 def from_bits(u):
     return (np.asarray(u).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-def done(version, out=None, times=None, error=None):
-    if out is not None:
-        out = np.asarray(out)
-        if out.dtype.name == "bfloat16":  # ml_dtypes: np.save would write raw 2-byte records
-            out = out.astype(np.float32)
-        np.save(meta["out"], out)
+# every output the file declares, in its order (meta["outputs"]; older callers give the first one only)
+out_names = meta.get("outputs") or [meta["output"]]
+out_shapes = meta.get("output_shapes") or [meta.get("output_shape")]
+def done(version, outs=None, times=None, error=None):
+    # outs: every output in the file's order (a list of arrays), saved as one .npz: o0, o1, ...
+    names = None
+    if outs is not None:
+        arrays = {}
+        for i, o in enumerate(outs):
+            o = np.asarray(o)
+            if o.dtype.name == "bfloat16":  # ml_dtypes: np.save would write raw 2-byte records
+                o = o.astype(np.float32)
+            arrays[f"o{i}"] = o
+        with open(meta["out"], "wb") as f:
+            np.savez(f, **arrays)
+        names = [out_names[i] if i < len(out_names) else f"output {i}" for i in range(len(arrays))]
     ms = statistics.median(times) * 1e3 if times else None
-    print(json.dumps({"version": version, "error": error, "ms": ms}))
+    print(json.dumps({"version": version, "error": error, "ms": ms, "outputs": names}))
     sys.exit(0)
+def shape_of(i):
+    return out_shapes[i] if i < len(out_shapes) and out_shapes[i] is not None else None
 def first_line(exc):
     text = str(exc).strip() or type(exc).__name__
     # OpenVINO and others put the location first ("Exception from ...", "Check '...' failed at ..."): skip it
@@ -63,11 +81,11 @@ try:
         args = {i.name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bf16_bits(feeds[i.name]), 16)
                 if i.name in bf16 else ort.OrtValue.ortvalue_from_numpy(feeds[i.name]) for i in s.get_inputs()}
         def run():
-            y = s.run_with_ort_values(None, args)[0]
-            return from_bits(y.numpy()) if "bfloat16" in y.data_type() else y.numpy()
+            ys = s.run_with_ort_values(None, args)
+            return [from_bits(y.numpy()) if "bfloat16" in y.data_type() else y.numpy() for y in ys]
         out, times = timed(run)
     else:
-        out, times = timed(lambda: s.run(None, {i.name: feeds[i.name] for i in s.get_inputs()})[0])
+        out, times = timed(lambda: s.run(None, {i.name: feeds[i.name] for i in s.get_inputs()}))
 except Exception as exc:
     done(ort.__version__, error=first_line(exc))
 done(ort.__version__, out, times)
@@ -104,11 +122,18 @@ try:
         for n, t in zip(names, args):
             if n in bf16:
                 t.data.view(np.uint16)[...] = bf16_bits(feeds[n])
-    bf16_out = compiled.outputs[0].get_element_type().get_type_name() == "bf16"
+    # every output in the file's order: by a name of the port when it has the file's, else by position
+    ports = list(compiled.outputs)
+    named = {n: p for p in ports for n in p.get_names()}
+    if all(n in named for n in out_names):
+        ports = [named[n] for n in out_names]
     def run():
         request.infer(args)
-        y = np.array(request.get_tensor(compiled.outputs[0]).data)
-        return from_bits(y) if bf16_out else y.copy()
+        ys = []
+        for p in ports:
+            y = np.array(request.get_tensor(p).data)
+            ys.append(from_bits(y) if p.get_element_type().get_type_name() == "bf16" else y.copy())
+        return ys
     out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))
@@ -134,13 +159,16 @@ if not os.path.isfile(target) or os.path.getsize(target) == 0:
     bad = [l for l in log if any(w in l.lower() for w in ("not support", "error", "can't", "fail"))]
     done(version, error="MNNConvert wrote no model: " + ((bad or log or ["no output"])[0][:250]))
 try:
-    net = nn.load_module_from_file(target, meta["inputs"], [meta["output"]])
+    net = nn.load_module_from_file(target, meta["inputs"], out_names)
     def run():
         xs = [F.const(feeds[n], list(feeds[n].shape), F.NCHW) for n in meta["inputs"]]
         ys = net.forward(xs)
         if not ys:  # MNN prints why on the C stdout (e.g. "Compute Shape Error for val_36")
             raise RuntimeError("MNN's forward gave no output (its shape computation failed)")
-        return F.convert(ys[0], F.NCHW).read().copy()
+        if not isinstance(ys, (list, tuple)):
+            ys = [ys]
+        # NC4HW4 (MNN's packed layout) back to NCHW; other layouts are read as they are
+        return [(F.convert(y, F.NCHW) if y.data_format == F.NC4HW4 else y).read().copy() for y in ys]
     out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))
@@ -165,9 +193,10 @@ try:
     if bf16:
         import ml_dtypes
     args = [make(feeds[n].astype(ml_dtypes.bfloat16) if n in bf16 else feeds[n]) for n in meta["inputs"]]
+    def flat(y):  # a tensor, or a tuple of them (several outputs), nested
+        return [y.numpy()] if hasattr(y, "numpy") else [a for t in y for a in flat(t)]
     def run():
-        y = vm["main"](*args)
-        return (y[0] if not hasattr(y, "numpy") else y).numpy()
+        return flat(vm["main"](*args))
     out, times = timed(run)
 except Exception as exc:
     done(tvm.__version__, error=first_line(exc))
@@ -221,12 +250,15 @@ try:
         ex = net.create_extractor()
         for i, n in enumerate(meta["inputs"]):
             ex.input(f"in{i}", ncnn.Mat(np.ascontiguousarray(feeds[n][0])))
-        ret, y = ex.extract("out0")
-        if ret != 0:
-            raise RuntimeError(f"ncnn extract returned {ret}")
-        y = np.array(y)
-        # ncnn has no batch axis, and a leading 1 of an intermediate reshape may stay as a depth axis
-        return y.reshape(meta["output_shape"]) if y.size == np.prod(meta["output_shape"]) else y[None]
+        ys = []
+        for i in range(len(out_names)):  # pnnx names the file's outputs out0, out1, ... in order
+            ret, y = ex.extract(f"out{i}")
+            if ret != 0:
+                raise RuntimeError(f"ncnn extract of output {out_names[i]!r} (out{i}) returned {ret}")
+            y, shape = np.array(y), shape_of(i)
+            # ncnn has no batch axis, and a leading 1 of an intermediate reshape may stay as a depth axis
+            ys.append(y.reshape(shape) if shape is not None and y.size == np.prod(shape) else y[None])
+        return ys
     out, times = timed(run)
 except Exception as exc:
     done(ncnn.__version__, error=first_line(exc))
@@ -283,15 +315,27 @@ try:
         moved = np.moveaxis(a, 1, -1) if a.ndim >= 3 else a
         a = moved.copy() if list(d["shape"]) != list(a.shape) and list(d["shape"]) == list(moved.shape) else a
         return a.astype(d["dtype"]) if n in bf16 and a.dtype != d["dtype"] else a
+    # the file's outputs in its order: the output tensors are PartitionedCall:0, 1, ... in another order, and
+    # the signature names them with the ONNX names (onnx2tf may sanitise a name: then its position)
+    def out_details(details):
+        try:
+            sig = it.get_signature_runner().get_output_details()
+        except Exception:
+            return details
+        clean = {"".join(c if c.isalnum() else "_" for c in k): d for k, d in sig.items()}
+        picked = [sig.get(n) or clean.get("".join(c if c.isalnum() else "_" for c in n)) for n in out_names]
+        return picked if all(d is not None for d in picked) and len(picked) == len(details) else details
+    outputs = out_details(it.get_output_details())
+    def back_to_nchw(y, shape):
+        # onnx2tf keeps some outputs NCHW (a final transpose folds away): move back only a channels-last one
+        back = np.moveaxis(y, -1, 1) if y.ndim >= 3 else y
+        channels_last = shape is not None and list(y.shape) != shape and list(back.shape) == shape
+        return back.copy() if channels_last else y
     def run():
         for d in details:
             it.set_tensor(d["index"], feed(d))
         it.invoke()
-        y = it.get_tensor(it.get_output_details()[0]["index"])
-        # onnx2tf keeps some outputs NCHW (a final transpose folds away): move back only a channels-last one
-        back = np.moveaxis(y, -1, 1) if y.ndim >= 3 else y
-        channels_last = list(y.shape) != meta["output_shape"] and list(back.shape) == meta["output_shape"]
-        return back.copy() if channels_last else y
+        return [back_to_nchw(it.get_tensor(d["index"]), shape_of(i)) for i, d in enumerate(outputs)]
     out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))
@@ -314,8 +358,8 @@ try:
     def run():
         with torch.no_grad():
             y = net(*args)
-        y = y[0] if isinstance(y, (list, tuple)) else y
-        return (y.float() if y.dtype == torch.bfloat16 else y).numpy()
+        ys = list(y) if isinstance(y, (list, tuple)) else [y]
+        return [(t.float() if t.dtype == torch.bfloat16 else t).numpy() for t in ys]
     out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))
