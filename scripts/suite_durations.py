@@ -2,13 +2,16 @@
 
     PYTHONPATH=src python scripts/suite_durations.py                  # runs pytest -q --durations=20, writes the block
     python scripts/suite_durations.py --from run.txt --note "shared"   # a saved `pytest -q --durations=N` output
+    python scripts/suite_durations.py --from-log run.tsv --note "..."  # scripts/suite_timer.py's log of a run
     python scripts/suite_durations.py --print                          # print the block instead of writing the page
 
 Without ``--from`` it runs ``pytest -q --durations=20 -p no:cacheprovider`` from the repository root with
 this interpreter (the sources beside this script first on ``PYTHONPATH``), echoing its output, and reads
 the machine's load average before and after. ``--from FILE`` reads a saved output of such a run instead
 (``--durations`` of at least 20; a run stopped with Ctrl-C prints its durations too, and the block says it
-was interrupted); ``--note`` says what else ran on the machine. pytest lists setup, call and teardown
+was interrupted); ``--from-log FILE`` reads the log of ``scripts/suite_timer.py`` (a plugin that writes each
+test's time as it finishes: a run stopped before its end, or killed, still has one); ``--note`` says what
+else ran on the machine. pytest lists setup, call and teardown
 separately: the block keeps its first 20 lines as it printed them.
 """
 
@@ -66,6 +69,25 @@ def block(text: str, load: str, note: str | None) -> str:
     return "\n".join([head, "", "```text", *rows, "```"])
 
 
+def block_from_log(text: str, load: str, note: str | None, top: int = 20) -> str:
+    """The Markdown block for a ``scripts/suite_timer.py`` log (tests as far as the run got)."""
+    rows = [line.split("\t") for line in text.splitlines() if line.count("\t") == 3]
+    if not rows:
+        raise SystemExit("no lines in that log: run pytest with -p suite_timer and SUITE_TIMER_LOG set")
+    failed = sum(r[1] == "failed" for r in rows)
+    wall = max(float(r[2]) for r in rows)
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    head = (
+        f"`scripts/suite_timer.py`'s log of a pytest run, read by `scripts/suite_durations.py` on {today}: "
+        f"{len(rows)} tests ({failed} failed) in {wall / 60:.1f} min, as far as the run got (not the whole suite), "
+        f"on {_cpu()} ({os.cpu_count()} cores, load average {load})"
+        + (f"; {note}" if note else "")
+        + f". The slowest {top} (setup, call and teardown together; a shared fixture counts in its first test):"
+    )
+    slowest = sorted(rows, key=lambda r: -float(r[0]))[:top]
+    return "\n".join([head, "", "```text", *(f"{float(r[0]):7.2f}s {r[3]}" for r in slowest), "```"])
+
+
 def _load() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -73,9 +95,14 @@ def _load() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--from", dest="source", type=Path, help="a saved `pytest -q --durations=N` output")
+    parser.add_argument("--from-log", dest="log", type=Path, help="a log of scripts/suite_timer.py")
     parser.add_argument("--note", help="what else ran on the machine (shared, idle, ...)")
     parser.add_argument("--print", action="store_true", help="print the block instead of writing the page")
     args = parser.parse_args()
+    if args.log is not None:
+        out = block_from_log(args.log.read_text(), f"{_load()} when written", args.note)
+        print(out) if args.print else write_block(PAGE, MARKERS, out)
+        return
     if args.source is not None:
         text, load = args.source.read_text(), f"{_load()} when written"
     else:
