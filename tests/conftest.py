@@ -49,6 +49,19 @@ def example():
 
 
 @pytest.fixture(scope="session")
+def main_job(tmp_path_factory):
+    """``deform-onnx export -o OUT --repeat 3``, the README's main job (the bundled example, one file per row of
+    the default plan), run once for every test file that reads its table or files: ``(CliRunner result, OUT)``.
+    Read-only."""
+    from typer.testing import CliRunner
+
+    from deform_onnx.cli import app
+
+    out = tmp_path_factory.mktemp("main") / "nested" / "out"  # created by the command
+    return CliRunner().invoke(app, ["export", "-o", str(out), "--repeat", "3"]), out
+
+
+@pytest.fixture(scope="session")
 def c04_native(tmp_path_factory):
     """Case c04 exported natively by plain torch (DeformConv, opset 19): ``(path, layer, inputs)``. Read-only."""
     from models import dynamo_native

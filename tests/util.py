@@ -495,6 +495,51 @@ def probe(args: list[str], cwd: Path) -> tuple[dict, str]:
     return json.loads(line[-1][6:]), proc.stdout + proc.stderr
 
 
+#: :data:`PROBE` for several commands in one interpreter (one start-up instead of one each): each command's
+#: output between ``PROBE-START i`` and its ``PROBE`` line; ``heavy`` and ``modules`` are cumulative, so a
+#: command that imports a heavy package fails its own case and every later one (nothing is masked).
+PROBE_MANY = """
+import json, sys
+cases, watched = json.loads(sys.argv[1]), set(json.loads(sys.argv[2]))
+from deform_onnx.cli import main
+for i, args in enumerate(cases):
+    print(f"\\nPROBE-START {i}", flush=True)
+    sys.argv = ["deform-onnx", *args]
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    else:
+        code = 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & watched)
+    print("\\nPROBE " + json.dumps({"code": code, "modules": len(sys.modules), "heavy": heavy}), flush=True)
+"""
+
+
+def probe_many(cases: list[list[str]], cwd: Path) -> list[tuple[dict, str]]:
+    """:func:`probe` for each of ``cases`` in one subprocess, in order: ``[(result, that command's output)]``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE_MANY, json.dumps(cases), json.dumps(HEAVY)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
+    out = []
+    for i in range(len(cases)):
+        assert f"PROBE-START {i}\n" in proc.stdout, proc.stdout
+        chunk = proc.stdout.split(f"PROBE-START {i}\n", 1)[1].split(f"PROBE-START {i + 1}\n", 1)[0]
+        line = [s for s in chunk.splitlines() if s.startswith("PROBE ")]
+        assert line, chunk
+        out.append((json.loads(line[-1][6:]), chunk))
+    return out
+
+
 def assert_topk_unambiguous(scores: np.ndarray, k: int, TOL: float = 1e-4) -> float:
     """PyTorch's top-(k+1) scores are more than ``2 * (TOL + TOL*|s|)`` apart, so a file whose scores are
     each within ``TOL + TOL*|s|`` of them selects the same k queries in the same order. Returns the gap."""

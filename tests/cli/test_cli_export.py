@@ -1,6 +1,6 @@
 """``deform-onnx export``: the main job, a user's model factory, and user errors.
 
-The main job runs once (module fixture). Numbers the command prints are checked
+The main job runs once (conftest's session fixture ``main_job``, shared with test_example.py). Numbers the command prints are checked
 against an independent run of the written files in ONNX Runtime vs PyTorch.
 """
 
@@ -71,13 +71,6 @@ USER_MODULE = textwrap.dedent(
 
 def invoke(*args: str):
     return runner.invoke(app, ["export", *args])
-
-
-@pytest.fixture(scope="module")
-def main_job(tmp_path_factory):
-    out = tmp_path_factory.mktemp("main") / "nested" / "out"  # created by the command
-    result = invoke("-o", str(out), "--repeat", "3")
-    return result, out
 
 
 def _rows(stdout: str) -> dict[str, list[str]]:

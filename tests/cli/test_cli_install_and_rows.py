@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from deform_onnx.cli import app
-from util import probe
+from util import probe_many
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -366,10 +366,17 @@ ARG_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("args", ARG_ERRORS, ids=[" ".join(a[1:]) for a in ARG_ERRORS])
-def test_argument_errors_do_not_import_torch(args, tmp_path):
-    (tmp_path / "m.py").write_text("import torch\n\ndef build():\n    return torch.nn.Identity()\n")
-    result, output = probe(args, tmp_path)
+@pytest.fixture(scope="module")
+def arg_errors(tmp_path_factory):
+    """Every case of :data:`ARG_ERRORS` run in one interpreter, in order (``util.probe_many``), beside ``m.py``."""
+    folder = tmp_path_factory.mktemp("arg_errors")
+    (folder / "m.py").write_text("import torch\n\ndef build():\n    return torch.nn.Identity()\n")
+    return probe_many(ARG_ERRORS, folder)
+
+
+@pytest.mark.parametrize("index", range(len(ARG_ERRORS)), ids=[" ".join(a[1:]) for a in ARG_ERRORS])
+def test_argument_errors_do_not_import_torch(arg_errors, index):
+    result, output = arg_errors[index]
     assert result["code"] == 2, output
     assert "error:" in output and "Traceback" not in output, output
     assert not {"torch", "torchvision"} & set(result["heavy"]), (result, output)

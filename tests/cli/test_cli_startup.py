@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from util import probe
+from util import probe, probe_many
 
 #: typer (with the pydantic it parses values with), rich's help renderer and the CLI itself:
 #: ~520 modules measured; importing torch alone adds ~2,000.
@@ -35,9 +35,16 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("args,code", CASES, ids=[" ".join(a) for a, _ in CASES])
-def test_fast_paths_import_nothing_heavy(args, code, tmp_path):
-    result, output = probe(args, tmp_path)
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    """Every case of :data:`CASES` run in one interpreter, in order (``util.probe_many``)."""
+    return probe_many([args for args, _ in CASES], tmp_path_factory.mktemp("startup"))
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[" ".join(a) for a, _ in CASES])
+def test_fast_paths_import_nothing_heavy(probed, index):
+    args, code = CASES[index]
+    result, output = probed[index]
     assert result["code"] == code, output
     assert result["heavy"] == [], (result, output)
     assert result["modules"] < MAX_MODULES, (result, output)

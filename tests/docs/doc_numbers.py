@@ -83,6 +83,7 @@ GENERATORS: dict[str, str] = {
     "runtime-venvs": "scripts/runtime_venvs.py",  # docs/runtimes.md
     "ci-venvs": "scripts/runtime_venvs.py",  # README.md
     "deployed runtimes": "scripts/runtime_venvs.py",  # BENCHMARKS.md
+    "suite-durations": "scripts/suite_durations.py",  # docs/development.md
 }
 
 # Markers start a line (the same words inside a code span are text, not a marker).
