@@ -175,19 +175,13 @@ def _precision_note(compiled) -> str:
 
 
 def _compare(got: np.ndarray, want: np.ndarray, tol) -> tuple[bool, float]:
-    """Whether ``got`` matches ``want`` per element under ``tol`` (and in shape), and the max abs error.
-
-    The one compare call of this module (the lead may switch it to ``deform_onnx.proof.compare``): the rule is
-    :func:`deform_onnx.exporting.verification._within` (``|got - want| <= atol + rtol * |want|`` per element,
-    equal values, infinities included, match), in float64, after checking the shapes.
+    """Whether ``got`` matches ``want`` under ``tol`` (:func:`deform_onnx.proof.compare.compare_output`: shape,
+    precision, every element), and the max abs error.
     """
-    from ..exporting.verification import _max_abs, _within
+    from ..proof.compare import compare_output
 
-    if got.shape != want.shape:
-        return False, float("inf")
-    if not want.size:
-        return True, 0.0
-    return _within(got, want, tol), _max_abs(got, want)
+    result = compare_output("", got, want, tol)
+    return result.ok, result.max_error
 
 
 def pin_f32(ov_model) -> None:

@@ -92,32 +92,17 @@ def check_lowering(src, model: onnx.ModelProto, lowered: onnx.ModelProto, evalua
             miss = elementwise_miss(np.asarray(g), np.asarray(w))
             if miss is not None:
                 on = f" on evaluation input {i + 1} of {len(evaluations)}" if len(evaluations) > 1 else ""
-                raise ValueError(f"{src}: the lowered float model misses the original on output {name!r}{on}: "
-                                 f"{miss}; nothing written: please report this model")  # fmt: skip
+                raise ValueError(f"{src}: the lowered float model's output {name!r}{on} {miss} (the reference: the "
+                                 "original model); nothing written: please report this model")  # fmt: skip
 
 
 def elementwise_miss(got: np.ndarray, want: np.ndarray) -> str | None:
-    """How ``got`` misses ``want`` element by element at verification's tolerance for ``want``'s dtype, in words
-    (``None``: every element is within it). The one compare of the lowering check.
+    """How ``got`` misses ``want`` at verification's tolerance for ``want``'s dtype, in words (``None``: every
+    element is within it): :func:`deform_onnx.proof.compare.compare_output`, the one compare of the lowering check.
     """
-    from ..exporting.verification import tolerance_for
+    from ..proof.compare import compare_output, tolerance_for
 
-    tol = tolerance_for(want.dtype)
-    if got.shape != want.shape:
-        return f"shape {list(got.shape)} where the original has {list(want.shape)}"
-    g64, w64 = got.astype(np.float64), want.astype(np.float64)
-    diff = np.abs(g64 - w64)
-    allowed = tol.atol + tol.rtol * np.abs(w64)
-    bad = ~((g64 == w64) | (diff <= allowed))  # NaN where the original has a number (or none) misses
-    if not bad.any():
-        return None
-    worst = np.unravel_index(
-        int(np.argmax(np.where(bad, np.nan_to_num(diff - allowed, nan=np.inf), -np.inf))), bad.shape
-    )
-    return (
-        f"{int(bad.sum())} of {bad.size} elements off, the worst at {list(map(int, worst))}: {got[worst]:.6g} where "
-        f"the original has {want[worst]:.6g} ({tol.dtype} tolerance {tol.atol:g} + {tol.rtol:g}*|x|)"
-    )
+    return compare_output("", got, want, tolerance_for(want.dtype)).failure
 
 
 def skipped_note(src) -> str:
