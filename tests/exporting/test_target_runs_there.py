@@ -70,6 +70,7 @@ def test_target_runs_the_file_there_before_writing(tmp_path: Path, runs: dict, t
     report = deform_onnx.export(Small().eval(), (X,), path, target=target)
     assert runs["ran"] == [name] and path.is_file()
     assert report.runtimes == [f"{name} 9.9: max abs error 0"], report.runtimes
+    assert report.ran_in[1:] == [f"{name} 9.9"] and report.ran_in[0].startswith("onnxruntime"), report.ran_in
     assert any(n.startswith(f"the file ran in {name} ") for n in report.notes), report.notes
 
 

@@ -135,6 +135,7 @@ def test_pte_is_checked_at_the_second_size_and_both_bounds(pte, capfd):
     path, _, report, training = pte
     assert path.is_file() and report.format == "executorch" and report.verified
     assert report.runtime == "ExecuTorch (XNNPACK)" and report.method == "gather" and training
+    assert report.ran_in == ["ExecuTorch (XNNPACK)"]
     heights = [shapes[0][2] for shapes in report.checked_shapes]
     assert heights[0] == 6 and {H_MIN, H_MAX} <= set(heights[1:]) and len(set(heights)) == len(heights) >= 3
     assert any("upper bound" in n for n in report.notes)
@@ -280,6 +281,7 @@ def test_mlpackage_precision(tmp_path, precision):
     extra = {} if precision is None else {"precision": precision}
     report = deform_onnx.export(model, (torch.randn(1, 4, 6, 7),), tmp_path / "neck.mlpackage", **extra)
     assert report.verified is False and report.max_error is None and "not run" in report.notes[0]
+    assert report.ran_in == []
     assert report.method == "grid_sample" and model.training
     assert any(f"computes in {precision or 'float32'}" in n for n in report.notes)
     assert [p.name for p in tmp_path.iterdir()] == ["neck.mlpackage"]

@@ -83,6 +83,7 @@ class ExportReport:
         format: the format written (``"onnx"``, ``"openvino"``, ``"executorch"``, ``"litert"``, ``"coreml"``).
         runtimes: with ``verify_runtimes``, or a ``target`` that names a deployed runtime (and an ``.xml`` file):
             one line per deployed runtime the file also ran on (version, max error); ``notes`` says so too.
+            :attr:`ran_in` lists every runtime the artifact ran in, in one place.
         runtime: the runtime a torch.export format's file ran in (``"ExecuTorch (XNNPACK)"``,
             ``"LiteRT"``); ``None`` for ONNX (see ``onnxruntime``) and for Core ML (not run on Linux).
         verified: torch.export formats: whether the file ran in its runtime and matched PyTorch
@@ -113,6 +114,21 @@ class ExportReport:
     runtimes: list[str] = field(default_factory=list)
     runtime: str | None = None
     verified: bool | None = None
+
+    @property
+    def ran_in(self) -> list[str]:
+        """Every runtime the written artifact ran in and matched PyTorch, in order: the one that verified it
+        (the ONNX Runtime distribution for an ONNX file, ``"OpenVINO"`` for a bfloat16 file ONNX Runtime cannot run,
+        ``"ExecuTorch (XNNPACK)"`` / ``"LiteRT"`` for theirs), then each deployed runtime of :attr:`runtimes`
+        (``"mnn 3.6.1"``, ``"openvino 2026.4.1 (IR, plain Core)"``). Empty when it ran nowhere (``verify=False``;
+        Core ML, which does not run on Linux).
+        """
+        first = []
+        if self.format == "onnx" and self.max_error is not None:
+            first = [self.onnxruntime or "OpenVINO"]
+        elif self.runtime is not None and self.verified:
+            first = [self.runtime]
+        return first + [line.split(":")[0] for line in self.runtimes]
 
 
 @keeping_state  # hook (issue 30): the model's caches and buffers are the same after export as before
