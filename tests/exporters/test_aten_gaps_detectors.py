@@ -209,7 +209,8 @@ def test_antialiased_resize_with_dynamic_hw_is_one_line_export_error(mode, tmp_p
     assert "size=" not in text  # a fixed output size would not help: the input's H/W are dynamic
     if mode == "bilinear":
         report = deform_onnx.export(model, (x,), path, dynamic_shapes=dims)
-        assert report.opset == 18 and report.exporter == "dynamo" and len(report.checked_shapes) == 2 and path.is_file()
+        assert report.opset == 18 and report.exporter == "dynamo" and path.is_file()
+        assert report.checked_shapes[1:] == [report.checked_shapes[1], [(1, 3, 4, 4)]]  # a second size, the min
 
 
 def test_aa_weights_rows_are_a_partition_of_unity():

@@ -466,3 +466,32 @@ def test_c27_internimage_dcnv3_dynamic_is_right_or_refused(tmp_path, dynamo):
     x2 = torch.randn(1, 3, 96, 160)
     got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x2.numpy()})[0]
     np.testing.assert_allclose(got, model(x2).detach().numpy(), atol=1e-4, rtol=1e-4)
+
+
+class _AtLeast12(torch.nn.Module):
+    """A DCNv1 layer (offsets from a conv) that checks it gets at least 12 rows: PyTorch fails at 8."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.off = torch.nn.Conv2d(4, 18, 3, padding=1)
+        self.dcn = torchvision.ops.DeformConv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        torch._check(x.shape[2] >= 12)  # a model that needs at least 12 rows
+        return self.dcn(x, self.off(x))
+
+
+def test_declared_dim_bounds_are_checked(tmp_path):
+    """A ``Dim`` with ``min``/``max`` is run at both bounds too (issue 35 item 2), and a bound the model itself
+    cannot run is refused in one line naming it, before a file is written."""
+    model = _AtLeast12().eval()
+    x = torch.randn(1, 4, 16, 16)
+    dims = ({2: Dim("H", min=12, max=24)},)
+    report = deform_onnx.export(model, (x,), tmp_path / "b.onnx", dynamic_shapes=dims)
+    shapes = [s[0] for s in report.checked_shapes]
+    assert (1, 4, 12, 16) in shapes and (1, 4, 24, 16) in shapes, shapes
+    assert any("declared bounds" in n for n in report.notes), report.notes
+    with pytest.raises(ExportError, match=r"does not run in PyTorch at its declared lower bound 1,4,8,16") as info:
+        deform_onnx.export(model, (x,), tmp_path / "c.onnx", dynamic_shapes=({2: Dim("H", min=8, max=24)},))
+    assert "\n" not in str(info.value) and not (tmp_path / "c.onnx").exists()
