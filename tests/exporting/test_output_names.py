@@ -97,8 +97,13 @@ def test_given_output_names_win_and_plain_tuples_keep_the_exporters_names(dynamo
 
 @pytest.mark.slow
 def test_a_hugging_face_detector_file_names_its_fields():
-    """RT-DETR (tiny config, random weights) returned as is, default arguments: the file's outputs are the
-    ``RTDetrObjectDetectionOutput`` fields (``encoder_last_hidden_state``, a list of three maps, as ``.0``-``.2``)."""
+    """RT-DETR (tiny config, random weights) returned as is: the file's outputs are the
+    ``RTDetrObjectDetectionOutput`` fields (``encoder_last_hidden_state``, a list of three maps, as ``.0``-``.2``).
+
+    ``verify=False``: random weights give near-tied class scores, so PyTorch float32 and float64 may pick other
+    queries at ``torch.max``/``topk`` on some CPUs, and the float64 rule then cannot prove the file (refused by
+    design: tests/exporting/test_reference_ties.py); the names are this test's subject.
+    """
     from tiny_detectors import rt_detr_config
 
     torch.manual_seed(0)
@@ -112,7 +117,7 @@ def test_a_hugging_face_detector_file_names_its_fields():
     f = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        report = deform_onnx.export(model, (x,), f)
+        report = deform_onnx.export(model, (x,), f, verify=False)
     assert report.exporter == "dynamo", report.fallback_reason
     assert [o.name for o in onnx.load_from_string(f.getvalue()).graph.output] == want
     assert "logits" in want and "pred_boxes" in want
