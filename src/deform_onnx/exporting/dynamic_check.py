@@ -131,27 +131,6 @@ def _second_size_message(proto, axes: list[Axis], shapes, problem: str, node: st
     )
 
 
-def _declared_bounds(model, args: tuple, axes: list[Axis]) -> list:
-    """The input sets at each declared ``Dim`` bound (:func:`~deform_onnx.exporting.sizes.bound_inputs`), each run
-    in PyTorch first: a file is checked at every size it claims, and a bound the model itself cannot run is the
-    user's to fix.
-
-    Raises:
-        ExportError: PyTorch fails at a declared bound (one line naming it and PyTorch's error).
-    """
-    out = sizes.bound_inputs(args, axes)
-    for bound_args, shapes, label in out:
-        try:
-            run_pytorch(model, bound_args)
-        except Exception as exc:  # noqa: BLE001 - user code, at a size the dynamic_shapes declare
-            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise ExportError(
-                f"the model does not run in PyTorch at its declared {label} {shown(shapes)}: {text}; declare "
-                "bounds it runs at (torch.export.Dim min/max), no file was written"
-            ) from None
-    return out
-
-
 class SizeCheck:
     """The checks one export runs on each file: the example size, and each second size of a dynamic export."""
 
@@ -182,7 +161,8 @@ class SizeCheck:
         if verify and axes and not second:
             raise ExportError(f"cannot check the dynamic file at a second size: {why}; give verify_shapes= sizes "
                               "that the model runs, or export without dynamic axes")  # fmt: skip
-        bounds = _declared_bounds(model, args, axes) if verify else []
+        taken = [[tuple(t.shape) for t in args if hasattr(t, "shape")]] + [shapes for _, shapes in second]
+        bounds = sizes.declared_bounds(model, args, axes, taken) if verify else []
         check = cls(verify, axes, second + [(a, shapes) for a, shapes, _ in bounds], why)
         if bounds:
             check.notes.append("also checked at the declared bounds: " + ", ".join(

@@ -332,6 +332,31 @@ def bound_inputs(args: tuple, axes: list[Axis]) -> list[tuple[tuple, list[tuple[
     return out
 
 
+def declared_bounds(model, args: tuple, axes: list[Axis], taken: Sequence[Sequence[tuple[int, ...]]] = ()) -> list:
+    """:func:`bound_inputs` less the size sets already in ``taken`` (the example, the second sizes), each run in
+    PyTorch first: every export path checks a file at each size it claims, and a bound the model itself cannot
+    run is the user's to fix, said before the (slow) export.
+
+    Raises:
+        ExportError: PyTorch fails at a declared bound (one line naming it and PyTorch's error).
+    """
+    from ..core.errors import ExportError
+    from .verification import run_pytorch
+
+    taken = [[tuple(s) for s in shapes] for shapes in taken]
+    out = [b for b in bound_inputs(args, axes) if [tuple(s) for s in b[1]] not in taken]
+    for bound_args, shapes, label in out:
+        try:
+            run_pytorch(model, bound_args)
+        except Exception as exc:  # noqa: BLE001 - user code, at a size the dynamic_shapes declare
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ExportError(
+                f"the model does not run in PyTorch at its declared {label} {shown(shapes)}: {text}; declare "
+                "bounds it runs at (torch.export.Dim min/max), no file was written"
+            ) from None
+    return out
+
+
 def shown(shapes: list[tuple[int, ...]]) -> str:
     """``[(2, 3, 160, 96)]`` -> ``2,3,160,96`` (the CLI's ``--input-shape`` spelling); inputs joined by ``; ``."""
     return "; ".join(",".join(map(str, s)) for s in shapes)

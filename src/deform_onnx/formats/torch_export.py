@@ -243,7 +243,8 @@ def plan_sizes(model, args: tuple, dynamic_shapes, verify_shapes=None, verify: b
 
     Raises:
         ValueError: ``verify_shapes`` without a dynamic dimension, or shapes that do not fit the inputs.
-        ExportError: PyTorch runs none of the second sizes tried (named, with what to do).
+        ExportError: PyTorch runs none of the second sizes tried (named, with what to do), or fails at a
+            declared bound (:func:`~deform_onnx.exporting.sizes.declared_bounds`).
     """
     from ..exporters.guards import parameter_names
     from ..exporting import sizes
@@ -262,9 +263,10 @@ def plan_sizes(model, args: tuple, dynamic_shapes, verify_shapes=None, verify: b
                           "that the model runs, or export without dynamic_shapes")  # fmt: skip
     label = "second size" if verify_shapes is None else "given size"
     out = [example] + [SizeSet(a, list(shapes), label) for a, shapes in second]
-    for a, shapes, bound in sizes.bound_inputs(args, axes):
-        if all(list(shapes) != s.shapes for s in out):
-            out.append(SizeSet(a, list(shapes), bound))
+    out += [
+        SizeSet(a, list(shapes), bound)
+        for a, shapes, bound in sizes.declared_bounds(model, args, axes, [s.shapes for s in out])
+    ]
     return out
 
 
