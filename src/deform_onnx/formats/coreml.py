@@ -18,15 +18,21 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
+from .rank import MAX_RANK, lower_rank
 from .torch_export import (
+    Named,
     check_inputs,
     check_settings,
     eval_mode,
     exported,
     first_error,
     plan_sizes,
+    prove,
     quiet,
     report_for,
     resolved,
@@ -34,7 +40,7 @@ from .torch_export import (
 
 TITLE = "Core ML"
 #: export()'s keyword arguments a .mlpackage takes.
-TAKEN = ("method", "verify", "verify_shapes", "precision")
+TAKEN = ("method", "verify", "verify_shapes", "precision", "rtol", "atol")
 NOTE = "Core ML: converted and validated by coremltools, not run (Core ML predictions need macOS)"
 #: What ``method="auto"`` writes (the gather form's rank-6 tensors are beyond Core ML's rank 5).
 AUTO_METHOD = "grid_sample"
@@ -60,6 +66,25 @@ def _alias_grid_sampler_2d() -> None:
     register_torch_op(grid_sampler_2d)
 
 
+def _register_prod() -> None:
+    """Let coremltools convert ``aten.prod.dim_int`` (``reduce_prod``): 9.0 has no ``prod`` conversion, and
+    Deformable DETR's ``level_start_index`` is ``spatial_shapes.prod(1).cumsum(0)``."""
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.frontend.torch.ops import _get_inputs
+    from coremltools.converters.mil.frontend.torch.torch_op_registry import _TORCH_OPS_REGISTRY, register_torch_op
+
+    if "prod.dim_int" in _TORCH_OPS_REGISTRY:
+        return
+
+    def prod(context, node):
+        inputs = _get_inputs(context, node, min_expected=1)
+        axes = None if len(inputs) < 2 else [int(inputs[1].val)]
+        keep = bool(inputs[2].val) if len(inputs) > 2 and inputs[2] is not None else False
+        context.add(mb.reduce_prod(x=inputs[0], axes=axes, keep_dims=keep, name=node.name))
+
+    register_torch_op(prod, torch_alias=["prod.dim_int"])
+
+
 def convert(ep, folder: Path, precision: str = "float32") -> None:
     """Convert the decomposed program and save it as the ``.mlpackage`` ``folder``.
 
@@ -71,6 +96,7 @@ def convert(ep, folder: Path, precision: str = "float32") -> None:
             import coremltools as ct
 
             _alias_grid_sampler_2d()
+            _register_prod()
             compute = ct.precision.FLOAT32 if precision == "float32" else ct.precision.FLOAT16
             mlmodel = ct.convert(
                 ep, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17, compute_precision=compute
@@ -81,6 +107,79 @@ def convert(ep, folder: Path, precision: str = "float32") -> None:
             raise ExportError(f"coremltools could not convert the program: {first_error(noise) or line}") from None
 
 
+class ProgramSession:
+    """The exact program handed to coremltools, run in PyTorch, with ONNX Runtime's session API (for ``verify``).
+
+    Core ML does not run here; what can be proven is that the program converted (decomposed, rank-lowered:
+    :mod:`.rank`) computes what the model computes.
+    """
+
+    runtime = "PyTorch (the program converted to Core ML)"
+
+    def __init__(self, ep, args: tuple):
+        from torch.utils._pytree import tree_flatten
+
+        self._module = ep.module()
+        leaves, self._spec = tree_flatten(args)
+        self._tensor_at = [i for i, a in enumerate(leaves) if isinstance(a, torch.Tensor)]
+        self._leaves = leaves
+        self._inputs = [Named(f"input_{i}") for i in range(len(self._tensor_at))]
+        self._outputs = [Named(f"output_{i}") for i in range(len(ep.graph_signature.user_outputs))]
+
+    def get_inputs(self) -> list[Named]:
+        """The program's tensor inputs, in order."""
+        return self._inputs
+
+    def get_outputs(self) -> list[Named]:
+        """The program's outputs, in order."""
+        return self._outputs
+
+    def run(self, _names, feeds: dict) -> list[np.ndarray]:
+        """Run the program on ``feeds`` (by input name); numpy outputs, flattened as the model's are."""
+        from torch.utils._pytree import tree_unflatten
+
+        from ..runtimes.sessions import output_tensors
+
+        leaves = list(self._leaves)
+        for at, named in zip(self._tensor_at, self._inputs, strict=True):
+            leaves[at] = torch.from_numpy(np.ascontiguousarray(feeds[named.name]))
+        with torch.no_grad():
+            out = output_tensors(self._module(*tree_unflatten(leaves, self._spec)))
+        return [t.numpy() for _, t in out]
+
+
+def check_ranks(args: tuple) -> None:
+    """A one-line ``ValueError`` for an input of rank > 5, which a Core ML model cannot take (before any work)."""
+    from ..runtimes.sessions import input_tensors
+
+    for i, t in enumerate(input_tensors(args)):
+        if t.dim() > MAX_RANK:
+            raise ValueError(
+                f"{TITLE}: input {i} has rank {t.dim()} ({'x'.join(map(str, t.shape))}); Core ML takes tensors of "
+                f"rank <= {MAX_RANK}: pass it with two axes merged and split them in the model, or export to .onnx"
+            )
+
+
+def _rank_lowered(ep) -> list[str]:
+    """:func:`~.rank.lower_rank` on ``ep``; the report's note, or a one-line ``ExportError`` for a rank-6 region left."""
+    done, left = lower_rank(ep)
+    if left:
+        raise ExportError(
+            f"{TITLE}: the program holds tensors of rank > {MAX_RANK}, which Core ML cannot hold, and deform-onnx "
+            f"cannot carry them at rank {MAX_RANK} ({'; '.join(left)}); merge two axes in the model there, "
+            "or export to .onnx / .pte / .tflite; nothing was written"
+        )
+    return [f"Core ML: {done} region(s) of rank-6 tensors carried at rank 5 (two axes merged)"] if done else []
+
+
+def _program_note(checks) -> str:
+    worst = max(c.max_error for c in checks)
+    return (
+        f"the program converted (decomposed, rank <= {MAX_RANK}) ran in PyTorch and matched the model within its "
+        f"tolerance (max error {worst:.3g}); Core ML itself did not run it"
+    )
+
+
 def _folder_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
@@ -89,14 +188,18 @@ def write(model, args, path, **settings) -> ExportReport:
     """Convert ``model`` to a Core ML package at ``path`` (``.mlpackage``); it is not run (see the module).
 
     Takes ``method`` (``auto`` = ``grid_sample``), ``precision`` (``"float32"``, the default, or ``"float16"``:
-    the package's compute precision, said in the report's notes); ``verify`` is accepted and
-    cannot be honoured (noted). The package is written to a temporary folder beside ``path`` and renamed:
+    the package's compute precision, said in the report's notes), ``verify``, ``rtol``, ``atol``. Core ML
+    cannot run here: ``verify`` runs the exact program handed to coremltools (decomposed, and with rank-6
+    tensors carried at rank 5: :mod:`.rank`) in PyTorch against the model, before the conversion, and a note
+    gives its error; ``report.verified`` stays ``False`` (the package itself did not run). The package is written to a temporary folder beside ``path`` and renamed:
     complete or absent. The model's training mode is restored after.
 
     Raises:
-        ValueError: a setting a .mlpackage does not take, an unknown ``precision``, a Python number or
-            bfloat16 input.
-        ExportError: export, decomposition or conversion failed (nothing written).
+        ValueError: a setting a .mlpackage does not take, an unknown ``precision``, a Python number,
+            bfloat16 or rank > 5 input.
+        ExportError: export, decomposition or conversion failed, or rank-6 tensors the rank rewrite cannot
+            carry (nothing written).
+        VerificationError: the converted program differs from the model in PyTorch (nothing written).
     """
     started = time.perf_counter()
     opts = check_settings(TITLE, settings, TAKEN)
@@ -110,11 +213,15 @@ def write(model, args, path, **settings) -> ExportReport:
         raise FileNotFoundError(f"output folder {target.parent} does not exist; create it first")
     args = args if isinstance(args, tuple) else (args,)
     check_inputs(TITLE, args)
+    check_ranks(args)
     method = resolved(opts["method"], AUTO_METHOD)
     notes: list[str] = []
     with eval_mode(model):
-        plan_sizes(model, args, None, opts["verify_shapes"], False)  # verify_shapes= as for a static file
+        plan = plan_sizes(model, args, None, opts["verify_shapes"], False)  # verify_shapes= as for a static file
         ep = exported(model, args, None, method, TITLE, notes=notes)
+        notes.extend(_rank_lowered(ep))
+        if opts["verify"]:
+            notes.append(_program_note(prove(ProgramSession(ep, args), model, plan, opts)))
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
             convert(ep, staging / target.name, precision)
