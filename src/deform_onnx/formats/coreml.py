@@ -68,8 +68,9 @@ def _alias_grid_sampler_2d() -> None:
 
 def _register_prod() -> None:
     """Let coremltools convert ``aten.prod.dim_int`` (``reduce_prod``): 9.0 has no ``prod`` conversion, and
-    Deformable DETR's ``level_start_index`` is ``spatial_shapes.prod(1).cumsum(0)``."""
-    from coremltools.converters.mil import Builder as mb
+    Deformable DETR's ``level_start_index`` is ``spatial_shapes.prod(1).cumsum(0)``.
+    """
+    from coremltools.converters.mil import Builder
     from coremltools.converters.mil.frontend.torch.ops import _get_inputs
     from coremltools.converters.mil.frontend.torch.torch_op_registry import _TORCH_OPS_REGISTRY, register_torch_op
 
@@ -80,7 +81,7 @@ def _register_prod() -> None:
         inputs = _get_inputs(context, node, min_expected=1)
         axes = None if len(inputs) < 2 else [int(inputs[1].val)]
         keep = bool(inputs[2].val) if len(inputs) > 2 and inputs[2] is not None else False
-        context.add(mb.reduce_prod(x=inputs[0], axes=axes, keep_dims=keep, name=node.name))
+        context.add(Builder.reduce_prod(x=inputs[0], axes=axes, keep_dims=keep, name=node.name))
 
     register_torch_op(prod, torch_alias=["prod.dim_int"])
 
@@ -160,6 +161,22 @@ def check_ranks(args: tuple) -> None:
             )
 
 
+def _without_bicubic(ep, notes: list[str]):
+    """``ep`` with bicubic 4-D ``grid_sample`` decomposed (Core ML samples bilinear and nearest only), or as it is."""
+    from ..ops.grid_sample.decompose import BICUBIC, bicubic_decompositions
+
+    if not any(n.target is torch.ops.aten.grid_sampler_2d.default and n.args[2] == BICUBIC for n in ep.graph.nodes):
+        return ep
+    try:
+        ep = ep.run_decompositions(bicubic_decompositions())
+    except Exception as exc:
+        raise ExportError(f"{TITLE}: decomposing bicubic grid_sample failed: {str(exc).strip()[:300]}") from exc
+    notes.append(
+        "Core ML: bicubic grid_sample written as its 16-tap gather form (Core ML samples bilinear/nearest only)"
+    )
+    return ep
+
+
 def _rank_lowered(ep) -> list[str]:
     """:func:`~.rank.lower_rank` on ``ep``; the report's note, or a one-line ``ExportError`` for a rank-6 region left."""
     done, left = lower_rank(ep)
@@ -219,6 +236,7 @@ def write(model, args, path, **settings) -> ExportReport:
     with eval_mode(model):
         plan = plan_sizes(model, args, None, opts["verify_shapes"], False)  # verify_shapes= as for a static file
         ep = exported(model, args, None, method, TITLE, notes=notes)
+        ep = _without_bicubic(ep, notes)
         notes.extend(_rank_lowered(ep))
         if opts["verify"]:
             notes.append(_program_note(prove(ProgramSession(ep, args), model, plan, opts)))

@@ -120,7 +120,7 @@ class _Rewriter:
         self.created.append(node)
         mode = detect_fake_mode([v for v in torch.utils._pytree.tree_leaves(vals) if isinstance(v, torch.Tensor)])
         try:
-            with mode if mode is not None else _null():
+            with mode if mode is not None else _NoMode():
                 node.meta["val"] = target(*vals)
         except Exception as exc:  # noqa: BLE001 - any shape error means the run does not fit this op
             raise _Unsupported(str(exc)) from None
@@ -156,7 +156,7 @@ class _Rewriter:
         """The merged form of ``node`` (in the region: its merged value; leaving it: its replacement)."""
         inside = node in self.region
         out = _shape(node)
-        target, args = node.target, node.args
+        target, args = node.target, list(node.args)
         if node.kwargs and target not in _RESHAPES:
             raise _Unsupported(f"{target} with keyword arguments")
         want = _merged(out, self.start, self.size) if inside else out
@@ -166,12 +166,12 @@ class _Rewriter:
             new = self.call(_aten.expand.default, (self.operand(args[0], out), want))
         elif target in _ALONG:
             moved = list(args)
-            moved[0] = self.rep[args[0]]
-            moved[1] = self.axis(args[1])
+            moved[0] = self.rep[args[0]]  # type: ignore[index]
+            moved[1] = self.axis(args[1])  # type: ignore[arg-type]
             new = self.call(target, tuple(moved))
         elif target in _REDUCE:
-            dims = args[1] if isinstance(args[1], list | tuple) else [args[1]]
-            moved = [args[0] if args[0] not in self.rep else self.rep[args[0]], [self.axis(d) for d in dims], *args[2:]]
+            dims: list = list(args[1]) if isinstance(args[1], list | tuple) else [args[1]]
+            moved = [self.source(args[0]), [self.axis(d) for d in dims], *args[2:]]
             new = self.call(target, tuple(moved))
         elif isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags:
             new = self.call(target, tuple(self.operand(a, out) for a in args))
@@ -209,7 +209,7 @@ class _Rewriter:
             self.graph.erase_node(node)
 
 
-class _null:
+class _NoMode:
     def __enter__(self):
         return None
 

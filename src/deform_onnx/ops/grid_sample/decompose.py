@@ -4,6 +4,7 @@
 trilinear / nearest gather lowering of :mod:`.lower_3d`; 4-D calls (``aten.grid_sampler_2d``, which
 ExecuTorch and LiteRT run) are decomposed only for method ``gather`` (its gather sampler form).
 Both through the dynamo translation of :mod:`.binding` driven by the torch-ops builder.
+:func:`bicubic_decompositions` rewrites bicubic 4-D calls only (Core ML has no bicubic sampling).
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import functools
 
 from ...builder.forms import graph_forms
 from ...builder.torch_ops import DECOMPOSITION_OPSET, TorchOpsBuilder
+from .lower import TORCH_MODES
+
+#: ATen's ``interpolation_mode`` of bicubic.
+BICUBIC = TORCH_MODES.index("bicubic")
 
 
 def _four_d_only(fn):
@@ -46,3 +51,24 @@ def decompositions(method: str) -> dict:
 
     out[torch.ops.aten.grid_sampler.default] = grid_sampler
     return out
+
+
+def bicubic_decompositions() -> dict:
+    """``{aten.grid_sampler_2d: fn}`` rewriting bicubic calls only, into the gather form of :mod:`.lower_cubic`.
+
+    For runtimes with bilinear and nearest sampling but no bicubic (Core ML's ``resample``): the 16-tap
+    gather form holds rank <= 4 tensors. Other modes are left as they are (``NotImplemented`` keeps the op).
+    """
+    import torch
+
+    from .binding import translations
+
+    lowered = translations("gather", DECOMPOSITION_OPSET, lambda _default: DECOMPOSITION_OPSET, TorchOpsBuilder)
+    fn = _four_d_only(lowered[torch.ops.aten.grid_sampler_2d.default])
+
+    def grid_sampler_2d(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
+        if interpolation_mode != BICUBIC:
+            return NotImplemented
+        return fn(input, grid, interpolation_mode, padding_mode, align_corners)
+
+    return {torch.ops.aten.grid_sampler_2d.default: grid_sampler_2d}
