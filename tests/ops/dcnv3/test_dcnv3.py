@@ -15,6 +15,7 @@ export size and at another size, on ONNX Runtime and OpenVINO, within 1e-4.
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 
 import numpy as np
@@ -367,3 +368,17 @@ def test_lower_trt_dcnv3_reports_and_refuses_bad_nodes():
         deform_onnx.lower(even, method="gather")
     with pytest.raises(ValueError, match="opset"):
         deform_onnx.lower(_trt_dcnv3_model(cfg, 1.0), method="grid_sample", opset=11)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("coremltools") is None, reason="coremltools is not installed")
+@pytest.mark.slow
+def test_internimage_dcnv3_to_mlpackage(tmp_path):
+    """InternImage's own pure-PyTorch DCNv3 (tests/real_code/internimage_style.py) to ``.mlpackage`` with defaults:
+    converted, and the program converted matches the model in PyTorch (Core ML cannot run here)."""
+    from real_code.internimage_style import SegNet
+
+    torch.manual_seed(0)
+    path = tmp_path / "segnet.mlpackage"
+    report = deform_onnx.export(SegNet(channels=16).eval(), (torch.randn(1, 3, 16, 16),), path)
+    assert (path / "Manifest.json").is_file() and report.verified is False
+    assert any(n.startswith("the program converted") and "matched the model" in n for n in report.notes)

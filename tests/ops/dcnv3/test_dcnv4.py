@@ -170,3 +170,4 @@ def test_flash_block_to_mlpackage(tmp_path):
     report = deform_onnx.export(m, (x,), path)
     assert path.is_dir() and not report.verified
     assert any("not run" in n for n in report.notes)
+    assert any(n.startswith("the program converted") and "matched the model" in n for n in report.notes)
