@@ -171,3 +171,60 @@ def test_flash_block_to_mlpackage(tmp_path):
     assert path.is_dir() and not report.verified
     assert any("not run" in n for n in report.notes)
     assert any(n.startswith("the program converted") and "matched the model" in n for n in report.notes)
+
+
+def _dcnv4_plugin_model(C: int, G: int, P: int, padded: int, scale: float, remove_center: int, **extra):
+    """A file with NVIDIA DL4AGX's ``custom_op::DCNv4_Plugin`` node (AV-Solutions/dcnv4-trt/tools/export_onnx.py)."""
+    from onnx import TensorProto, helper
+
+    attrs = dict(kh=3, kw=3, sh=1, sw=1, ph=1, pw=1, dh=1, dw=1, group=G, group_channels=C // G, offscale=scale,
+                 step=256, remove_center=remove_center, **extra)  # fmt: skip
+    node = helper.make_node("DCNv4_Plugin", ["x", "offset_mask"], ["y"], domain="custom_op", name="dcnv4_0", **attrs)
+    graph = helper.make_graph(
+        [node],
+        "dcnv4_plugin",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "H", "W", C]),
+            helper.make_tensor_value_info("offset_mask", TensorProto.FLOAT, ["N", "H", "W", padded]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "H", "W", C])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom_op", 1)])
+
+
+@pytest.mark.parametrize("remove_center", [0, 1])
+@pytest.mark.parametrize(("method", "opset"), [("gather", 11), ("auto", 17)])
+def test_lower_dcnv4_plugin_node_runs_on_plain_onnxruntime(method, opset, remove_center):
+    """DCNv4's public TensorRT plugin node, lowered to standard ops, matches ``dcnv4_core`` (unnormalised weights,
+    the padded offset_mask's tail ignored) at two sizes and batches."""
+    import onnx
+    import onnxruntime as ort
+
+    from deform_onnx.ops.dcnv3 import dcnv4_core
+
+    C, G, scale = 8, 2, 0.75
+    P = 9 - remove_center
+    padded = -(-G * P * 3 // 8) * 8 + 8  # DCNv4's width, padded to a multiple of 8, and wider still
+    lowered = deform_onnx.lower(_dcnv4_plugin_model(C, G, P, padded, scale, remove_center), method=method, opset=opset)
+    onnx.checker.check_model(lowered, full_check=True)
+    assert all(n.domain in ("", "ai.onnx") for n in lowered.graph.node)
+    session = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+    for N, H, W in ((1, 5, 6), (2, 7, 4)):
+        gen = torch.Generator().manual_seed(N * H)
+        x = torch.randn(N, H, W, C, generator=gen)
+        offset_mask = torch.randn(N, H, W, padded, generator=gen) * 2
+        want = dcnv4_core(x, offset_mask, 3, 3, 1, 1, 1, 1, 1, 1, G, C // G, scale, bool(remove_center)).numpy()
+        got = session.run(None, {"x": x.numpy(), "offset_mask": offset_mask.numpy()})[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"{method}@{opset} {N}x{H}x{W}")
+
+
+def test_lower_dcnv4_plugin_node_refuses_what_it_cannot_take():
+    from deform_onnx.rewrite import lower_model
+    from deform_onnx.rewrite.model_io import _from_proto
+
+    _, report = lower_model(_from_proto(_dcnv4_plugin_model(8, 2, 9, 56, 1.0, 0)), method="gather", opset=11)
+    assert [(r.node, r.op, r.lowering) for r in report.replaced] == [("dcnv4_0", "custom_op::DCNv4_Plugin", "gather")]
+    with pytest.raises(ValueError, match=r"node dcnv4_0 \(custom_op::DCNv4_Plugin\): unknown attribute\(s\) softmax"):
+        deform_onnx.lower(_dcnv4_plugin_model(8, 2, 9, 56, 1.0, 0, softmax=1), method="gather", opset=11)
+    with pytest.raises(ValueError, match=r"offset_mask has 48 channels, fewer than group \* points \* 3 = 54"):
+        deform_onnx.lower(_dcnv4_plugin_model(8, 2, 9, 48, 1.0, 0), method="gather", opset=11)

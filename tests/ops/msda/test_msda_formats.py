@@ -115,6 +115,8 @@ def test_fused_op_to_mlpackage_at_rank_5(mlpackage):
 
 def test_rank6_input_is_refused_for_core_ml_before_any_work(tmp_path):
     value, loc = torch.randn(1, 26, 2, 4), torch.rand(1, 5, 2, 2, 2, 2)
-    with pytest.raises(ValueError, match=r"^Core ML: input 1 has rank 6 \(1x5x2x2x2x2\); Core ML takes tensors of rank <= 5"):
+    with pytest.raises(
+        ValueError, match=r"^Core ML: input 1 has rank 6 \(1x5x2x2x2x2\); Core ML takes tensors of rank <= 5"
+    ):
         deform_onnx.export(MSDeformAttnCore(LEVELS), (value, loc, torch.rand(1, 5, 2, 2, 2)), tmp_path / "m.mlpackage")
     assert not list(tmp_path.iterdir())

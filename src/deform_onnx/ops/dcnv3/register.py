@@ -1,7 +1,7 @@
 """DCNv3's registry entry: a model-level op sampled with ``grid_sample``'s lowerings (imported by the registry's discovery).
 
 No torch binding: the reference forms (:mod:`.reference`) export through ``F.grid_sample``;
-``lower`` replaces mmdeploy's ``TRTDCNv3`` file nodes (:mod:`.sources`).
+``lower`` replaces mmdeploy's ``TRTDCNv3`` and DCNv4's ``custom_op::DCNv4_Plugin`` file nodes (:mod:`.sources`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ENTRY = register(
         lowerings=LOWERINGS,
         methods=SAMPLER_METHODS,
         auto=("native", "gather"),
-        onnx_nodes=(("mmdeploy", "TRTDCNv3"),),
+        onnx_nodes=(("mmdeploy", "TRTDCNv3"), ("custom_op", "DCNv4_Plugin")),
         order=30,
         spells="method {!r} samples DCNv3 with GridSample, which",
         sources="deform_onnx.ops.dcnv3.sources",

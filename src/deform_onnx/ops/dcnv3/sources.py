@@ -1,4 +1,5 @@
-"""``lower`` for mmdeploy's ``TRTDCNv3`` node (InternImage's DCNv3 as a TensorRT plugin): standard ops.
+"""``lower`` for mmdeploy's ``TRTDCNv3`` node (InternImage's DCNv3 as a TensorRT plugin) and DCNv4's
+``custom_op::DCNv4_Plugin`` (:mod:`.sources_dcnv4`): standard ops.
 
 Written by InternImage's ``DCNv3Function.symbolic``
 (``segmentation|detection/ops_dcnv3/functions/dcnv3_func.py``):
@@ -31,6 +32,7 @@ import onnx_ir as ir
 
 from ...builder import TapeBuilder
 from ..registry import resolve
+from . import sources_dcnv4
 from .lower import DCNv3Spec
 
 DOMAIN, OP_TYPE = "mmdeploy", "TRTDCNv3"
@@ -65,13 +67,17 @@ KNOWN_ATTRS = (*_INTS, "offset_scale", "im2col_step", "remove_center")
 
 
 def find(model: ir.Model) -> list[ir.Node]:
-    """The ``mmdeploy::TRTDCNv3`` nodes of ``model`` (main graph and subgraphs)."""
-    return [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.op_type == OP_TYPE and n.domain == DOMAIN]
+    """The ``mmdeploy::TRTDCNv3`` and ``custom_op::DCNv4_Plugin`` nodes of ``model`` (main graph and subgraphs)."""
+    return [
+        n
+        for n in ir.traversal.RecursiveGraphIterator(model.graph)
+        if (n.op_type == OP_TYPE and n.domain == DOMAIN) or sources_dcnv4.is_node(n)
+    ]
 
 
 def nodes_lowered(model: ir.Model, method: str, opset: int | None) -> list[ir.Node]:
-    """The nodes ``lower(model, method=method)`` replaces: every ``mmdeploy::TRTDCNv3`` node, whatever the
-    method and opset (:func:`find`).
+    """The nodes ``lower(model, method=method)`` replaces: every ``mmdeploy::TRTDCNv3`` and
+    ``custom_op::DCNv4_Plugin`` node, whatever the method and opset (:func:`find`).
     """
     return find(model)
 
@@ -117,5 +123,7 @@ def lower_node(node: ir.Node, b: TapeBuilder, method: str, opset: int) -> tuple[
     Raises:
         ValueError: as :func:`spec_for_node`.
     """
+    if sources_dcnv4.is_node(node):
+        return sources_dcnv4.lower_node(node, b, method, opset)
     lowering = resolve("dcnv3", method, opset)
     return lowering.fn(b, spec_for_node(node), *node.inputs), lowering.name
