@@ -1,13 +1,19 @@
 """Core ML (``.mlpackage``) through coremltools: converted and validated, **not run** (no Core ML on Linux).
 
 ``deform_onnx.export(model, args, "model.mlpackage")`` exports with ``torch.export``, rewrites the family
-into core ATen ops (:func:`deform_onnx.decompositions`) and converts the program with
+into core ATen ops (:func:`deform_onnx.decompositions`), writes bicubic 4-D ``grid_sample`` as its 16-tap
+gather form (Core ML samples bilinear and nearest only:
+:func:`~deform_onnx.ops.grid_sample.decompose.bicubic_decompositions`), carries rank-6 tensors at rank 5
+(Core ML's limit; :func:`~deform_onnx.formats.rank.lower_rank`) and converts the program with
 ``coremltools.convert`` (ML program, iOS 17), which builds and validates the MIL program. Core ML
 predictions need macOS, so the package is never run here: the report says ``verified=False`` and notes
-it. coremltools 9.0's torch.export frontend has no ``grid_sampler_2d`` entry (only TorchScript's
-``grid_sampler``); :func:`_alias_grid_sampler_2d` maps it to that conversion. The package computes in
-float32 (``compute_precision=FLOAT32``; coremltools' own default is float16) unless ``precision="float16"``. The gather form writes
-rank-6 tensors, beyond Core ML's rank 5, so ``method="gather"`` fails there with coremltools' message.
+it; instead the exact program converted is run in PyTorch against the model before the conversion
+(:class:`ProgramSession`, the same comparison as every file), and a note gives its error.
+coremltools 9.0's torch.export frontend has no ``grid_sampler_2d`` entry (only TorchScript's
+``grid_sampler``; :func:`_alias_grid_sampler_2d` maps it) and no ``prod`` (:func:`_register_prod`).
+The package computes in float32 (``compute_precision=FLOAT32``; coremltools' own default is float16)
+unless ``precision="float16"``. A region of rank-6 tensors the rewrite cannot carry and a rank-6 input are
+refused in one line.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ that every op of the region can follow is taken. An op follows a run when
 - it is pointwise (``torch.Tag.pointwise``) or ``expand``: each operand, aligned to the output's rank, is either
   full or broadcast (size 1) along the whole run, so broadcasting the merged operands is the same;
 - it picks or reduces along another axis (``select``, ``index_select``, ``slice``, ``sum``/``mean``/``amax``
-  over dims): the same op on the merged value with the axis renumbered.
+  over dims): the same op on the merged value with the axis renumbered;
+- it is a ``permute`` that keeps the run together and in order (the gather form's corner tables): the run
+  moves with it (each value of the region records where its run starts).
 
 A region one of whose ops follows no run (or a rank-6 program input or output, which a program cannot change)
 is left as it is: coremltools then names the op in its own error. The rewritten program computes the same
@@ -108,6 +110,7 @@ class _Rewriter:
     def __init__(self, graph: Graph, region: list[Node], rank: int, start: int, size: int):
         self.graph, self.region, self.rank, self.start, self.size = graph, set(region), rank, start, size
         self.rep: dict[Node, Node] = {}  # region node -> its merged value
+        self.pos: dict[Node, int] = {}  # region node -> the first axis of its merged run
         self.created: list[Node] = []
         self.exits: dict[Node, Node] = {}  # node leaving the region -> its replacement
 
@@ -126,31 +129,48 @@ class _Rewriter:
             raise _Unsupported(str(exc)) from None
         return node
 
-    def axis(self, dim: int) -> int:
-        """``dim`` of the original value on the merged one (an axis inside the run is not followed)."""
-        dim %= self.rank
-        if self.start <= dim < self.start + self.size:
-            raise _Unsupported("an op along a merged axis")
-        return dim if dim < self.start else dim - self.size + 1
+    def at(self, arg) -> int:
+        """Where the run starts in ``arg``'s merged value (the first axis of the run, in original numbering)."""
+        return self.pos.get(arg, self.start)
 
-    def operand(self, arg, out_shape: list[int]):
-        """``arg`` (an operand broadcast to ``out_shape``) in the merged layout."""
+    def axis(self, dim: int, at: int) -> int:
+        """``dim`` of the original value on the merged one whose run starts at ``at`` (inside the run: refused)."""
+        dim %= self.rank
+        if at <= dim < at + self.size:
+            raise _Unsupported("an op along a merged axis")
+        return dim if dim < at else dim - self.size + 1
+
+    def operand(self, arg, out_shape: list[int], at: int):
+        """``arg`` (an operand broadcast to ``out_shape``) in the merged layout with the run at ``at``."""
         if not isinstance(arg, Node) or _val(arg) is None:
             return arg
         if arg in self.rep:
+            if self.at(arg) != at:
+                raise _Unsupported("operands merged at different axes")
             return self.rep[arg]
         shape = _shape(arg)
         if len(shape) > self.rank:
             raise _Unsupported("an operand of higher rank")
         aligned = [1] * (self.rank - len(shape)) + shape
-        run = math.prod(aligned[self.start : self.start + self.size])
-        if run not in (1, math.prod(out_shape[self.start : self.start + self.size])):
+        run = math.prod(aligned[at : at + self.size])
+        if run not in (1, math.prod(out_shape[at : at + self.size])):
             raise _Unsupported("an operand broadcast along part of the run")
-        return self.call(_aten.view.default, (arg, _merged(aligned, self.start, self.size)))
+        return self.call(_aten.view.default, (arg, _merged(aligned, at, self.size)))
 
     def source(self, arg) -> Node:
         """The first argument of a reshape or pick: merged if it is in the region, else as it is."""
         return self.rep.get(arg, arg)
+
+    def _permute(self, arg, perm: list[int]) -> tuple[Node, int]:
+        """``permute`` of a merged value: the run must stay together and in order; the run's new place."""
+        at = self.at(arg)
+        perm = [d % self.rank for d in perm]
+        j = perm.index(at)
+        if perm[j : j + self.size] != list(range(at, at + self.size)):
+            raise _Unsupported("a permute that splits the merged axes")
+        kept = perm[:j] + [at] + perm[j + self.size :]
+        moved = [d if d <= at else d - self.size + 1 for d in kept]
+        return self.call(_aten.permute.default, (self.rep[arg], moved)), j
 
     def emit(self, node: Node) -> None:
         """The merged form of ``node`` (in the region: its merged value; leaving it: its replacement)."""
@@ -159,28 +179,35 @@ class _Rewriter:
         target, args = node.target, list(node.args)
         if node.kwargs and target not in _RESHAPES:
             raise _Unsupported(f"{target} with keyword arguments")
-        want = _merged(out, self.start, self.size) if inside else out
+        at = self.start
         if target in _RESHAPES:
-            new = self.call(_aten.reshape.default, (self.source(args[0]), want))
+            new = self.call(
+                _aten.reshape.default, (self.source(args[0]), _merged(out, at, self.size) if inside else out)
+            )
+        elif target is _aten.permute.default:
+            new, at = self._permute(args[0], list(args[1]))  # type: ignore[arg-type]
         elif target is _aten.expand.default:
-            new = self.call(_aten.expand.default, (self.operand(args[0], out), want))
-        elif target in _ALONG:
-            moved = list(args)
-            moved[0] = self.rep[args[0]]  # type: ignore[index]
-            moved[1] = self.axis(args[1])  # type: ignore[arg-type]
-            new = self.call(target, tuple(moved))
-        elif target in _REDUCE:
-            dims: list = list(args[1]) if isinstance(args[1], list | tuple) else [args[1]]
-            moved = [self.source(args[0]), [self.axis(d) for d in dims], *args[2:]]
+            at = self.at(args[0])
+            new = self.call(_aten.expand.default, (self.operand(args[0], out, at), _merged(out, at, self.size)))
+        elif target in _ALONG or target in _REDUCE:
+            at = self.at(args[0])
+            moved = [self.source(args[0]), *args[1:]]
+            if target in _ALONG:
+                moved[1] = self.axis(args[1], at)  # type: ignore[arg-type]
+            else:
+                dims: list = list(args[1]) if isinstance(args[1], list | tuple) else [args[1]]
+                moved[1] = [self.axis(d, at) for d in dims]
             new = self.call(target, tuple(moved))
         elif isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags:
-            new = self.call(target, tuple(self.operand(a, out) for a in args))
+            at = next((self.at(a) for a in args if isinstance(a, Node) and a in self.rep), self.start)
+            new = self.call(target, tuple(self.operand(a, out, at) for a in args))
         else:
             raise _Unsupported(f"{target}")
+        want = _merged(out, at, self.size) if inside else out
         if list(new.meta["val"].shape) != want:
             new = self.call(_aten.reshape.default, (new, want))
         if inside:
-            self.rep[node] = new
+            self.rep[node], self.pos[node] = new, at
         else:
             self.exits[node] = new
 
