@@ -17,7 +17,8 @@ from ._inputs import METHODS, check_method
 def lower_command(
     src: Path = typer.Argument(
         ...,
-        help="ONNX file with DeformConv, mmcv/OpenVINO deformable-convolution, TRTDCNv3, MSDA plugin or GridSample nodes.",
+        help="ONNX file with DeformConv, mmcv/OpenVINO deformable-convolution, TRTDCNv3, DCNv4_Plugin, MSDA plugin or "
+        "GridSample nodes.",
     ),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Where to write the result (its folder must exist)."
@@ -35,7 +36,7 @@ def lower_command(
         None, "--ir-version", help="IR version of the result. Default: the lowest its opsets need."
     ),
 ) -> None:
-    """Replace deformable nodes (DeformConv, mmcv, OpenVINO, TRTDCNv3, MSDA; GridSample with -m gather) by a lowering.
+    """Replace deformable nodes (DeformConv, mmcv, OpenVINO, TRTDCNv3, DCNv4_Plugin, MSDA; GridSample with -m gather) by a lowering.
 
     Writes atomically (temporary file, then rename); SRC is only written with
     --in-place. Exit code 2 on a missing or unreadable file, an output folder

@@ -6,7 +6,8 @@ import numpy as np
 import onnx
 
 #: Deformable-convolution node kinds that :func:`lower_for_quantization` lowers (the rewriter's known nodes).
-DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "DeformableConv2D", "TRTDCNv3")
+DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "DeformableConv2D", "TRTDCNv3",
+              "DCNv4_Plugin")  # fmt: skip
 
 
 def lower_for_quantization(

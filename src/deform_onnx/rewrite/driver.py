@@ -174,7 +174,7 @@ def lower(
     output name; graph inputs/outputs, other nodes, initializers, value_info,
     metadata and other opset imports are kept. mmcv domains left unused are
     dropped from the opset imports. mmdeploy's ``TRTDCNv3`` (InternImage's
-    DCNv3 plugin) is replaced by standard ops on the sampler the method picks
+    DCNv3 plugin) and ``custom_op::DCNv4_Plugin`` (DCNv4's public TensorRT plugin) are replaced by standard ops on the sampler the method picks
     for ``grid_sample`` (:mod:`deform_onnx.ops.dcnv3.sources`). Default-domain ``GridSample`` nodes
     (``F.grid_sample``) are rewritten into standard ops on Gather when the
     method resolves to ``gather`` for them (``gather``, or ``auto`` below
