@@ -22,7 +22,7 @@ that every op of the region can follow is taken. An op follows a run when
   moves with it (each value of the region records where its run starts).
 
 A region one of whose ops follows no run (or a rank-6 program input or output, which a program cannot change)
-is left as it is: coremltools then names the op in its own error. The rewritten program computes the same
+is left as it is, with the reason (the Core ML writer refuses it in one line before converting). The rewritten program computes the same
 values (only shapes change), and :mod:`deform_onnx.formats.coreml` runs it in PyTorch against the model.
 """
 
@@ -195,6 +195,8 @@ class _Rewriter:
             if target in _ALONG:
                 moved[1] = self.axis(args[1], at)  # type: ignore[arg-type]
             else:
+                if len(args) < 2 or not args[1]:
+                    raise _Unsupported(f"{target} over every axis")
                 dims: list = list(args[1]) if isinstance(args[1], list | tuple) else [args[1]]
                 moved[1] = [self.axis(d, at) for d in dims]
             new = self.call(target, tuple(moved))
