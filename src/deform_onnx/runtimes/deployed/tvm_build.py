@@ -45,65 +45,6 @@ def cpu_rule(lanes=16, rows=4):
     from tvm.s_tir import dlight  # type: ignore[import-not-found]
     from tvm.s_tir.dlight.analysis import normalize_prim_func  # type: ignore[import-not-found]
 
-    def extent(sch, loop):
-        e = sch.get(loop).extent
-        return int(e) if isinstance(e, tirx.IntImm) else None
-
-    def full_axes(region):
-        return sum(
-            1
-            for r, d in zip(region.region, region.source.shape, strict=False)
-            if isinstance(r.extent, tirx.IntImm) and isinstance(d, tirx.IntImm) and 1 < int(r.extent) == int(d)
-        )
-
-    def names(region):
-        return {v.name for r in region.region for v in tirx.analysis.undefined_vars(r.min)}
-
-    def gather_order(sch, block, loops):
-        stmt = sch.get(block)
-        reads = list(stmt.reads)
-        if len(reads) < 2 or len(stmt.iter_vars) != len(loops):
-            return loops
-        source = max(reads, key=full_axes)
-        if full_axes(source) == 0:
-            return loops
-        others = set().union(*(names(r) for r in reads if not r.same_as(source)))
-        only = [i for i, v in enumerate(stmt.iter_vars) if v.var.name in names(source) - others]
-        if not only or only[-1] == len(loops) - 1:
-            return loops
-        order = [loop for i, loop in enumerate(loops) if i != only[-1]] + [loops[only[-1]]]
-        sch.reorder(*order)
-        return order
-
-    def injective(sch, block, loops):
-        loops = gather_order(sch, block, loops)
-        if len(loops) > 1:
-            sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
-
-    def reduction(sch, block, loops, kinds):
-        n_spatial = len(kinds) - len(kinds.lstrip("S"))
-        if n_spatial == 0 or kinds[n_spatial:].strip("R"):
-            return  # not spatial loops then reduction loops: left serial
-        spatial, reduce = list(loops[:n_spatial]), loops[n_spatial:]
-        width = extent(sch, spatial[-1])
-        vector = next((lanes * m for m in (4, 2, 1) if width and width % (lanes * m) == 0), None)
-        if vector is None:
-            sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
-            return
-        x_outer, x_inner = sch.split(spatial[-1], [None, vector])
-        outer, unrolled = spatial[:-1], []
-        if outer:
-            height = extent(sch, outer[-1])
-            if height and height > rows and height % rows == 0:
-                outer[-1], row = sch.split(outer[-1], [None, rows])
-                unrolled = [row]
-        sch.reorder(*outer, x_outer, *reduce, *unrolled, x_inner)
-        sch.parallel(sch.fuse(*outer, x_outer) if outer else x_outer)
-        for loop in unrolled:
-            sch.unroll(loop)
-        sch.vectorize(x_inner)
-        sch.decompose_reduction(block, reduce[0])
-
     class CpuRule(dlight.ScheduleRule):
         def apply(self, func, target, tunable):
             if not isinstance(func, tirx.PrimFunc):
@@ -118,14 +59,85 @@ def cpu_rule(lanes=16, rows=4):
                     if not loops or len(kinds) != len(loops):
                         continue
                     if "R" in kinds:
-                        reduction(sch, info.block_rv, loops, kinds)
+                        _reduction(sch, info.block_rv, loops, kinds, lanes, rows)
                     else:
-                        injective(sch, info.block_rv, loops)
+                        _injective(sch, info.block_rv, loops)
             except s_tir.ScheduleError:
                 return None
             return sch
 
     return CpuRule()
+
+
+def _extent(sch, loop):
+    from tvm import tirx
+
+    e = sch.get(loop).extent
+    return int(e) if isinstance(e, tirx.IntImm) else None
+
+
+def _full_axes(region):
+    from tvm import tirx
+
+    return sum(
+        1
+        for r, d in zip(region.region, region.source.shape, strict=False)
+        if isinstance(r.extent, tirx.IntImm) and isinstance(d, tirx.IntImm) and 1 < int(r.extent) == int(d)
+    )
+
+
+def _names(region):
+    from tvm import tirx
+
+    return {v.name for r in region.region for v in tirx.analysis.undefined_vars(r.min)}
+
+
+def _gather_order(sch, block, loops):
+    stmt = sch.get(block)
+    reads = list(stmt.reads)
+    if len(reads) < 2 or len(stmt.iter_vars) != len(loops):
+        return loops
+    source = max(reads, key=_full_axes)
+    if _full_axes(source) == 0:
+        return loops
+    others = set().union(*(_names(r) for r in reads if not r.same_as(source)))
+    only = [i for i, v in enumerate(stmt.iter_vars) if v.var.name in _names(source) - others]
+    if not only or only[-1] == len(loops) - 1:
+        return loops
+    order = [loop for i, loop in enumerate(loops) if i != only[-1]] + [loops[only[-1]]]
+    sch.reorder(*order)
+    return order
+
+
+def _injective(sch, block, loops):
+    loops = _gather_order(sch, block, loops)
+    if len(loops) > 1:
+        sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
+
+
+def _reduction(sch, block, loops, kinds, lanes, rows):
+    n_spatial = len(kinds) - len(kinds.lstrip("S"))
+    if n_spatial == 0 or kinds[n_spatial:].strip("R"):
+        return  # not spatial loops then reduction loops: left serial
+    spatial, reduce = list(loops[:n_spatial]), loops[n_spatial:]
+    width = _extent(sch, spatial[-1])
+    vector = next((lanes * m for m in (4, 2, 1) if width and width % (lanes * m) == 0), None)
+    if vector is None:
+        sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
+        return
+    x_outer, x_inner = sch.split(spatial[-1], [None, vector])
+    outer, unrolled = spatial[:-1], []
+    if outer:
+        height = _extent(sch, outer[-1])
+        if height and height > rows and height % rows == 0:
+            outer[-1], row = sch.split(outer[-1], [None, rows])
+            unrolled = [row]
+    sch.reorder(*outer, x_outer, *reduce, *unrolled, x_inner)
+    sch.parallel(sch.fuse(*outer, x_outer) if outer else x_outer)
+    for loop in unrolled:
+        sch.unroll(loop)
+    sch.vectorize(x_inner)
+    sch.decompose_reduction(block, reduce[0])
 
 
 def build(mod, target):
