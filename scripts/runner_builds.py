@@ -7,7 +7,8 @@ Per shape (``deform_onnx.bench.deform_conv``'s DCNv2 layer and a ``torch.nn.Conv
 weights, the dense Conv), one process per file and row, rows interleaved in every round, the median of the
 rounds' medians: ONNX Runtime's native ``DeformConv`` and its dense Conv; TVM's runner as it builds now
 (:mod:`deform_onnx.runtimes.deployed.tvm_build`: the host's ``-mcpu``, every kernel scheduled) and as it built
-before (plain ``"llvm"``, ``LegalizeOps`` only), each on the ``tvm`` target's file and on the dense Conv;
+before (plain ``"llvm"``, ``LegalizeOps`` only), each on the ``tvm`` target's file (grid_sample) and on the dense Conv,
+and the build now on the gather form (``method="gather"``, opset 17);
 onnx2torch's runner now (``torch.inference_mode``) and before (``torch.no_grad``) on the ``onnx2torch``
 target's file, its dense Conv, and torchvision's ``deform_conv2d`` eager in this interpreter with the same
 threads. Ratios: to ORT native, and to the same family's dense Conv (issue 38's floor; goal at most 3x).
@@ -56,6 +57,7 @@ ROWS = (
     ("ORT dense Conv", "onnxruntime", runners.ORT, "dense"),
     ("TVM, build now", "tvm", runners.TVM, "tvm"),
     ("TVM dense Conv, build now", "tvm", runners.TVM, "dense"),
+    ("TVM, build now, gather form", "tvm", runners.TVM, "gather"),
     ("TVM, build before", "tvm", _before(runners.TVM, _NEW_TVM, _OLD_TVM), "tvm"),
     ("TVM dense Conv, build before", "tvm", _before(runners.TVM, _NEW_TVM, _OLD_TVM), "dense"),
     ("onnx2torch, runner now", "onnx2torch", runners.ONNX2TORCH, "onnx2torch"),
@@ -67,7 +69,7 @@ FLOOR = {"onnxruntime": "ORT dense Conv", "tvm": "TVM dense Conv, build now", "o
 
 
 def _files(shape, work: Path):  # type: ignore[no-untyped-def]
-    """The case, its files by name (native, tvm, onnx2torch, dense) and each file's reference output."""
+    """The case, its files by name (native, tvm, onnx2torch, gather, dense) and each file's reference output."""
     import torch
 
     import deform_onnx
@@ -76,7 +78,7 @@ def _files(shape, work: Path):  # type: ignore[no-untyped-def]
     case = DeformConvCase(shape, work / shape.label.replace(" ", "_"), threads=2)
     files, refs = {}, {}
     for name, kw in (("native", {"method": "native"}), ("tvm", {"target": "tvm"}),
-                     ("onnx2torch", {"target": "onnx2torch"})):  # fmt: skip
+                     ("onnx2torch", {"target": "onnx2torch"}), ("gather", {"method": "gather", "opset_version": 17})):  # fmt: skip
         files[name] = case.workdir / f"{name}.onnx"
         deform_onnx.export(case.module, case.args, files[name], input_names=list(case.inputs),
                            output_names=["output"], **kw)  # fmt: skip
