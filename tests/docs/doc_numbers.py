@@ -83,6 +83,7 @@ GENERATORS: dict[str, str] = {
     "runtime-venvs": "scripts/runtime_venvs.py",  # docs/runtimes.md
     "ci-venvs": "scripts/runtime_venvs.py",  # README.md
     "deployed runtimes": "scripts/runtime_venvs.py",  # BENCHMARKS.md
+    "runner builds": "scripts/runner_builds.py",  # BENCHMARKS.md
     "suite-durations": "scripts/suite_durations.py",  # docs/development.md
 }
 

@@ -16,6 +16,8 @@ case issue 35 found written and reported fine), nothing is written and the messa
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ import deform_onnx
 from deform_onnx.cli import app
 from deform_onnx.runtimes import deployed
 from deform_onnx.runtimes.deployed import Family, family, interpreter, register_family, run_file, runners
+from deform_onnx.runtimes.sealed import run_env
 
 needs_registry = pytest.mark.skipif(
     os.environ.get("DEFORM_ONNX_NO_DEPLOYED_RUNTIMES") == "1", reason="DEFORM_ONNX_NO_DEPLOYED_RUNTIMES=1"
@@ -98,6 +101,18 @@ def test_family_runs_its_target_file(tmp_path: Path, name: str) -> None:
     assert run.output is not None and run.output.shape == want.shape
     assert float(np.abs(run.output - want).max()) < BOUND
     assert run.version and run.ms is not None
+    if name == "tvm":  # built for this CPU (not plain "llvm"), every kernel scheduled (issue 38)
+        assert f"llvm -mcpu={_tvm_host_cpu()}, " in run.version, run.version
+        scheduled, kernels = re.search(r"(\d+)/(\d+) kernels scheduled", run.version).groups()  # type: ignore[union-attr]
+        assert scheduled == kernels != "0", run.version
+
+
+def _tvm_host_cpu() -> str:
+    """The CPU LLVM names for this machine, as TVM reads it (in the tvm venv)."""
+    python = interpreter(family("tvm"))
+    code = "import tvm; print(tvm.target.Target.from_device(tvm.cpu()).attrs['mcpu'])"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=run_env(python), check=True)
+    return done.stdout.strip().splitlines()[-1]
 
 
 @needs_registry

@@ -19,6 +19,17 @@ of what it saved, in order). Every runner returns every output the file declares
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import ModuleType
+
+from . import tvm_build
+
+
+def _source(module: ModuleType) -> str:
+    """``module``'s source, to run inside a runtime's venv (it imports only the standard library at its top)."""
+    return "\n" + Path(str(module.__file__)).read_text(encoding="utf-8") + "\n"
+
+
 _HEAD = """
 import json, statistics, sys, time
 import numpy as np
@@ -176,8 +187,10 @@ done(version, out, times)
 """
 )
 
+# The build: the host's target and a CPU schedule (tvm_build: its source runs first, in the venv).
 TVM = (
     _HEAD
+    + _source(tvm_build)
     + """
 import onnx, tvm
 from tvm import relax
@@ -185,9 +198,8 @@ from tvm.relax.frontend.onnx import from_onnx
 try:
     shapes = {n: list(feeds[n].shape) for n in meta["inputs"]}
     mod = from_onnx(onnx.load(meta["model"]), shape_dict=shapes, keep_params_in_input=False)
-    mod = relax.transform.DecomposeOpsForInference()(mod)
-    mod = relax.transform.LegalizeOps()(mod)
-    ex = tvm.compile(mod, target="llvm") if hasattr(tvm, "compile") else relax.build(mod, target="llvm")
+    target = host_target()
+    ex, scheduled, kernels = build(mod, target)
     vm = relax.VirtualMachine(ex, tvm.cpu())
     make = tvm.runtime.tensor if hasattr(tvm.runtime, "tensor") else tvm.nd.array
     if bf16:
@@ -200,7 +212,9 @@ try:
     out, times = timed(run)
 except Exception as exc:
     done(tvm.__version__, error=first_line(exc))
-done(tvm.__version__, out, times)
+# the version says how it was built: the target (the host's CPU: tvm_build.host_target), the kernels scheduled
+built = f"llvm -mcpu={target.attrs.get('mcpu', 'generic')}, {scheduled}/{kernels} kernels scheduled"
+done(f"{tvm.__version__} ({built})", out, times)
 """
 )
 
@@ -356,7 +370,7 @@ try:
     args = [torch.from_numpy(feeds[n]) for n in meta["inputs"]]
     args = [a.to(torch.bfloat16) if n in bf16 else a for n, a in zip(meta["inputs"], args)]
     def run():
-        with torch.no_grad():
+        with torch.inference_mode():  # no autograd bookkeeping on the graph's few hundred small ops
             y = net(*args)
         ys = list(y) if isinstance(y, (list, tuple)) else [y]
         return [(t.float() if t.dtype == torch.bfloat16 else t).numpy() for t in ys]
