@@ -54,3 +54,6 @@ def _root(
     ),
 ) -> None:
     """Export, lower, check and benchmark deformable convolution in ONNX."""
+    from ._common import refresh_widths
+
+    refresh_widths()

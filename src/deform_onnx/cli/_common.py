@@ -37,6 +37,12 @@ console = Console(width=_width(sys.stdout))
 err_console = Console(stderr=True, width=_width(sys.stderr))
 
 
+def refresh_widths() -> None:
+    """Read the width again for this invocation (``$COLUMNS`` may differ from the one at import, e.g. in tests)."""
+    console.width = _width(sys.stdout)  # type: ignore[assignment]  # None: rich's own choice
+    err_console.width = _width(sys.stderr)  # type: ignore[assignment]
+
+
 class UserError(Exception):
     """A problem with the command's arguments or inputs; the message names the problem and the fix."""
 
