@@ -170,7 +170,7 @@ TABLE: tuple[Target, ...] = (
         "scripts/op_matrix.py: the 5-D and bicubic gather forms and the fused MSDA op run, Deformable DETR's "
         "per-level MSDA core converted 1.0 off at its stack(dim=-2).flatten(-2), right with repair "
         "'stack flatten as Concat': scripts/repro/onnx2tf_stack_flatten.py)",
-        options=("no IsNaN", "static shapes"),
+        options=("no IsNaN", "static shapes", "onnx2tf loadable ops"),
         faults=(
             _no_kernel(
                 "onnx2tf",
@@ -179,8 +179,8 @@ TABLE: tuple[Target, ...] = (
             ),
         ),
         status="measured here",
-        forms=("offset groups apart",),
-        repairs=("stack flatten as Concat",),
+        forms=("offset groups apart", "flat sampling grid"),
+        repairs=("stack flatten as Concat", "constant operand last"),
     ),
     Target(
         name="ncnn",
@@ -236,6 +236,7 @@ TABLE: tuple[Target, ...] = (
         source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: apache-tvm 0.27)",
         status="measured here",
         grid_sample=("5-D", "cubic"),
+        options=("tvm loadable ops",),
     ),
     Target(
         name="onnx2torch",
@@ -246,7 +247,7 @@ TABLE: tuple[Target, ...] = (
         "Reshape(allowzero=1) (torch's dynamo view/reshape) is refused by onnx2torch: dropped where the shape is a "
         "constant without 0 (the same values)",
         source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: onnx2torch 1.5.15 on torch 2.14.1)",
-        options=("no DeformConv", "no GridSample", "no Reshape allowzero"),
+        options=("no DeformConv", "no GridSample", "no Reshape allowzero", "onnx2torch loadable ops"),
         repairs=("Reshape allowzero 0",),
         faults=(
             _no_kernel("onnx2torch", "'Converter is not implemented', measured here", "use method gather"),
