@@ -5,7 +5,8 @@ The lists are read from each converter's installed package (:mod:`.loadable_ops`
 frontend convert map), once per process. A target names its rule in ``Target.options``; the check runs on
 the written graph after the target's repairs, so a model's own ops (an in-place assignment's
 ``ScatterElements``, a ``GridSample`` a converter lacks) are named before the file is written, with the
-model's source line where the dynamo exporter recorded it. onnx2torch converts by (op, version): a node is
+model's source line where the dynamo exporter recorded it (onnx2tf's list skips nodes computed from constants
+only: onnx2tf runs onnxsim first, which folds them). onnx2torch converts by (op, version): a node is
 loadable when its op's version at the model's opset (``onnx.defs``) has a converter. ncnn's list holds
 the ops measured not to load (:data:`deform_onnx.targets.rules.NCNN_UNLOADABLE`).
 """
@@ -47,8 +48,14 @@ def unloadable(model: onnx.ModelProto, runtime: str) -> list[str]:
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     seen: set[str] = set()
     lines = []
+    folded = set()
+    if runtime == "tflite":  # onnx2tf runs onnxsim first, which folds every node computed from constants only
+        from .repair_tflite import _input_dependent
+
+        dynamic = _input_dependent(model.graph)
+        folded = {id(n) for n in model.graph.node if not any(o in dynamic for o in n.output)}
     for node in model.graph.node:
-        if node.domain not in ("", "ai.onnx") or node.op_type in seen:
+        if node.domain not in ("", "ai.onnx") or node.op_type in seen or id(node) in folded:
             continue
         missing = node.op_type not in ops
         if not missing and node.op_type in versions:
