@@ -5,7 +5,8 @@ Each list is read from the runtime's own installed package in its cached venv
 
 - ``tflite``: onnx2tf's converters, one module per ONNX op (``onnx2tf/ops/<Op>.py``);
 - ``onnx2torch``: onnx2torch's converter registry (``onnx2torch.node_converters.registry``), by op and version;
-- ``tvm``: TVM's relax ONNX frontend convert map (``tvm.relax.frontend.onnx.onnx_frontend._get_convert_map``).
+- ``tvm``: TVM's relax ONNX frontend convert map (``tvm.relax.frontend.onnx.onnx_frontend._get_convert_map``);
+- ``mnn``: what ``MNNConvert -f ONNX --OP`` prints (the converter's registered ONNX ops).
 
 Usage: ``python scripts/loadable_ops.py`` (about 30 s: imports TVM once).
 """
@@ -47,6 +48,17 @@ from importlib.metadata import version
 from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 print(json.dumps({"version": "apache-tvm " + version("apache-tvm"), "ops": {k: 1 for k in sorted(_get_convert_map())},
                   "source": "tvm.relax.frontend.onnx.onnx_frontend._get_convert_map"}))
+""",
+    "mnn": """
+import json, os, subprocess, sys
+from importlib.metadata import version
+code = "import _tools; _tools.mnnconvert(['mnnconvert', '-f', 'ONNX', '--OP'])"
+out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+lines = out.splitlines()
+ops = lines[lines.index("Dump ONNX support Ops") + 1:]
+ops = sorted(l.strip() for l in ops if l.strip() and not l.startswith("Total:"))
+print(json.dumps({"version": "MNN " + version("mnn"), "ops": {op: 1 for op in ops},
+                  "source": "MNNConvert -f ONNX --OP (the converter's own list)"}))
 """,
 }
 

@@ -91,4 +91,26 @@ TABLES: dict[str, dict[str, str]] = {
             "Xor "
         ),
     },
+    "mnn": {
+        "version": "MNN 3.6.1",
+        "source": "MNNConvert -f ONNX --OP (the converter's own list)",
+        "ops": (
+            "ATan ATen Abs Acos Acosh Add And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool BatchNormalization "
+            "BitShift Cast CastLike Ceil Celu Clip Compress Concat ConcatFromSequence Constant ConstantOfShape "
+            "Conv ConvTranspose Cos Cosh CumSum DepthToSpace DequantizeLinear Det Div Dropout "
+            "DynamicQuantizeLinear Einsum Elu Equal Erf Erfc Erfinv Exp Expand Expm1 EyeLike Flatten Floor GRU "
+            "Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalLpPool GlobalMaxPool Greater "
+            "GreaterOrEqual GridSample GridSampler HardSigmoid HardSwish Identity If InstanceNormalization LRN "
+            "LSTM LayerNorm LayerNormalization LeakyRelu Less LessOrEqual Log Log1p LogSoftmax Loop "
+            "LpNormalization LpPool MatMul Max MaxPool MaxRoiPool MaxUnpool Mean MeanVarianceNormalization Min "
+            "Mod Mul Neg NegativeLogLikelihoodLoss NonMaxSuppression NonZero Not OneHot Or PRelu Pad Pow "
+            "QuantizeLinear RNN RandomNormal RandomNormalLike RandomUniform RandomUniformLike Range Reciprocal "
+            "ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum "
+            "ReduceSumSquare Relu Reshape Resize ReverseSequence RoiAlign Round STFT Scatter ScatterElements "
+            "ScatterND Selu SequenceAt SequenceConstruct SequenceEmpty SequenceErase SequenceInsert "
+            "SequenceLength Shape Shrink Sigmoid Sign Sin Sinh Size Slice Softmax SoftmaxCrossEntropyLoss "
+            "Softplus Softsign SpaceToDepth Split SplitToSequence Sqrt Squeeze Sub Sum Tan Tanh ThresholdedRelu "
+            "Tile TopK Transpose Trilu Unique Unsqueeze Upsample Where Xor raster_grad texture texture_mipmap "
+        ),
+    },
 }
