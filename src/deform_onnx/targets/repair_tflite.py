@@ -68,10 +68,10 @@ def _constant_values(model: onnx.ModelProto, names: set[str]) -> dict[str, np.nd
     wanted = [n for n in names if n in producer]
     if not wanted:
         return values
+    used = {x for n in nodes for x in n.input}
+    inits = [t for t in g.initializer if t.name in used]
     sub = helper.make_model(
-        helper.make_graph(
-            nodes, "constants", [], [helper.make_value_info(n, onnx.TypeProto()) for n in wanted], list(g.initializer)
-        ),
+        helper.make_graph(nodes, "constants", [], [helper.make_value_info(n, onnx.TypeProto()) for n in wanted], inits),
         opset_imports=list(model.opset_import),
     )
     try:
@@ -113,18 +113,23 @@ def constant_operand_last(model: onnx.ModelProto) -> list[str]:
         if const_first == (b not in dynamic) or any(x not in shapes for x in (a, b, node.output[0])):
             continue
         value, const = (b, a) if const_first else (a, b)
-        if int(np.prod(shapes[const])) > 1 and len(shapes[value]) == len(shapes[node.output[0]]):
+        # the value has the output's shape: then the constant's broadcast core gives the same output shape
+        if int(np.prod(shapes[const])) > 1 and shapes[value] == shapes[node.output[0]]:
             picked.append((node, value, const, const_first))
     values = _constant_values(model, {const for _, _, const, _ in picked})
+    by_node = {id(p[0]): p for p in picked}
     nodes: list[onnx.NodeProto] = []
     changed = 0
     for node in g.node:
-        match = next((p for p in picked if p[0] is node), None)
+        match = by_node.get(id(node))
         if match is None or match[2] not in values:
             nodes.append(node)
             continue
         _, value, const, const_first = match
         core = _broadcast_core(values[const])
+        if core.shape == values[const].shape and (not const_first or node.op_type == "Div"):
+            nodes.append(node)  # already in the form onnx2tf reads right (or no exact rewrite)
+            continue
         name = f"{node.name or node.output[0]}__core"
         g.initializer.append(numpy_helper.from_array(core.astype(values[const].dtype), name))
         if not const_first or node.op_type in _COMMUTATIVE:
@@ -141,6 +146,10 @@ def constant_operand_last(model: onnx.ModelProto) -> list[str]:
     if changed:
         del g.node[:]
         g.node.extend(nodes)
+        import onnx_ir as ir
+        from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+        model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))  # the old constants
     return (
         [f"{changed} elementwise op(s) with a constant operand written value first (onnx2tf layout)"] if changed else []
     )

@@ -169,7 +169,9 @@ TABLE: tuple[Target, ...] = (
         source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py; "
         "scripts/op_matrix.py: the 5-D and bicubic gather forms and the fused MSDA op run, Deformable DETR's "
         "per-level MSDA core converted 1.0 off at its stack(dim=-2).flatten(-2), right with repair "
-        "'stack flatten as Concat': scripts/repro/onnx2tf_stack_flatten.py)",
+        "'stack flatten as Concat': scripts/repro/onnx2tf_stack_flatten.py; F.grid_sample flow warps on square maps "
+        "3.6 off, right with form 'flat sampling grid' and repair 'constant operand last': "
+        "scripts/repro/tflite_warps.py)",
         options=("no IsNaN", "static shapes", "onnx2tf loadable ops"),
         faults=(
             _no_kernel(
