@@ -19,6 +19,11 @@ reach the lowerings through this context instead, set around the export by
   NCHW->NHWC layout guesses misplace that axis in the 5-D/6-D index tensors
   (measured here: the bundled example, 2 offset groups in its last block,
   converted to LiteRT off by 1.8; apart, within 1.2e-5).
+- ``"flat sampling grid"``: the gather form of ``grid_sample`` (4-D and 5-D) reshapes the grid to
+  ``[N * points, k]`` first, so every coordinate, index and weight is 1-D instead of ``[N, Ho, Wo]``;
+  the same numbers. onnx2tf takes a value whose non-batch axes are all equal (a square output) for a
+  transposed one and re-lays out its indices (a flow warp on a 16x16 image off by 3.1 in LiteRT,
+  measured here: :mod:`deform_onnx.ops.grid_sample.flat`).
 - ``"no NaN guard"``: the samplers leave out the ``Where(Equal(p, p), ...)``
   that maps a NaN sample coordinate outside the image
   (:func:`~deform_onnx.sampler.gather.nan_guard`). pnnx traces that ``Equal`` as ``torch.eq``,
@@ -74,6 +79,7 @@ __all__ = ["EMIT_FORMS", "graph_forms", "wants"]
 EMIT_FORMS = (
     "batch 1",
     "offset groups apart",
+    "flat sampling grid",
     "no NaN guard",
     "GridSample 4-D only",
     "no GridSample cubic",

@@ -26,6 +26,9 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   of a dynamic size is left (rule ``rknn ops`` then names it).
 - ``"scatter as Concat"`` / ``"index list as Concat"`` (:mod:`.repair_index`): ``x[:, i] = y`` and
   ``x[[1, 0]]`` (``ScatterElements`` / ``GatherND``, which ncnn does not load) as ``Slice`` + ``Concat``.
+- ``"constant operand last"`` (:mod:`.repair_tflite`): a binary elementwise op with one constant operand
+  gets the value first and the constant without leading 1-axes (onnx2tf transposes a constant added to a
+  square ``[N, H, W]`` value otherwise: a flow warp's ``xs + flow[:, 0]``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from onnx import numpy_helper
 
 from .repair_index import index_list_as_concat, scatter_as_concat
 from .repair_stack import stack_flatten_as_concat
+from .repair_tflite import constant_operand_last
 
 __all__ = ["REPAIRS", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
 
@@ -144,4 +148,5 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "Range as constant": range_as_constant,
     "scatter as Concat": scatter_as_concat,  # repair_index.py
     "index list as Concat": index_list_as_concat,  # repair_index.py
+    "constant operand last": constant_operand_last,  # repair_tflite.py
 }

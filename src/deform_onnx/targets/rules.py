@@ -172,6 +172,7 @@ def integer_shape_tensors(model: onnx.ModelProto) -> list[str]:
 
 
 from . import npu_rules as _npu  # noqa: E402 - the NPU targets' rules (npu_rules.py reads _inferred from here)
+from .loadable import LOADABLE_RULES as _LOADABLE_RULES  # noqa: E402
 
 #: A graph rule: a finished model -> its violations, one line each.
 RuleFn = Callable[[onnx.ModelProto], list[str]]
@@ -187,6 +188,7 @@ GENERAL_RULES: dict[str, RuleFn] = {
     "integer-only shape tensors": integer_shape_tensors,
     "rknn ops": _npu.rknn_ops,
     "no data-dependent gather": _npu.no_data_dependent_gather,
+    **_LOADABLE_RULES,  # "<runtime> loadable ops": loadable.py, from each converter's own op list
 }
 
 

@@ -169,8 +169,10 @@ TABLE: tuple[Target, ...] = (
         source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py; "
         "scripts/op_matrix.py: the 5-D and bicubic gather forms and the fused MSDA op run, Deformable DETR's "
         "per-level MSDA core converted 1.0 off at its stack(dim=-2).flatten(-2), right with repair "
-        "'stack flatten as Concat': scripts/repro/onnx2tf_stack_flatten.py)",
-        options=("no IsNaN", "static shapes"),
+        "'stack flatten as Concat': scripts/repro/onnx2tf_stack_flatten.py; F.grid_sample flow warps on square maps "
+        "3.6 off, right with form 'flat sampling grid' and repair 'constant operand last': "
+        "scripts/repro/tflite_warps.py)",
+        options=("no IsNaN", "static shapes", "onnx2tf loadable ops"),
         faults=(
             _no_kernel(
                 "onnx2tf",
@@ -179,8 +181,8 @@ TABLE: tuple[Target, ...] = (
             ),
         ),
         status="measured here",
-        forms=("offset groups apart",),
-        repairs=("stack flatten as Concat",),
+        forms=("offset groups apart", "flat sampling grid"),
+        repairs=("stack flatten as Concat", "constant operand last"),
     ),
     Target(
         name="ncnn",
@@ -220,7 +222,7 @@ TABLE: tuple[Target, ...] = (
         "GridSample reflection is off by 2.1 to 3.8, its gather form within 1.2e-7), bicubic too (GridSample cubic off "
         "by 0.66 to 0.84); 5-D GridSample-20 (opset_version=20) runs within 1.3e-6",
         source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: MNN 3.6.1, MNNConvert + runtime)",
-        options=("no IsNaN", "no GridSample reflection"),
+        options=("no IsNaN", "no GridSample reflection", "mnn loadable ops"),
         forms=("no GridSample reflection",),
         grid_sample=("5-D",),  # GridSample-20 5-D within 1.3e-6 (opset_version=20); its GridSample cubic is off by 0.8
         faults=(_no_kernel("MNN", "not run here: the matrix runs the standard-op forms"),),
@@ -236,6 +238,7 @@ TABLE: tuple[Target, ...] = (
         source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: apache-tvm 0.27)",
         status="measured here",
         grid_sample=("5-D", "cubic"),
+        options=("tvm loadable ops",),
     ),
     Target(
         name="onnx2torch",
@@ -246,7 +249,7 @@ TABLE: tuple[Target, ...] = (
         "Reshape(allowzero=1) (torch's dynamo view/reshape) is refused by onnx2torch: dropped where the shape is a "
         "constant without 0 (the same values)",
         source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: onnx2torch 1.5.15 on torch 2.14.1)",
-        options=("no DeformConv", "no GridSample", "no Reshape allowzero"),
+        options=("no DeformConv", "no GridSample", "no Reshape allowzero", "onnx2torch loadable ops"),
         repairs=("Reshape allowzero 0",),
         faults=(
             _no_kernel("onnx2torch", "'Converter is not implemented', measured here", "use method gather"),

@@ -41,9 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...builder import Builder, Dim, Value
+from ...builder.forms import wants
 from ...core.opsets import GRID_SAMPLE_GATHER_MIN_OPSET, GRID_SAMPLE_NATIVE_MIN_OPSET, GRID_SAMPLE_ND_MIN_OPSET
 from ...sampler.coords import coordinate_dtype, in_input_dtype
 from ...sampler.gather import BilinearCorners, nan_guard, padded_channel_rows, padded_corner, padded_nearest
+from .flat import grid_components
 
 #: ATen's enums (``GridSamplerUtils.h``): index = the int ``aten::grid_sampler`` receives.
 TORCH_MODES = ("bilinear", "nearest", "bicubic")
@@ -167,18 +169,16 @@ def lower_gather(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> Val
     N, C, H, W = (b.dim(x, i) for i in range(4))
     Ho, Wo = b.dim(grid, 1), b.dim(grid, 2)
     coord, grid = coordinate_dtype(b, x, grid)
-    gx = b.op("Gather", grid, b.i64(0), axis=3)  # [N, Ho, Wo]
-    gy = b.op("Gather", grid, b.i64(1), axis=3)
-    px = source_index(b, spec, gx, W, coord)
+    # Row of padded pixel (n, iy, ix) = (n*(H+3) + iy)*(W+3) + ix; n as [N, 1, 1] ([N*Ho*Wo] when flat).
+    (gx, gy), n = grid_components(b, grid, N, [Ho, Wo], b.mul_dim(b.add_dim(H, 3), b.add_dim(W, 3)))
+    px = source_index(b, spec, gx, W, coord)  # [N, Ho, Wo]
     py = source_index(b, spec, gy, H, coord)
     rows = padded_channel_rows(b, x, C)  # [N*(H+3)*(W+3), C]
-    # Row of padded pixel (n, iy, ix) = (n*(H+3) + iy)*(W+3) + ix; n as [N, 1, 1].
     row = b.as_dim(b.add_dim(W, 3))
-    n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
-    n = b.op("Mul", b.reshape(n, [-1, 1, 1]), b.as_dim(b.mul_dim(b.add_dim(H, 3), row)))
     if spec.mode == "nearest":
         iy, ix = padded_nearest(b, py, H, coord), padded_nearest(b, px, W, coord)
         out = b.op("Gather", rows, b.op("Add", b.op("Add", b.op("Mul", iy, row), ix), n), axis=0)  # [N, Ho, Wo, C]
+        out = b.reshape(out, [N, Ho, Wo, C]) if wants("flat sampling grid") else out
     else:
         iy, hy, ly = padded_corner(b, py, H, coord)  # ATen's s and n weights
         ix, hx, lx = padded_corner(b, px, W, coord)  # ATen's e and w weights

@@ -23,8 +23,10 @@ reference of these steps is :func:`deform_onnx.ops.grid_sample.reference.grid_sa
 from __future__ import annotations
 
 from ...builder import Builder, Dim, Value
+from ...builder.forms import wants
 from ...sampler.coords import coordinate_dtype, in_input_dtype
 from ...sampler.gather import PAD_AFTER, PAD_BEFORE, BilinearCorners, padded_corner, padded_nearest
+from .flat import grid_components
 from .lower import GridSampleSpec, source_index
 
 PAD = PAD_BEFORE + PAD_AFTER
@@ -71,14 +73,11 @@ def lower_gather_3d(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> 
     N, C, D, H, W = (b.dim(x, i) for i in range(5))
     Do, Ho, Wo = (b.dim(grid, i) for i in (1, 2, 3))
     coord, grid = coordinate_dtype(b, x, grid)
-    px, py, pz = (
-        source_index(b, spec, b.op("Gather", grid, b.i64(k), axis=4), size, coord) for k, size in enumerate((W, H, D))
-    )
-    rows = padded_rows_3d(b, x, C)
     row = b.add_dim(W, PAD)
     plane = b.mul_dim(b.add_dim(H, PAD), row)
-    n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
-    n = b.op("Mul", b.reshape(n, [-1, 1, 1, 1]), b.as_dim(b.mul_dim(b.add_dim(D, PAD), plane)))
+    coords, n = grid_components(b, grid, N, [Do, Ho, Wo], b.mul_dim(b.add_dim(D, PAD), plane))
+    px, py, pz = (source_index(b, spec, g, size, coord) for g, size in zip(coords, (W, H, D)))
+    rows = padded_rows_3d(b, x, C)
 
     def flat(iz, iy, ix):
         at = b.op("Add", b.op("Mul", iz, b.as_dim(plane)), b.op("Mul", iy, b.as_dim(row)))
@@ -87,6 +86,7 @@ def lower_gather_3d(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> 
     if spec.mode == "nearest":
         idx = flat(*(padded_nearest(b, p, size, coord) for p, size in ((pz, D), (py, H), (px, W))))
         out = b.op("Gather", rows, idx, axis=0)  # [N, Do, Ho, Wo, C]
+        out = b.reshape(out, [N, Do, Ho, Wo, C]) if wants("flat sampling grid") else out
     else:
         iz, hz, lz = padded_corner(b, pz, D, coord)
         iy, hy, ly = padded_corner(b, py, H, coord)

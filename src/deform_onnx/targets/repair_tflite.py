@@ -1,0 +1,155 @@
+"""Repair ``"constant operand last"``: elementwise ops with a constant operand, in the order onnx2tf reads right.
+
+onnx2tf (1.29.24) turns an NCHW graph into an NHWC one and takes a value whose non-batch axes are all
+equal (``[N, H, W]`` with ``H == W``: a square image) for a transposed one (see
+:mod:`deform_onnx.ops.grid_sample.flat`); a binary op then transposes its constant operand to match.
+Measured here (onnx2tf 1.29.24 -> LiteRT 2.1, ``tests/targets/test_tflite_warp.py``), on a ``Gather`` of a
+``[1, 2, 16, 16]`` input's channel 0 plus a ``[16, 16]`` constant (``xs + flow[:, 0]``: a base grid plus
+the flow, as optical-flow warps write it): ``Add(constant, value)`` adds ``xs.T`` (a plain flow warp on a
+square image came out 3.6 off PyTorch); so does a constant of the value's full rank (``[1, 16, 16]``) in
+either order; ``Add(value, constant)`` with the ``[16, 16]`` constant converts right.
+
+``value + c`` where ``c`` is the constant's broadcast core converts right (0.0 off; a 5-D flow warp on a
+4x4x4 volume 1.9 off before, 3.6e-7 after): ``c`` is the constant cut to size 1 along every axis it does
+not change along (a base grid ``xs`` of ``[H, W]`` becomes ``[W]``, ``ys`` becomes ``[H, 1]``), its leading
+1-axes dropped -- the same values by ONNX's multidirectional broadcasting, since the other operand has
+the output's full shape. So, for ``Add``, ``Mul``, ``Sub``, ``Div``, ``Max``, ``Min`` and ``Equal`` with
+one operand computed from constants only (onnx2tf's onnxsim folds it) and the other from a graph input:
+
+- the constant operand becomes its broadcast core (a new initializer; its value from onnx's reference
+  evaluator);
+- a commutative op gets the value first; ``Sub(c, v)`` becomes ``Add(Neg(v), c)`` (IEEE ``c - v``
+  equals ``-v + c`` exactly); ``Div(c, v)`` keeps its order.
+
+Shapes must be static (the target runs static shapes); a value of unknown shape is left alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .repair_stack import _static_shapes
+
+__all__ = ["constant_operand_last"]
+
+_COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Equal"})
+_BINARY = _COMMUTATIVE | {"Sub", "Div"}
+
+
+def _input_dependent(graph: onnx.GraphProto) -> set[str]:
+    """Every value computed from a graph input (the rest are constants onnxsim folds)."""
+    dynamic = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+    for node in graph.node:  # topologically sorted
+        if any(x in dynamic for x in node.input if x):
+            dynamic.update(node.output)
+    return dynamic
+
+
+def _constant_values(model: onnx.ModelProto, names: set[str]) -> dict[str, np.ndarray]:
+    """The values of ``names`` (each computed from constants only), by running their producers in onnx's
+    reference evaluator; a value it cannot compute is left out.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    g = model.graph
+    producer = {o: n for n in g.node for o in n.output}
+    needed: set[str] = set()
+    stack = [n for n in names if n in producer]
+    while stack:
+        node = producer[stack.pop()]
+        if node.name + node.output[0] in needed:
+            continue
+        needed.add(node.name + node.output[0])
+        stack += [x for x in node.input if x in producer]
+    nodes = [n for n in g.node if n.name + n.output[0] in needed]
+    values = {t.name: numpy_helper.to_array(t) for t in g.initializer if t.name in names}
+    wanted = [n for n in names if n in producer]
+    if not wanted:
+        return values
+    used = {x for n in nodes for x in n.input}
+    inits = [t for t in g.initializer if t.name in used]
+    sub = helper.make_model(
+        helper.make_graph(nodes, "constants", [], [helper.make_value_info(n, onnx.TypeProto()) for n in wanted], inits),
+        opset_imports=list(model.opset_import),
+    )
+    try:
+        results = ReferenceEvaluator(sub).run(None, {})
+    except Exception:  # noqa: BLE001 - a value the evaluator cannot compute is left as written
+        return values
+    values.update(zip(wanted, (np.asarray(r) for r in results)))
+    return values
+
+
+def _broadcast_core(value: np.ndarray) -> np.ndarray:
+    """``value`` with every axis along which it does not change cut to size 1, then its leading 1-axes dropped:
+    the same values wherever it broadcasts against an operand of the full shape.
+    """
+    for axis in range(value.ndim):
+        first = np.take(value, [0], axis=axis)
+        if value.shape[axis] > 1 and np.array_equal(np.broadcast_to(first, value.shape), value):
+            value = first
+    while value.ndim and value.shape[0] == 1:
+        value = value[0]
+    return value
+
+
+def constant_operand_last(model: onnx.ModelProto) -> list[str]:
+    """Put the constant operand of each binary elementwise op last, without leading 1-axes; edits ``model`` in place.
+
+    Returns:
+        One line saying how many nodes changed (empty when none).
+    """
+    g = model.graph
+    shapes = _static_shapes(model)
+    dynamic = _input_dependent(g)
+    picked = []
+    for node in g.node:
+        if node.op_type not in _BINARY or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            continue
+        a, b = node.input
+        const_first = a not in dynamic
+        if const_first == (b not in dynamic) or any(x not in shapes for x in (a, b, node.output[0])):
+            continue
+        value, const = (b, a) if const_first else (a, b)
+        # the value has the output's shape: then the constant's broadcast core gives the same output shape
+        if int(np.prod(shapes[const])) > 1 and shapes[value] == shapes[node.output[0]]:
+            picked.append((node, value, const, const_first))
+    values = _constant_values(model, {const for _, _, const, _ in picked})
+    by_node = {id(p[0]): p for p in picked}
+    nodes: list[onnx.NodeProto] = []
+    changed = 0
+    for node in g.node:
+        match = by_node.get(id(node))
+        if match is None or match[2] not in values:
+            nodes.append(node)
+            continue
+        _, value, const, const_first = match
+        core = _broadcast_core(values[const])
+        if core.shape == values[const].shape and (not const_first or node.op_type == "Div"):
+            nodes.append(node)  # already in the form onnx2tf reads right (or no exact rewrite)
+            continue
+        name = f"{node.name or node.output[0]}__core"
+        g.initializer.append(numpy_helper.from_array(core.astype(values[const].dtype), name))
+        if not const_first or node.op_type in _COMMUTATIVE:
+            node.input[:] = [value, name]
+        elif node.op_type == "Sub":
+            neg = f"{node.name or node.output[0]}__neg"
+            nodes.append(helper.make_node("Neg", [value], [neg], name=neg))
+            node.op_type = "Add"
+            node.input[:] = [neg, name]
+        else:
+            node.input[:] = [name, value]
+        nodes.append(node)
+        changed += 1
+    if changed:
+        del g.node[:]
+        g.node.extend(nodes)
+        import onnx_ir as ir
+        from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+        model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))  # the old constants
+    return (
+        [f"{changed} elementwise op(s) with a constant operand written value first (onnx2tf layout)"] if changed else []
+    )
