@@ -129,7 +129,6 @@ def bench(repeats: int, rounds: int, shapes_text: list[str] | None, families: li
     import deployed_forms as forms
 
     from deform_onnx.bench.deform_conv import BenchShape
-    from deform_onnx.targets import resolve_target
 
     shapes = [BenchShape.parse(s) for s in shapes_text] if shapes_text else [BenchShape.parse(s) for s in BENCH_SHAPES]
     entries = [e for e in forms.ENTRIES if e[0] == "onnxruntime" or not families or e[0] in families]
@@ -146,12 +145,12 @@ def bench(repeats: int, rounds: int, shapes_text: list[str] | None, families: li
             "date": today, "machine": _machine(), "load": [load_before, _load()], "minutes": round(minutes, 1),
             "versions": versions}  # fmt: skip
     data = forms.data_file(cells, shapes, meta)
-    from deform_onnx.targets import measured
+    from deform_onnx.targets import _resolve, measured
 
-    picks = {}
+    picks = {}  # the table's own entry (resolve_target adds the checked-in data's pick), with this run's data
     for _, target, _ in entries:
-        ranked = measured.ranking(resolve_target(target), data)
-        picks[target] = (measured.apply(resolve_target(target), data).method, ranked[0].method if ranked else "")
+        ranked = measured.ranking(_resolve(target), data)
+        picks[target] = (measured.apply(_resolve(target), data).method, ranked[0].method if ranked else "")
     setup = [
         "### Deployed runtimes: each family's forms of a DCNv2 layer beside its own dense Conv",
         "",
