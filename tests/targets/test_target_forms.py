@@ -200,3 +200,11 @@ def test_contraction_as_conv_matches_torchvision(changes):
         proto = _export((module, inputs, None), method="grid_sample", opset_version=17)
     assert "Conv" in op_types(proto) and "MatMul" not in op_types(proto)
     assert_close(run_ort(proto.SerializeToString(), inputs), reference(module, inputs), what=str(changes))
+
+
+def test_ncnn_refuses_a_batch_naming_the_fix():
+    """A batch of 2 (ncnn has no batch axis): refused by the blob rule, which says to export with batch 1."""
+    cfg = CFG.at(N=2)
+    module, inputs = DeformLayer(cfg).eval(), make_inputs(cfg)
+    with pytest.raises(ValueError, match="target 'ncnn': ncnn blobs: .*batch above 1.*export with batch 1"):
+        _export((module, inputs, None), target="ncnn")
