@@ -156,7 +156,8 @@ def data_file(cells, shapes, meta: dict) -> dict:
         targets[target] = {
             form: {"opset": next((c.opset for c in by.values() if c.opset), None),
                    "ms": {label: (round(c.ms, 4) if c.ms is not None else None) for label, c in by.items()},
-                   "notes": {label: c.note for label, c in by.items() if c.note}}
+                   "notes": {label: c.note for label, c in by.items() if c.note},
+                   "off": {label: c.off for label, c in by.items() if c.off}}
             for form, by in forms.items()
         }  # fmt: skip
     return {**meta, "shapes": [s.label for s in shapes], "dense": DENSE, "targets": targets}
@@ -184,9 +185,21 @@ def write_data(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def table(cells, shapes, picks: dict[str, tuple[str, str]]) -> list[str]:
+def cells_from_data(data: dict) -> dict[str, dict[str, dict[str, Cell]]]:
+    """The cells of :func:`measure` back from :func:`data_file`'s dict (one run per cell: its median)."""
+    return {
+        target: {
+            form: {label: Cell(runs=[ms] if ms is not None else [], opset=by.get("opset"),
+                               note=(by.get("notes") or {}).get(label, ""), off=(by.get("off") or {}).get(label, ""))
+                   for label, ms in by["ms"].items()}
+            for form, by in forms.items()
+        }
+        for target, forms in data["targets"].items()
+    }  # fmt: skip
+
+
+def table(cells, labels: list[str], picks: dict[str, tuple[str, str]]) -> list[str]:
     """The block's table: one row per (target, form), ms (x the family's dense Conv, x ORT native) per shape."""
-    labels = [s.label for s in shapes]
     base = cells[BASE[0]][BASE[1]]
     head = ["| family (file's target): form | " + " | ".join(labels) + " | geomean x own dense Conv | "
             "geomean x ORT native |", "|---|" + "---|" * (len(labels) + 2)]  # fmt: skip

@@ -144,19 +144,32 @@ def bench(repeats: int, rounds: int, shapes_text: list[str] | None, families: li
                 f" --shape {s}" for s in shapes_text or ()) + f" --repeats {repeats} --rounds {rounds}",
             "date": today, "machine": _machine(), "load": [load_before, _load()], "minutes": round(minutes, 1),
             "versions": versions}  # fmt: skip
-    data = forms.data_file(cells, shapes, meta)
+    data = forms.data_file(cells, shapes, {**meta, "repeats": repeats, "rounds": rounds})
+    return render(data), data
+
+
+def render(data: dict) -> str:
+    """The BENCHMARKS.md block of one run's data (:func:`deployed_forms.data_file`), with today's picks."""
+    import re
+
+    import deployed_forms as forms
+
     from deform_onnx.targets import _resolve, measured
 
+    cells = forms.cells_from_data(data)
     picks = {}  # the table's own entry (resolve_target adds the checked-in data's pick), with this run's data
-    for _, target, _ in entries:
-        ranked = measured.ranking(_resolve(target), data)
-        picks[target] = (measured.apply(_resolve(target), data).method, ranked[0].method if ranked else "")
+    for target in cells:
+        picks[target] = (measured.apply(_resolve(target), data).method, "")
+    setting = dict(re.findall(r"--(repeats|rounds) (\d+)", data["command"]))
+    repeats, rounds = data.get("repeats", setting.get("repeats")), data.get("rounds", setting.get("rounds"))
+    load_before, load_after = data["load"]
     setup = [
         "### Deployed runtimes: each family's forms of a DCNv2 layer beside its own dense Conv",
         "",
-        f"- Command: `{meta['command']}` on {today}, {_machine()}; shared with other engineers' work: load "
-        f"average {load_before} before, {_load()} after; one run ({minutes:.1f} min): compare only within it",
-        "- Versions: " + ", ".join(f"{n} {v}" for n, v in versions.items()),
+        f"- Command: `{data['command']}` on {data['date']}, {data['machine']}; shared with other engineers' "
+        f"work: load average {load_before} before, {load_after} after; one run ({data['minutes']:.1f} min): "
+        "compare only within it",
+        "- Versions: " + ", ".join(f"{n} {v}" for n, v in data["versions"].items()),
         f"- Timing: each file converted by the family's own converter and run in its own venv (one process per "
         f"file, the runtime's default threads), median of {repeats} runs after one warm-up; {rounds} round(s), "
         "the files of a (shape, family) back to back in an order rotated per round, the median over rounds; "
@@ -164,13 +177,14 @@ def bench(repeats: int, rounds: int, shapes_text: list[str] | None, families: li
         "family exactly like the deformable files (the floor there); ORT native = ONNX Runtime CPU on the "
         "opset-19 `DeformConv` file, run the same way; OpenVINO's convert_model row runs in this interpreter; "
         "errors against PyTorch, `wrong` above 1e-4; `refused`: the target's fault or graph rule refuses it",
-        "- **(pick)**: the form `target=<target>` now writes (`deform_onnx.targets.measured`: the fastest "
-        "correct form by the geomean over its dense Conv, unless within 1.1x of the table's own pick)",
+        "- **(pick)**: the form `target=<target>` writes (`deform_onnx.targets.measured`: the fastest correct "
+        f"form by the geomean over its dense Conv, when it beats the table's own pick by more than "
+        f"{measured.MARGIN:g}x and on every shape; else the table's pick)",
         "",
         "Median ms per call (x the family's own dense Conv, x ORT native; lower is faster):",
         "",
     ]
-    return "\n".join(setup + forms.table(cells, shapes, picks)), data
+    return "\n".join(setup + forms.table(cells, data["shapes"], picks))
 
 
 #: The shapes of the deployed-runtimes run (issue 38): the slow ncnn shape, a wide layer, batch 4, offset groups.
@@ -226,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--repeats", type=int, default=10, help="bench: timed runs per file and round")
     parser.add_argument("--rounds", type=int, default=1, help="bench: rounds (each converts and runs every file)")
+    parser.add_argument("--render", action="store_true", help="bench: write the block from the checked-in data")
     parser.add_argument("--shape", action="append", help="bench: N,C,H[,og=G][,stride=S][,mask=0] (repeatable)")
     args = parser.parse_args(argv)
     if args.what == "venvs":
@@ -235,6 +250,13 @@ def main(argv: list[str] | None = None) -> None:
         if not args.only_print:
             write_block(ROOT / "docs" / "runtimes.md", VENV_BLOCK, block)
             write_block(ROOT / "README.md", CI_BLOCK, line)
+    elif args.render:  # the block again from the checked-in data (the picks of the code as it is now)
+        from deform_onnx.targets.fastest import DATA
+
+        block = render(DATA)
+        print(block)
+        if not args.only_print:
+            write_block(ROOT / "BENCHMARKS.md", BENCH_BLOCK, block)
     else:
         block, data = bench(args.repeats, args.rounds, args.shape, args.families)
         print(block)

@@ -53,11 +53,17 @@ def test_form_failed_on_a_shape_is_no_candidate():
     assert measured.apply(table, data).method == "grid_sample"
 
 
-def test_within_margin_keeps_the_table_pick():
+@pytest.mark.parametrize(
+    "times",
+    [((1.05, 1.05), (1.0, 1.0)), ((1.0, 9.0), (2.0, 1.0))],
+    ids=["within-margin", "faster-on-one-shape-only"],
+)
+def test_close_or_mixed_keeps_the_table_pick(times):
+    """Within the margin, or faster on one shape and slower on another (noise or a shape class): kept."""
     table = TARGETS["mnn"]
-    data = planted("mnn", {"grid_sample": (1.05, 1.05), "gather": (1.0, 1.0)})
+    data = planted("mnn", {"grid_sample": times[0], "gather": times[1]})
     t = measured.apply(table, data)
-    assert t.method == "grid_sample" and "kept" in t.reason and t.reason.startswith("measured here: 1.05x")
+    assert t.method == "grid_sample" and "kept: gather" in t.reason and t.reason.startswith("measured here: ")
 
 
 @pytest.mark.parametrize("data", [{}, planted("mnn", {"gather": (None, None)}), planted("tvm", {"gather": (1, 1)})])
