@@ -75,8 +75,18 @@ def test_ncnn_graph_has_no_nan_test_and_no_leading_axis_but_batch(ncnn_file, def
 
 
 def test_ncnn_graph_samples_each_offset_group_on_its_own(ncnn_file, default_file):
+    """One GridSample per offset group of every tap at once (the default: one per kernel row, groups folded)."""
     count = lambda proto: op_types(proto).count("GridSample")  # noqa: E731
-    assert count(ncnn_file) == CFG.offset_groups * count(default_file)
+    assert count(ncnn_file) == CFG.offset_groups and count(default_file) == CFG.kernel[0]
+
+
+def test_ncnn_contracts_with_a_conv(ncnn_file, default_file):
+    """The ``contraction as Conv`` form: a Conv (kernel K x 1, stride K) in place of the MatMuls (parity: above)."""
+    convs = [n for n in ncnn_file.graph.node if n.op_type == "Conv"]
+    taps = CFG.kernel[0] * CFG.kernel[1]
+    strides = [list(a.ints) for n in convs for a in n.attribute if a.name == "strides"]
+    assert strides == [[taps, 1]] and "MatMul" not in op_types(ncnn_file)
+    assert "MatMul" in op_types(default_file) and "Conv" not in op_types(default_file)
 
 
 def test_nan_offset_is_zero_with_the_guard_and_runtime_defined_without(layer, default_file, ncnn_file):
@@ -155,7 +165,7 @@ def test_check_with_target_lowers_in_the_targets_form(native_file, layer, monkey
         assert lowered.ran, lowered.reason
         assert_close(lowered.outputs[0], want, what=f"check lower() row, target {target}")
     default, ncnn = seen
-    assert op_types(ncnn).count("GridSample") == CFG.offset_groups * op_types(default).count("GridSample")
+    assert op_types(ncnn).count("GridSample") == CFG.offset_groups < op_types(default).count("GridSample")
     assert nan_tests(default) and not nan_tests(ncnn)
 
 
@@ -173,3 +183,28 @@ def test_tflite_samples_offset_groups_apart(layer):
     assert "GridSample" not in op_types(apart)
     for proto, what in ((apart, "offset groups apart"), (together, "one index computation")):
         assert_close(run_ort(proto.SerializeToString(), inputs), want, what=what)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [dict(stride=(2, 2), dilation=(2, 2), padding=(2, 2), mask=False, bias=False), dict(N=2, offset_groups=1)],
+    ids=["stride-dilation-no-mask-no-bias", "batch-2"],
+)
+def test_contraction_as_conv_matches_torchvision(changes):
+    """The ncnn target's contraction (a Conv of kernel K x 1 over the (row, tap) samples), alone, on ONNX Runtime."""
+    from deform_onnx.builder.forms import graph_forms
+
+    cfg = CFG.at(**changes)
+    module, inputs = DeformLayer(cfg).eval(), make_inputs(cfg)
+    with graph_forms(("contraction as Conv",)):
+        proto = _export((module, inputs, None), method="grid_sample", opset_version=17)
+    assert "Conv" in op_types(proto) and "MatMul" not in op_types(proto)
+    assert_close(run_ort(proto.SerializeToString(), inputs), reference(module, inputs), what=str(changes))
+
+
+def test_ncnn_refuses_a_batch_naming_the_fix():
+    """A batch of 2 (ncnn has no batch axis): refused by the blob rule, which says to export with batch 1."""
+    cfg = CFG.at(N=2)
+    module, inputs = DeformLayer(cfg).eval(), make_inputs(cfg)
+    with pytest.raises(ValueError, match="target 'ncnn': ncnn blobs: .*batch above 1.*export with batch 1"):
+        _export((module, inputs, None), target="ncnn")

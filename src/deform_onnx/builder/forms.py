@@ -12,6 +12,13 @@ reach the lowerings through this context instead, set around the export by
   tensor_split failed" on the bundled example's 2-offset-group layer), so this
   form samples each offset group with its own GridSample instead (G nodes of
   1/G the size: the same work).
+- ``"contraction as Conv"``: the grid_sample form samples every tap of a band
+  with one GridSample in (output row, tap) order, ``[N, C, Hb*K, Wo]``, and
+  contracts it with a ``Conv`` (the weight as a ``K x 1`` kernel, stride
+  ``(K, 1)``, the bias in it) instead of reshaping the columns to 2-D for a
+  ``MatMul``. ncnn repacks its packed blobs for every such reshape and for its
+  ``MatMul``; its convolution reads the packed map as it is (measured here:
+  scripts/deployed_forms.py).
 - ``"offset groups apart"``: the gather form computes the sample indices and
   weights of each offset group on its own (``G`` index computations of one
   group, each reading its channel slice of one shared table) instead of one
@@ -78,6 +85,7 @@ __all__ = ["EMIT_FORMS", "graph_forms", "wants"]
 #: The forms a lowering can be asked for while emitting.
 EMIT_FORMS = (
     "batch 1",
+    "contraction as Conv",
     "offset groups apart",
     "flat sampling grid",
     "no NaN guard",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from . import measured
 from .base import Choice, Fault, Target
 from .onnxruntime import onnxruntime_target
 from .rules import RULES, violations
@@ -35,7 +36,8 @@ __all__ = [
     "violations",
 ]
 
-#: Targets by name (``onnxruntime`` resolves against the installed version).
+#: Targets by name as the table reads them (``onnxruntime`` resolves against the installed version);
+#: :func:`resolve_target` adds each one's measured fastest form (:mod:`.measured`).
 TARGETS: dict[str, Target] = {t.name: t for t in TABLE}
 TARGET_NAMES: tuple[str, ...] = ("onnxruntime", *TARGETS)
 
@@ -51,6 +53,10 @@ def resolve_target(spec: str | Target) -> Target:
     """
     if isinstance(spec, Target):
         return spec
+    return measured.apply(_resolve(spec))
+
+
+def _resolve(spec: str) -> Target:
     text = str(spec).strip().lower()
     match = re.fullmatch(r"(onnxruntime|ort)\s*(.*)", text)
     if match:
@@ -68,4 +74,5 @@ def resolve_target(spec: str | Target) -> Target:
 
 def all_targets() -> list[Target]:
     """Every target, ``onnxruntime`` first (for the installed version, then pinned below 1.25 and 1.16)."""
-    return [onnxruntime_target(""), onnxruntime_target("<1.25"), onnxruntime_target("<1.16"), *TABLE]
+    listed = [onnxruntime_target(""), onnxruntime_target("<1.25"), onnxruntime_target("<1.16"), *TABLE]
+    return [measured.apply(t) for t in listed]

@@ -104,8 +104,12 @@ def ncnn_blobs(model: onnx.ModelProto) -> list[str]:
             big.append((v.name, [d.dim_value if d.HasField("dim_value") else "?" for d in dims]))
     if not big:
         return []
+    batched = [i.name for i in g.input if (d := i.type.tensor_type.shape.dim) and d[0].dim_value > 1]
+    hint = f" (input {batched[0]} has a batch above 1: ncnn has no batch axis; export with batch 1 and run " \
+        "the extractor once per image)" if batched else ""  # fmt: skip
     return [
-        f"{len(big)} value(s) that no ncnn blob holds (more than 4-D after a leading 1; e.g. {big[0][0]} {big[0][1]})"
+        f"{len(big)} value(s) that no ncnn blob holds (more than 4-D after a leading 1; e.g. {big[0][0]} "
+        f"{big[0][1]}){hint}"
     ]
 
 

@@ -115,9 +115,11 @@ def lower_grid_sample(
         return lower_gather(b, spec, x, weight, offset, mask, bias)
     coord, offset = coordinate_dtype(b, x, offset)
     bands = row_bands(Ho, Wo, sampler=sampler)
+    # ncnn's form: every tap sampled at once in (row, tap) order, contracted by a Conv (kernel K x 1, stride K)
+    as_conv = wants("contraction as Conv") and w_const is None and not sampler
     # Taps sampled by one GridSample: a kernel row, or every tap of a band (a band's columns are small:
     # one GridSample and one product per band, no sum of kernel rows; measured faster, BENCHMARKS.md)
-    step = kh * kw if bands != [None] else kw
+    step = kh * kw if bands != [None] or as_conv else kw
     # shared by every image (the weight-first form reads the constant weight instead)
     w_rows = []
     if w_const is None:
@@ -137,10 +139,11 @@ def lower_grid_sample(
             # output rows first .. first+Hb-1, sampled from the whole input
             rows_b = band_inputs(b, band, Ho, Wo, offset_n, mask_n)
             Pb, offset_b, mask_b = rows_b.pixels, rows_b.offset, rows_b.mask
-            out = None
-            if sampler:  # [N, C*K, Hb, Wo]: rows (channel, tap), as weight_first_contraction takes them
+            out, rows = None, []  # rows: the sampled columns of each step of taps
+            if as_conv:  # [N, Co, Hb, Wo], the bias added by each band's Conv
+                out = _conv_contraction(b, spec, x_n, coord, rows_b, (H, W), weight, bias)
+            elif sampler:  # [N, C*K, Hb, Wo]: rows (channel, tap), as weight_first_contraction takes them
                 cols = sampler_columns(b, spec, x_n, offset_b, mask_b, H, band)
-                rows = []
                 out = weight_first_contraction(b, [cols], w_const, step=kh * kw, P=Pb, scale=False)  # type: ignore[arg-type]
             else:
                 rows = _rows(b, spec, x_n, coord, rows_b, (H, W), step)
@@ -155,8 +158,11 @@ def lower_grid_sample(
                 else:  # [N, groups, Co/groups, Hb*Wo]
                     cols = b.reshape(cols, [-1, groups, Cpg * step, Pb])
                     out = add_product(b, out, b.reshape(w_i, [groups, Co // groups, Cpg * step]), cols, two_d=False)
-            parts.append(b.reshape(out, [-1, Co, Pb]))
+            parts.append(out if as_conv else b.reshape(out, [-1, Co, Pb]))
         out = parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=2)
+        if as_conv:  # [N, Co, Ho, Wo] already, with its bias
+            outs.append(out)
+            continue
         if w_const is not None:  # the weight-first rows' scales, once
             out = b.op("Mul", out, b.const(row_scales(w_const)))
         if bias is not None:
@@ -176,7 +182,9 @@ def use_exact_sampler(b: Builder, x: Value) -> bool:
     return not (isinstance(H, int) and isinstance(W, int) and max(H, W) <= BILINEAR_MAX_SIZE)
 
 
-def _rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, band: Band, size: tuple[Dim, Dim], step=0):
+def _rows(
+    b: Builder, spec: DeformConvSpec, x: Value, coord: Value, band: Band, size: tuple[Dim, Dim], step=0, tap_major=False
+):
     """:func:`_bilinear_rows`, or with the ``"batch 1"`` form one GridSample per offset group.
 
     Each group's columns ``[N, C/G, kw*Ho*Wo]`` are concatenated on axis 1:
@@ -184,7 +192,7 @@ def _rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, band: Band, 
     """
     G = spec.offset_groups
     if G == 1 or not wants("batch 1"):
-        yield from _bilinear_rows(b, spec, x, coord, band, size, step)
+        yield from _bilinear_rows(b, spec, x, coord, band, size, step, tap_major)
         return
     offset, mask = band.offset, band.mask
     Cg, K = spec.channels_per_offset_group, spec.taps
@@ -193,16 +201,38 @@ def _rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, band: Band, 
         x_g = b.slice(x, g * Cg, (g + 1) * Cg, axis=1)
         offset_g = b.slice(offset, 2 * g * K, 2 * (g + 1) * K, axis=1)
         mask_g = None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1)
-        parts.append(_bilinear_rows(b, spec, x_g, coord, band.with_inputs(offset_g, mask_g), size, step))
+        parts.append(_bilinear_rows(b, spec, x_g, coord, band.with_inputs(offset_g, mask_g), size, step, tap_major))
     for cols in zip(*parts):
         yield b.op("Concat", *cols, axis=1)
 
 
-def _bilinear_rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, band: Band, size: tuple[Dim, Dim], step=0):
+def _conv_contraction(
+    b: Builder, spec: DeformConvSpec, x: Value, coord: Value, band: Band, size: tuple[Dim, Dim], weight, bias
+) -> Value:
+    """The ``"contraction as Conv"`` form: ``[N, Co, Hb, Wo]`` from one GridSample of every tap in (row, tap) order.
+
+    The sampled map ``[N, C, Hb*K, Wo]`` holds tap ``k`` of output row ``h`` at row ``h*K + k``, so a ``Conv``
+    with the weight as a ``K x 1`` kernel and stride ``(K, 1)`` is the contraction (its bias added there): no
+    reshape of the columns and no ``MatMul`` (ncnn repacks the columns for both; its convolution kernels read
+    the packed map as it is).
+    """
+    K, Co, Cpg = spec.taps, spec.out_channels, spec.channels_per_group
+    cols = next(iter(_rows(b, spec, x, coord, band, size, tap_major=True)))
+    cols = b.reshape(cols, [-1, spec.in_channels, b.mul_dim(band.rows, K), band.cols])
+    w = b.reshape(weight, [Co, Cpg, K, 1])
+    inputs = (cols, w) if bias is None else (cols, w, bias)
+    return b.op("Conv", *inputs, kernel_shape=[K, 1], strides=[K, 1], group=spec.groups)
+
+
+def _bilinear_rows(
+    b: Builder, spec: DeformConvSpec, x: Value, coord: Value, band: Band, size: tuple[Dim, Dim], step=0, tap_major=False
+):
     """Yield the sampled columns ``[N*G, C/G, step*Ho*Wo]`` of each ``step`` taps: one bilinear GridSample each.
 
     ``step`` taps (default: a kernel row, ``kw``) per GridSample; ``band``: ``Ho``
     output rows from output row ``first`` on (a band of :func:`~.common.row_bands`); ``size``: the input's ``(H, W)``.
+    ``tap_major``: one GridSample of every tap, yielded as ``[N*G, C/G, Ho*K, Wo]`` with tap ``k`` of output
+    row ``h`` at row ``h*K + k`` (:func:`_conv_contraction`).
     """
     offset, mask, first, Ho, Wo = band.offset, band.mask, band.first, band.rows, band.cols
     H, W = size
@@ -214,6 +244,14 @@ def _bilinear_rows(b: Builder, spec: DeformConvSpec, x: Value, coord: Value, ban
     gy = b.op("Add", b.op("Mul", dy, _two_over(b, H, coord)), gy_base)
     gx = b.op("Add", b.op("Mul", dx, _two_over(b, W, coord)), gx_base)
     grid = _finite_grid(b, b.op("Concat", gx, gy, axis=2), coord)  # [N*G, K, (x, y), Ho, Wo]
+    if tap_major:  # [N*G, Ho, K, Wo, (x, y)]: one GridSample, rows (h, k)
+        g = b.reshape(b.op("Transpose", grid, perm=[0, 3, 1, 4, 2]), [-1, b.mul_dim(Ho, K), Wo, 2])
+        cols = lower_native(b, GridSampleSpec("bilinear", "zeros", align_corners=False), xg, g)
+        if mask is not None:
+            m = b.op("Transpose", b.reshape(mask, [-1, K, Ho, Wo]), perm=[0, 2, 1, 3])
+            cols = b.op("Mul", cols, b.reshape(m, [-1, 1, b.mul_dim(Ho, K), Wo]))
+        yield cols
+        return
     grid = b.op("Transpose", grid, perm=[0, 1, 3, 4, 2])  # [N*G, K, Ho, Wo, (x, y)]
     m = None if mask is None else b.reshape(mask, [-1, 1, K, Ho, Wo])  # [N*G, 1, K, Ho, Wo]
     zeros = GridSampleSpec("bilinear", "zeros", align_corners=False)  # torchvision's sampling rule

@@ -1,0 +1,228 @@
+"""Each deployed family's forms of a DCNv2 layer beside its own dense Conv (issue 38 items 1 and 4).
+
+Used by ``scripts/runtime_venvs.py bench``. For each shape and each (family, target) of :data:`ENTRIES`, the
+dense ``Conv`` of the same shape (a plain ``torch.nn.Conv2d`` with the layer's weight and bias) and the layer
+exported for that target with each method (``native``, ``grid_sample``, ``gather``: a method the target
+refuses, by a fault or by a graph rule, is recorded as refused) are converted and run by that family's own
+converter and runtime (:func:`deform_onnx.runtimes.deployed.run_file`, one process per file). Forms are
+interleaved: each round runs every file of a (shape, family) back to back, in an order rotated per round; a
+cell is the median over rounds of each run's median. The results give the ``deployed runtimes`` block of
+BENCHMARKS.md (ms, ratio to the family's own dense Conv, ratio to ORT native) and the data file the targets
+read (:data:`deform_onnx.targets.measured.DATA`).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from deform_onnx.runtimes.deployed import FAMILIES, run_file
+
+#: (family, the target its files are exported for, the methods tried). ORT first: its native form is the
+#: ratio's base. target openvino-extension differs from openvino only in native (the extension's mapping).
+ENTRIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("onnxruntime", "onnxruntime", ("native", "grid_sample", "gather")),
+    ("openvino", "openvino-extension", ("native",)),
+    ("openvino", "openvino", ("grid_sample", "gather")),
+    ("mnn", "mnn", ("native", "grid_sample", "gather")),
+    ("ncnn", "ncnn", ("native", "grid_sample", "gather")),
+    ("tflite", "tflite", ("native", "grid_sample", "gather")),
+    ("tvm", "tvm", ("native", "grid_sample", "gather")),
+    ("onnx2torch", "onnx2torch", ("native", "grid_sample", "gather")),
+)
+DENSE = "dense Conv"
+BASE = ("onnxruntime", "native")  # ORT native: (target, form)
+#: Largest error against PyTorch a form may have and count as correct.
+TOLERANCE = 1e-4
+
+
+@dataclass
+class Cell:
+    """One (target, form, shape): each round's median ms, the opset it was exported at, or why it did not run."""
+
+    runs: list[float] = field(default_factory=list)
+    opset: int | None = None
+    note: str = ""
+    #: the dense Conv's error against PyTorch when above the tolerance (a floor: timed all the same)
+    off: str = ""
+
+    @property
+    def ms(self) -> float | None:
+        """Median over rounds; ``None`` when it never ran correctly."""
+        return statistics.median(self.runs) if self.runs and not self.note else None
+
+
+def _dense_file(case, path: Path) -> Path:
+    """The layer's dense ``Conv`` (``torch.nn.Conv2d``, its weight, bias, stride; no offsets) as ONNX."""
+    import torch
+
+    import deform_onnx
+
+    s = case.shape
+    conv = torch.nn.Conv2d(s.channels, s.channels, 3, stride=s.stride, padding=1).eval()
+    with torch.no_grad():
+        conv.weight.copy_(case.weight)
+        conv.bias.copy_(case.bias)  # type: ignore[union-attr]  # Conv2d's default bias=True
+        case.dense_reference = conv(case.inputs["input"]).numpy()
+    deform_onnx.export(conv, (case.inputs["input"],), path, opset_version=17, input_names=["input"],
+                       output_names=["output"], verify=False)  # fmt: skip
+    return path
+
+
+def _form_file(case, target: str, method: str, path: Path) -> tuple[int | None, str]:
+    """Export the layer for ``target`` with ``method``: ``(opset, "")`` or ``(None, why it was refused)``."""
+    import deform_onnx
+
+    try:
+        report = deform_onnx.export(case.module, case.args, path, target=target, method=method,
+                                    input_names=list(case.inputs), output_names=["output"], verify=False)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - the cell says why
+        return None, "refused: " + str(exc).splitlines()[0][:90]
+    return report.opset, ""
+
+
+def _run(fam: str, python: Path, path: Path, feeds: dict, want: np.ndarray, work: Path, repeats: int):
+    """``(ms, note)`` of one file on one family."""
+    run = run_file(FAMILIES[fam], python, path, feeds, list(want.shape), work, repeats=repeats)
+    if run.error is not None or run.output is None or run.ms is None:
+        return None, (run.error or "no output")[:90]
+    if run.output.size != want.size:
+        return None, f"output of {run.output.size} values, not {want.size}"
+    err = float(np.abs(run.output.reshape(want.shape) - want).max())
+    if err > TOLERANCE and run.output.ndim == 4 and len(set(want.shape[1:])) == 1:
+        # C = H = W: the runner cannot tell an NHWC output (onnx2tf) from NCHW by its shape
+        err = min(err, float(np.abs(np.moveaxis(run.output, -1, 1) - want).max()))
+    return run.ms, "" if err <= TOLERANCE else f"wrong: {err:.2g} off"
+
+
+def measure(shapes, pythons: dict[str, Path], repeats: int, rounds: int, entries=ENTRIES,
+            log: Callable[[str], None] = print) -> dict[str, dict[str, dict[str, Cell]]]:  # fmt: skip
+    """``{target: {form: {shape label: Cell}}}``; form ``"dense Conv"`` is the family's own dense Conv."""
+    from deform_onnx.bench.deform_conv import DeformConvCase
+
+    work = Path(tempfile.mkdtemp(prefix="deform-onnx-forms-"))
+    cells: dict[str, dict[str, dict[str, Cell]]] = {t: {} for _, t, _ in entries}
+    cases = {}
+    for s in shapes:  # every file first (exports are not what is timed)
+        case = cases[s.label] = DeformConvCase(s, work / s.label.replace(" ", "_"), threads=2)
+        case.dense_path = _dense_file(case, case.workdir / "dense.onnx")
+        case.files = {}
+        for _, target, methods in entries:
+            cells[target].setdefault(DENSE, {})[s.label] = Cell(opset=17)
+            for method in methods:
+                path = case.workdir / f"{target}.{method}.onnx"
+                opset, why = _form_file(case, target, method, path)
+                cells[target].setdefault(method, {})[s.label] = Cell(opset=opset, note=why)
+                if not why:
+                    case.files[(target, method)] = path
+    for r in range(rounds):
+        for s in shapes:
+            case = cases[s.label]
+            for fam, target, methods in entries:
+                jobs = [(DENSE, case.dense_path, case.dense_reference)]
+                jobs += [(m, case.files[(target, m)], case.reference) for m in methods if (target, m) in case.files]
+                k = r % len(jobs)
+                for form, path, want in jobs[k:] + jobs[:k]:
+                    cell = cells[target][form][s.label]
+                    if cell.note:
+                        continue
+                    out = case.workdir / f"{target}.{fam}"
+                    out.mkdir(exist_ok=True)
+                    ms, note = _run(fam, pythons[fam], path, case.feeds, want, out, repeats)
+                    if form == DENSE and note.startswith("wrong") and ms is not None:
+                        cell.off, note = note.removeprefix("wrong: "), ""
+                    cell.note = note
+                    if ms is not None and not note:
+                        cell.runs.append(ms)
+                    log(f"  round {r + 1} {s.label} {target} {form}: " + (f"{ms:.2f} ms" if ms else "") + f" {note}")
+    return cells
+
+
+def geomean(values: list[float]) -> float | None:
+    """Geometric mean, ``None`` of nothing."""
+    return statistics.geometric_mean(values) if values else None
+
+
+def data_file(cells, shapes, meta: dict) -> dict:
+    """What :data:`deform_onnx.targets.measured.DATA` holds: the run's facts and every cell's ms per target."""
+    targets = {}
+    for target, forms in cells.items():
+        targets[target] = {
+            form: {"opset": next((c.opset for c in by.values() if c.opset), None),
+                   "ms": {label: (round(c.ms, 4) if c.ms is not None else None) for label, c in by.items()},
+                   "notes": {label: c.note for label, c in by.items() if c.note},
+                   "off": {label: c.off for label, c in by.items() if c.off}}
+            for form, by in forms.items()
+        }  # fmt: skip
+    return {**meta, "shapes": [s.label for s in shapes], "dense": DENSE, "targets": targets}
+
+
+DATA_HEAD = '''"""What ``scripts/runtime_venvs.py bench`` measured: each deployed target's forms beside its dense Conv.
+
+Generated (do not edit): :mod:`deform_onnx.targets.measured` reads it. Empty: no measurement, the table's picks.
+"""
+
+'''
+
+
+def write_data(path: Path, data: dict) -> None:
+    """Write ``data`` as the module ``path`` (``DATA = {...}``, ruff-formatted), complete or not at all."""
+    import pprint
+    import subprocess
+    import sys
+
+    tmp = path.with_name(path.stem + ".tmp.py")
+    tmp.write_text(DATA_HEAD + "DATA: dict = " + pprint.pformat(data, width=110, sort_dicts=False) + "\n")
+    ruff = Path(sys.executable).with_name("ruff")
+    if ruff.is_file():
+        subprocess.run([str(ruff), "format", "-q", str(tmp)], check=True)
+    os.replace(tmp, path)
+
+
+def cells_from_data(data: dict) -> dict[str, dict[str, dict[str, Cell]]]:
+    """The cells of :func:`measure` back from :func:`data_file`'s dict (one run per cell: its median)."""
+    return {
+        target: {
+            form: {label: Cell(runs=[ms] if ms is not None else [], opset=by.get("opset"),
+                               note=(by.get("notes") or {}).get(label, ""), off=(by.get("off") or {}).get(label, ""))
+                   for label, ms in by["ms"].items()}
+            for form, by in forms.items()
+        }
+        for target, forms in data["targets"].items()
+    }  # fmt: skip
+
+
+def table(cells, labels: list[str], picks: dict[str, tuple[str, str]]) -> list[str]:
+    """The block's table: one row per (target, form), ms (x the family's dense Conv, x ORT native) per shape."""
+    base = cells[BASE[0]][BASE[1]]
+    head = ["| family (file's target): form | " + " | ".join(labels) + " | geomean x own dense Conv | "
+            "geomean x ORT native |", "|---|" + "---|" * (len(labels) + 2)]  # fmt: skip
+    rows = []
+    for fam, target, _ in ENTRIES:
+        if target not in cells:
+            continue
+        for form, by in cells[target].items():
+            dense, cols, own, ort = cells[target][DENSE], [], [], []
+            for label in labels:
+                c = by[label]
+                if c.ms is None:
+                    cols.append(f"- ({c.note})" if c.note else "-")
+                    continue
+                d, b = dense[label].ms, base[label].ms
+                parts = [f"{c.ms / d:.2f}x dense" if d and form != DENSE else "", f"{c.ms / b:.2f}x ORT" if b else ""]
+                own.append(c.ms / d) if d else None
+                ort.append(c.ms / b) if b else None
+                parts.append(f"{c.off} from PyTorch" if c.off else "")
+                cols.append(f"{c.ms:.2f} (" + ", ".join(p for p in parts if p) + ")")
+            g_own, g_ort = geomean(own), geomean(ort)
+            mark = " **(pick)**" if picks.get(target, ("", ""))[0] == form else ""
+            rows.append(f"| {fam} ({target}): {form}{mark} | " + " | ".join(c.replace("|", "\\|") for c in cols)
+                        + f" | {f'{g_own:.2f}x' if g_own and form != DENSE else '-'} | "
+                        + f"{f'{g_ort:.2f}x' if g_ort else '-'} |")  # fmt: skip
+    return head + rows
