@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import deform_onnx
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist's workers get COLUMNS=80 / LINES=24: the CLI's tables would wrap where a plain run (no
+    # terminal, no COLUMNS: 120 wide) does not, so the tests read the same tables either way.
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 
 @pytest.fixture
