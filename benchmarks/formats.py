@@ -2,15 +2,19 @@
 
     python benchmarks/formats.py            # writes its block of BENCHMARKS.md
     python benchmarks/formats.py --print    # prints only
-    python benchmarks/formats.py --shapes 1x64x64,1x256x32 --example 256
+    python benchmarks/formats.py --shapes 1x64x64,1x256x32 --example 256 --detr 256
 
 Models: single DCNv2 layers (``N x C x H``, C_in = C_out, H = W, 3x3, padding 1, mask; offsets
-randn * 2 px, as in BENCHMARKS.md's main table) and the bundled DCNv2 example (ResNet-style, the
-detector-sized model) on an ``--example``-sized photo. Contenders, in one process, interleaved
-round-robin: torchvision eager, ONNX Runtime CPU on the native ``DeformConv`` file (opset 19) and on
-the grid_sample / gather files (opset 17), and each torch.export format in each sampler form
-(``deform_onnx.export(..., method=...)``: the files are run in their runtime against PyTorch before
-they are written, as always). Threads: 2 for torch, ONNX Runtime and LiteRT; ExecuTorch's Python
+randn * 2 px, as in BENCHMARKS.md's main table), the bundled DCNv2 example (ResNet-style) on an
+``--example``-sized photo, and a detector-sized Deformable DETR encoder (``--detr``-sized image:
+tests/real_code/deformable_detr_style.py, written as fundamentalvision/Deformable-DETR writes it:
+conv stem, 4 levels at strides 8-64, d_model 256, 8 heads, 4 points, one encoder layer with its
+multi-scale deformable attention in PyTorch's grid_sample form). Contenders, in one process,
+interleaved round-robin: PyTorch eager, ONNX Runtime CPU on the native file (opset 19: ONNX's own
+``DeformConv``; for the DETR encoder, whose attention samples with ``F.grid_sample``, ONNX's own
+``GridSample``) and on the grid_sample / gather files (opset 17), and each torch.export format
+in each sampler form (``deform_onnx.export(..., method=...)``: the files are run in their runtime
+against PyTorch before they are written, as always). Threads: 2 for torch, ONNX Runtime and LiteRT; ExecuTorch's Python
 runtime sizes its XNNPACK thread pool itself (no setting in its Python API).
 """
 
@@ -64,7 +68,17 @@ def example_case(size: int):
     return f"example DCNv2 net 1x3x{size}x{size}", example_model().eval(), (photo("astronaut", size),)
 
 
-def runners_for(label: str, model, args, tmp: Path, threads: int) -> tuple[dict, dict]:
+def detr_case(size: int):
+    """Deformable DETR's encoder (conv stem + one encoder layer at d_model 256) on a ``size``-sized image."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from real_code.deformable_detr_style import Encoder
+
+    torch.manual_seed(0)
+    model = Encoder(d_model=256, nhead=8, n_levels=4, n_points=4).eval()
+    return f"Deformable DETR encoder 1x3x{size}x{size}", model, (photo("astronaut", size),)
+
+
+def runners_for(label: str, model, args, tmp: Path, threads: int, forms=FORMS) -> tuple[dict, dict]:
     """``{contender: callable}`` and ``{contender: max error}`` for one model."""
     import deform_onnx
     from deform_onnx.formats.executorch import ExecuTorchSession
@@ -72,7 +86,7 @@ def runners_for(label: str, model, args, tmp: Path, threads: int) -> tuple[dict,
 
     feeds = [a.numpy() for a in args]
     run, err = {}, {}
-    run["torchvision eager"] = lambda: model(*args)
+    run["PyTorch eager"] = lambda: model(*args)
     for name, method, opset in (("native", "native", 19), ("grid_sample", "grid_sample", 17), ("gather", "gather", 17)):
         path = tmp / f"{label}_{name}.onnx".replace(" ", "_")
         report = deform_onnx.export(model, args, path, method=method, opset_version=opset)
@@ -81,7 +95,7 @@ def runners_for(label: str, model, args, tmp: Path, threads: int) -> tuple[dict,
         feed = dict(zip(names, feeds))
         run[f"ORT {name}"] = lambda s=sess, f=feed: s.run(None, f)
         err[f"ORT {name}"] = report.max_error
-    for form in FORMS:
+    for form in forms:
         path = tmp / f"{label}_{form}.pte".replace(" ", "_")
         report = deform_onnx.export(model, args, path, method=form)
         session = ExecuTorchSession(path.read_bytes())  # holds the program the method points into
@@ -103,6 +117,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--shapes", default="1x64x64", help="DCNv2 layers, N x C x H, comma-separated")
     parser.add_argument("--example", type=int, default=128, help="the bundled example's photo size (0: none)")
+    parser.add_argument("--detr", type=int, default=0, help="the Deformable DETR encoder's image size (0: none)")
+    parser.add_argument("--forms", default=",".join(FORMS), help="the torch.export formats' sampler forms")
     opts = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     threads = 2
@@ -115,18 +131,24 @@ def main(argv: list[str]) -> None:
     cases = [layer_case(s) for s in opts.shapes.split(",") if s]
     if opts.example:
         cases.append(example_case(opts.example))
+    if opts.detr:
+        cases.append(detr_case(opts.detr))
+    forms = tuple(f for f in opts.forms.split(",") if f)
     table: dict[str, dict] = {}
     errors: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
         for label, model, args in cases:
             with torch.inference_mode(False):
-                runners, errors[label] = runners_for(label, model, args, Path(tmp), threads)
+                runners, errors[label] = runners_for(label, model, args, Path(tmp), threads, forms)
             table[label] = timed(runners, opts.rounds)
     contenders = list(next(iter(table.values())))
     lines = [
         BEGIN,
         "",
-        f"- Command: `python benchmarks/formats.py --shapes {opts.shapes} --example {opts.example}`; torch "
+        f"- Command: `python benchmarks/formats.py --shapes {opts.shapes} --example {opts.example}"
+        + (f" --detr {opts.detr}" if opts.detr else "")
+        + (f" --forms {opts.forms}" if forms != FORMS else "")
+        + "`; torch "
         f"{torch.__version__}, onnxruntime {onnxruntime.__version__}, executorch "
         f"{getattr(executorch, '__version__', '1.5.1')}, litert-torch {getattr(litert_torch, '__version__', '0.10.0')}",
         f"- Threads: {threads} for torch, ONNX Runtime (no spinning) and LiteRT; ExecuTorch's pool is its own",
