@@ -78,37 +78,54 @@ def detr_case(size: int):
     return f"Deformable DETR encoder 1x3x{size}x{size}", model, (photo("astronaut", size),)
 
 
-def runners_for(label: str, model, args, tmp: Path, threads: int, forms=FORMS) -> tuple[dict, dict]:
-    """``{contender: callable}`` and ``{contender: max error}`` for one model."""
+def runners_for(label: str, model, args, tmp: Path, threads: int, forms=FORMS) -> tuple[dict, dict, dict]:
+    """``{contender: callable}``, ``{contender: max error}`` and ``{file: (export seconds, why it failed)}``."""
     import deform_onnx
     from deform_onnx.formats.executorch import ExecuTorchSession
     from deform_onnx.formats.litert import LiteRTSession
 
     feeds = [a.numpy() for a in args]
-    run, err = {}, {}
+    run, err, exports = {}, {}, {}
     run["PyTorch eager"] = lambda: model(*args)
+
+    def written(contender: str, suffix: str, **kw):
+        path = tmp / f"{label}_{contender}{suffix}".replace(" ", "_")
+        started = time.perf_counter()
+        try:
+            report = deform_onnx.export(model, args, path, **kw)
+        except Exception as exc:  # noqa: BLE001 - a file that cannot be written is a row of the table
+            exports[contender] = (time.perf_counter() - started, " ".join(str(exc).split())[:160])
+            return None
+        exports[contender] = (time.perf_counter() - started, None)
+        err[contender] = report.max_error
+        return path
+
     for name, method, opset in (("native", "native", 19), ("grid_sample", "grid_sample", 17), ("gather", "gather", 17)):
-        path = tmp / f"{label}_{name}.onnx".replace(" ", "_")
-        report = deform_onnx.export(model, args, path, method=method, opset_version=opset)
-        sess = ort_session(path, threads)
-        names = [i.name for i in sess.get_inputs()]
-        feed = dict(zip(names, feeds))
-        run[f"ORT {name}"] = lambda s=sess, f=feed: s.run(None, f)
-        err[f"ORT {name}"] = report.max_error
+        path = written(f"ORT {name}", ".onnx", method=method, opset_version=opset)
+        if path is not None:
+            sess = ort_session(path, threads)
+            feed = dict(zip([i.name for i in sess.get_inputs()], feeds))
+            run[f"ORT {name}"] = lambda s=sess, f=feed: s.run(None, f)
     for form in forms:
-        path = tmp / f"{label}_{form}.pte".replace(" ", "_")
-        report = deform_onnx.export(model, args, path, method=form)
-        session = ExecuTorchSession(path.read_bytes())  # holds the program the method points into
-        tensors = list(args)
-        run[f"ExecuTorch {form}"] = lambda s=session, t=tensors: s._method.execute(t)
-        err[f"ExecuTorch {form}"] = report.max_error
-        path = tmp / f"{label}_{form}.tflite".replace(" ", "_")
-        report = deform_onnx.export(model, args, path, method=form)
-        lite = LiteRTSession(path.read_bytes(), num_threads=threads)
-        keyed = dict(zip([i.name for i in lite.get_inputs()], feeds))
-        run[f"LiteRT {form}"] = lambda r=lite._runner, k=keyed: r(**k)
-        err[f"LiteRT {form}"] = report.max_error
-    return run, err
+        path = written(f"ExecuTorch {form}", ".pte", method=form)
+        if path is not None:
+            session = ExecuTorchSession(path.read_bytes())  # holds the program the method points into
+            run[f"ExecuTorch {form}"] = lambda s=session, t=list(args): s._method.execute(t)
+        path = written(f"LiteRT {form}", ".tflite", method=form)
+        if path is not None:
+            lite = LiteRTSession(path.read_bytes(), num_threads=threads)
+            keyed = dict(zip([i.name for i in lite.get_inputs()], feeds))
+            run[f"LiteRT {form}"] = lambda r=lite._runner, k=keyed: r(**k)
+    return run, err, exports
+
+
+def _cell(times: dict, contender: str, export) -> str:
+    """``ms (ratio to ORT native)``; ``failed`` for a file that could not be written."""
+    if contender not in times:
+        return "failed" if export is not None and export[1] else ""
+    base = times.get("ORT native")
+    ratio = f" ({times[contender] / base:.2f}x)" if base else ""
+    return f"{times[contender] * 1e3:.2f}{ratio}"
 
 
 def main(argv: list[str]) -> None:
@@ -136,12 +153,13 @@ def main(argv: list[str]) -> None:
     forms = tuple(f for f in opts.forms.split(",") if f)
     table: dict[str, dict] = {}
     errors: dict[str, dict] = {}
+    exports: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
         for label, model, args in cases:
             with torch.inference_mode(False):
-                runners, errors[label] = runners_for(label, model, args, Path(tmp), threads, forms)
+                runners, errors[label], exports[label] = runners_for(label, model, args, Path(tmp), threads, forms)
             table[label] = timed(runners, opts.rounds)
-    contenders = list(next(iter(table.values())))
+    contenders = list(dict.fromkeys(k for lb in table for k in [*table[lb], *exports[lb]]))
     lines = [
         BEGIN,
         "",
@@ -160,10 +178,18 @@ def main(argv: list[str]) -> None:
         "|---|" + "---|" * (len(table) + 1),
     ]
     for k in contenders:
-        cells = [f"{table[lb][k] * 1e3:.2f} ({table[lb][k] / table[lb]['ORT native']:.2f}x)" for lb in table]
+        cells = [_cell(table[lb], k, exports[lb].get(k)) for lb in table]
         worst = [errors[lb].get(k) for lb in table if errors[lb].get(k) is not None]
-        lines.append(f"| {k} | " + " | ".join(cells) + f" | {max(worst):.1e} |" if worst else f"| {k} | " +
-                     " | ".join(cells) + " | (reference) |")  # fmt: skip
+        lines.append(f"| {k} | " + " | ".join(cells) + (f" | {max(worst):.1e} |" if worst else " | (reference) |"))
+    lines += ["", "Seconds to write each file (`deform_onnx.export`, its checks in its runtime included):", "",
+              "| file | " + " | ".join(table) + " |", "|---|" + "---|" * len(table)]  # fmt: skip
+    for k in contenders:
+        if any(k in exports[lb] for lb in table):
+            cells = [f"{exports[lb][k][0]:.1f}" if k in exports[lb] else "" for lb in table]
+            lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    failed = [f"- {k} on {lb}: {exports[lb][k][1]}" for lb in table for k in exports[lb] if exports[lb][k][1]]
+    if failed:
+        lines += ["", "Files that could not be written (no timing):", "", *failed]
     block = "\n".join([*lines, "", END])
     print(block)
     if not opts.print:

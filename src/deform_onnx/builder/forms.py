@@ -68,9 +68,8 @@ reach the lowerings through this context instead, set around the export by
 - ``"whole map"``: the deformable convolution lowerings sample and contract
   the whole output map at once, never in row bands
   (:func:`~deform_onnx.ops.deform_conv.common.row_bands`): half the nodes or
-  fewer. ExecuTorch's lowering time grows with the node count (measured on a
-  64-channel layer at 64x64: 1085 exported nodes in two bands, 564 in one);
-  the ``.pte`` writer asks for it.
+  fewer. ExecuTorch's lowering time grows with the node count (a 64-channel
+  layer at 64x64 is two bands otherwise); the ``.pte`` writer asks for it.
 
 Nested blocks add their forms to the enclosing block's.
 """
