@@ -2,15 +2,19 @@
 
     python benchmarks/formats.py            # writes its block of BENCHMARKS.md
     python benchmarks/formats.py --print    # prints only
-    python benchmarks/formats.py --shapes 1x64x64,1x256x32 --example 256
+    python benchmarks/formats.py --shapes 1x64x64,1x256x32 --example 256 --detr 256
 
 Models: single DCNv2 layers (``N x C x H``, C_in = C_out, H = W, 3x3, padding 1, mask; offsets
-randn * 2 px, as in BENCHMARKS.md's main table) and the bundled DCNv2 example (ResNet-style, the
-detector-sized model) on an ``--example``-sized photo. Contenders, in one process, interleaved
-round-robin: torchvision eager, ONNX Runtime CPU on the native ``DeformConv`` file (opset 19) and on
-the grid_sample / gather files (opset 17), and each torch.export format in each sampler form
-(``deform_onnx.export(..., method=...)``: the files are run in their runtime against PyTorch before
-they are written, as always). Threads: 2 for torch, ONNX Runtime and LiteRT; ExecuTorch's Python
+randn * 2 px, as in BENCHMARKS.md's main table), the bundled DCNv2 example (ResNet-style) on an
+``--example``-sized photo, and a detector-sized Deformable DETR encoder (``--detr``-sized image:
+tests/real_code/deformable_detr_style.py, written as fundamentalvision/Deformable-DETR writes it:
+conv stem, 4 levels at strides 8-64, d_model 256, 8 heads, 4 points, one encoder layer with its
+multi-scale deformable attention in PyTorch's grid_sample form). Contenders, in one process,
+interleaved round-robin: PyTorch eager, ONNX Runtime CPU on the native file (opset 19: ONNX's own
+``DeformConv``; for the DETR encoder, whose attention samples with ``F.grid_sample``, ONNX's own
+``GridSample``) and on the grid_sample / gather files (opset 17), and each torch.export format
+in each sampler form (``deform_onnx.export(..., method=...)``: the files are run in their runtime
+against PyTorch before they are written, as always). Threads: 2 for torch, ONNX Runtime and LiteRT; ExecuTorch's Python
 runtime sizes its XNNPACK thread pool itself (no setting in its Python API).
 """
 
@@ -64,37 +68,64 @@ def example_case(size: int):
     return f"example DCNv2 net 1x3x{size}x{size}", example_model().eval(), (photo("astronaut", size),)
 
 
-def runners_for(label: str, model, args, tmp: Path, threads: int) -> tuple[dict, dict]:
-    """``{contender: callable}`` and ``{contender: max error}`` for one model."""
+def detr_case(size: int):
+    """Deformable DETR's encoder (conv stem + one encoder layer at d_model 256) on a ``size``-sized image."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from real_code.deformable_detr_style import Encoder
+
+    torch.manual_seed(0)
+    model = Encoder(d_model=256, nhead=8, n_levels=4, n_points=4).eval()
+    return f"Deformable DETR encoder 1x3x{size}x{size}", model, (photo("astronaut", size),)
+
+
+def runners_for(label: str, model, args, tmp: Path, threads: int, forms=FORMS) -> tuple[dict, dict, dict]:
+    """``{contender: callable}``, ``{contender: max error}`` and ``{file: (export seconds, why it failed)}``."""
     import deform_onnx
     from deform_onnx.formats.executorch import ExecuTorchSession
     from deform_onnx.formats.litert import LiteRTSession
 
     feeds = [a.numpy() for a in args]
-    run, err = {}, {}
-    run["torchvision eager"] = lambda: model(*args)
+    run, err, exports = {}, {}, {}
+    run["PyTorch eager"] = lambda: model(*args)
+
+    def written(contender: str, suffix: str, **kw):
+        path = tmp / f"{label}_{contender}{suffix}".replace(" ", "_")
+        started = time.perf_counter()
+        try:
+            report = deform_onnx.export(model, args, path, **kw)
+        except Exception as exc:  # noqa: BLE001 - a file that cannot be written is a row of the table
+            exports[contender] = (time.perf_counter() - started, " ".join(str(exc).split())[:160])
+            return None
+        exports[contender] = (time.perf_counter() - started, None)
+        err[contender] = report.max_error
+        return path
+
     for name, method, opset in (("native", "native", 19), ("grid_sample", "grid_sample", 17), ("gather", "gather", 17)):
-        path = tmp / f"{label}_{name}.onnx".replace(" ", "_")
-        report = deform_onnx.export(model, args, path, method=method, opset_version=opset)
-        sess = ort_session(path, threads)
-        names = [i.name for i in sess.get_inputs()]
-        feed = dict(zip(names, feeds))
-        run[f"ORT {name}"] = lambda s=sess, f=feed: s.run(None, f)
-        err[f"ORT {name}"] = report.max_error
-    for form in FORMS:
-        path = tmp / f"{label}_{form}.pte".replace(" ", "_")
-        report = deform_onnx.export(model, args, path, method=form)
-        session = ExecuTorchSession(path.read_bytes())  # holds the program the method points into
-        tensors = list(args)
-        run[f"ExecuTorch {form}"] = lambda s=session, t=tensors: s._method.execute(t)
-        err[f"ExecuTorch {form}"] = report.max_error
-        path = tmp / f"{label}_{form}.tflite".replace(" ", "_")
-        report = deform_onnx.export(model, args, path, method=form)
-        lite = LiteRTSession(path.read_bytes(), num_threads=threads)
-        keyed = dict(zip([i.name for i in lite.get_inputs()], feeds))
-        run[f"LiteRT {form}"] = lambda r=lite._runner, k=keyed: r(**k)
-        err[f"LiteRT {form}"] = report.max_error
-    return run, err
+        path = written(f"ORT {name}", ".onnx", method=method, opset_version=opset)
+        if path is not None:
+            sess = ort_session(path, threads)
+            feed = dict(zip([i.name for i in sess.get_inputs()], feeds))
+            run[f"ORT {name}"] = lambda s=sess, f=feed: s.run(None, f)
+    for form in forms:
+        path = written(f"ExecuTorch {form}", ".pte", method=form)
+        if path is not None:
+            session = ExecuTorchSession(path.read_bytes())  # holds the program the method points into
+            run[f"ExecuTorch {form}"] = lambda s=session, t=list(args): s._method.execute(t)
+        path = written(f"LiteRT {form}", ".tflite", method=form)
+        if path is not None:
+            lite = LiteRTSession(path.read_bytes(), num_threads=threads)
+            keyed = dict(zip([i.name for i in lite.get_inputs()], feeds))
+            run[f"LiteRT {form}"] = lambda r=lite._runner, k=keyed: r(**k)
+    return run, err, exports
+
+
+def _cell(times: dict, contender: str, export) -> str:
+    """``ms (ratio to ORT native)``; ``failed`` for a file that could not be written."""
+    if contender not in times:
+        return "failed" if export is not None and export[1] else ""
+    base = times.get("ORT native")
+    ratio = f" ({times[contender] / base:.2f}x)" if base else ""
+    return f"{times[contender] * 1e3:.2f}{ratio}"
 
 
 def main(argv: list[str]) -> None:
@@ -103,6 +134,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--shapes", default="1x64x64", help="DCNv2 layers, N x C x H, comma-separated")
     parser.add_argument("--example", type=int, default=128, help="the bundled example's photo size (0: none)")
+    parser.add_argument("--detr", type=int, default=0, help="the Deformable DETR encoder's image size (0: none)")
+    parser.add_argument("--forms", default=",".join(FORMS), help="the torch.export formats' sampler forms")
     opts = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     threads = 2
@@ -115,18 +148,25 @@ def main(argv: list[str]) -> None:
     cases = [layer_case(s) for s in opts.shapes.split(",") if s]
     if opts.example:
         cases.append(example_case(opts.example))
+    if opts.detr:
+        cases.append(detr_case(opts.detr))
+    forms = tuple(f for f in opts.forms.split(",") if f)
     table: dict[str, dict] = {}
     errors: dict[str, dict] = {}
+    exports: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
         for label, model, args in cases:
             with torch.inference_mode(False):
-                runners, errors[label] = runners_for(label, model, args, Path(tmp), threads)
+                runners, errors[label], exports[label] = runners_for(label, model, args, Path(tmp), threads, forms)
             table[label] = timed(runners, opts.rounds)
-    contenders = list(next(iter(table.values())))
+    contenders = list(dict.fromkeys(k for lb in table for k in [*table[lb], *exports[lb]]))
     lines = [
         BEGIN,
         "",
-        f"- Command: `python benchmarks/formats.py --shapes {opts.shapes} --example {opts.example}`; torch "
+        f"- Command: `python benchmarks/formats.py --shapes {opts.shapes} --example {opts.example}"
+        + (f" --detr {opts.detr}" if opts.detr else "")
+        + (f" --forms {opts.forms}" if forms != FORMS else "")
+        + "`; torch "
         f"{torch.__version__}, onnxruntime {onnxruntime.__version__}, executorch "
         f"{getattr(executorch, '__version__', '1.5.1')}, litert-torch {getattr(litert_torch, '__version__', '0.10.0')}",
         f"- Threads: {threads} for torch, ONNX Runtime (no spinning) and LiteRT; ExecuTorch's pool is its own",
@@ -138,10 +178,18 @@ def main(argv: list[str]) -> None:
         "|---|" + "---|" * (len(table) + 1),
     ]
     for k in contenders:
-        cells = [f"{table[lb][k] * 1e3:.2f} ({table[lb][k] / table[lb]['ORT native']:.2f}x)" for lb in table]
+        cells = [_cell(table[lb], k, exports[lb].get(k)) for lb in table]
         worst = [errors[lb].get(k) for lb in table if errors[lb].get(k) is not None]
-        lines.append(f"| {k} | " + " | ".join(cells) + f" | {max(worst):.1e} |" if worst else f"| {k} | " +
-                     " | ".join(cells) + " | (reference) |")  # fmt: skip
+        lines.append(f"| {k} | " + " | ".join(cells) + (f" | {max(worst):.1e} |" if worst else " | (reference) |"))
+    lines += ["", "Seconds to write each file (`deform_onnx.export`, its checks in its runtime included):", "",
+              "| file | " + " | ".join(table) + " |", "|---|" + "---|" * len(table)]  # fmt: skip
+    for k in contenders:
+        if any(k in exports[lb] for lb in table):
+            cells = [f"{exports[lb][k][0]:.1f}" if k in exports[lb] else "" for lb in table]
+            lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    failed = [f"- {k} on {lb}: {exports[lb][k][1]}" for lb in table for k in exports[lb] if exports[lb][k][1]]
+    if failed:
+        lines += ["", "Files that could not be written (no timing):", "", *failed]
     block = "\n".join([*lines, "", END])
     print(block)
     if not opts.print:

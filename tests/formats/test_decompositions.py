@@ -117,3 +117,29 @@ def test_family_only_table():
     names = {str(op) for op in table}
     assert names == {"torchvision.deform_conv2d.default", "aten.grid_sampler_3d.default", "aten.grid_sampler.default",
                      "deform_onnx.ms_deform_attn.default"}  # fmt: skip
+
+
+def test_pte_forms_one_band_four_gathers_per_tap_and_the_same_numbers():
+    """The .pte writer's forms (``"four corner gathers"``, ``"whole map"``): a map the gather form cuts in row bands
+    is one piece, each tap samples its four corners by four gathers (no batched MatMul: XNNPACK takes the Mul/Add),
+    a tap picked by a constant index is a slice (no index_select, which XNNPACK has no kernel for); same outputs."""
+    from deform_onnx.builder.forms import graph_forms
+    from deform_onnx.formats.executorch import FORMS
+    from deform_onnx.ops.deform_conv.common import row_bands
+
+    cfg = SMALL.at(N=1, C_in=32, C_out=8, H=50, W=50, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1,
+                   offset_groups=1)  # fmt: skip
+    assert len(row_bands(cfg.H, cfg.W)) > 1  # banded without the forms
+    model, inputs = DeformLayer(cfg), make_inputs(cfg)
+    args = tuple(inputs.values())
+    plain = _decomposed(model, args, "gather")
+    with graph_forms(FORMS):
+        pte = _decomposed(model, args, "gather")
+    gathers = [n for n in pte.graph.nodes if n.target == torch.ops.aten.index_select.default]
+    taps = cfg.kernel[0] * cfg.kernel[1]
+    assert len(gathers) == 4 * taps  # one band, four corners a tap, no per-tap pick by index_select
+    assert "aten.bmm.default" not in _ops(pte)
+    assert "aten.bmm.default" in _ops(plain)  # without the forms: the stacked corners' batched MatMul
+    with torch.no_grad():
+        want = model(*args)
+        assert (pte.module()(*args) - want).abs().max().item() <= ATOL

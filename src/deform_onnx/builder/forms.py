@@ -70,6 +70,18 @@ reach the lowerings through this context instead, set around the export by
   runtime's kernel samples and masks) and contracted by the weight-first
   ``MatMul`` (:mod:`deform_onnx.ops.deform_conv.sampler_columns`); for ONNX
   Runtime >= 1.25, which has the kernel.
+- ``"four corner gathers"``: the gather samplers
+  (:class:`~deform_onnx.sampler.gather.BilinearCorners`) take rows of every
+  width in four ``Gather`` nodes, each scaled by its corner's weight (``Mul``)
+  and added, never the one stacked ``Gather`` and batched ``MatMul`` of 1x4
+  matrices: ExecuTorch's XNNPACK delegate takes the ``Mul``/``Add``, while the
+  batched ``MatMul`` brings ``expand_copy`` nodes that run on its portable
+  kernels. The ``.pte`` writer asks for it (:mod:`deform_onnx.formats.executorch`).
+- ``"whole map"``: the deformable convolution lowerings sample and contract
+  the whole output map at once, never in row bands
+  (:func:`~deform_onnx.ops.deform_conv.common.row_bands`): half the nodes or
+  fewer. ExecuTorch's lowering time grows with the node count (a 64-channel
+  layer at 64x64 is two bands otherwise); the ``.pte`` writer asks for it.
 
 Nested blocks add their forms to the enclosing block's.
 """
@@ -96,6 +108,8 @@ EMIT_FORMS = (
     "integer contraction",
     "weight first",
     "DeformConv sampler",
+    "four corner gathers",
+    "whole map",
 )
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 

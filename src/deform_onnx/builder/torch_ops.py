@@ -121,6 +121,15 @@ def _gather(data, indices, axis: int = 0):
         return _host(np.take(data, np.asarray(indices, dtype=np.int64), axis=axis))
     data = _tensor(data)
     axis = axis % data.dim()
+    if (
+        _is_host(indices)
+        and indices.dtype.kind in _INTEGER_KINDS
+        and indices.ndim == 0
+        and isinstance(data.shape[axis], int)
+    ):
+        # One constant index: a slice (which ExecuTorch's XNNPACK delegate takes; index_select it does not).
+        at = int(indices) % data.shape[axis]
+        return data.narrow(axis, at, 1).reshape([*data.shape[:axis], *data.shape[axis + 1 :]])
     idx = _tensor(indices, data).to(torch.int64)
     picked = data.index_select(axis, idx.reshape(-1))
     return picked.reshape([*data.shape[:axis], *idx.shape, *data.shape[axis + 1 :]])

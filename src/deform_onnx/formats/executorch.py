@@ -16,6 +16,7 @@ import time
 import numpy as np
 import torch
 
+from ..builder.forms import graph_forms
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
@@ -24,6 +25,8 @@ from .torch_export import Named, eval_mode, exported, first_error, plan_sizes, p
 TITLE = "ExecuTorch"
 #: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
 AUTO_METHOD = "gather"
+#: The graph forms the .pte asks the lowerings for (:mod:`deform_onnx.builder.forms`): what XNNPACK takes.
+FORMS = ("four corner gathers", "whole map")
 #: export()'s keyword arguments a .pte takes.
 TAKEN = ("method", "dynamic_shapes", "verify", "rtol", "atol", "verify_shapes")
 
@@ -77,6 +80,10 @@ class ExecuTorchSession:
 def lower(ep) -> bytes:
     """An exported, decomposed program as ExecuTorch bytes (XNNPACK partitioner, portable kernels for the rest).
 
+    The program's constant subgraphs are folded first (ExecuTorch's ``constant_prop_pass``): XNNPACK takes a
+    ``mm``/``linear`` only when its weight is a constant, and the lowerings reshape and slice the layer's
+    weight per tap (measured on a DCNv2 layer: every ``mm`` ran on the portable kernels before).
+
     Measured with executorch 1.5.1: XNNPACK refuses a reshape with more than one dynamic dimension
     ("XNNPACK reshape only supports 1 dynamic dimension"; a deformable convolution with H and W both
     dynamic), and the same program on the portable kernels alone fails to load (its memory plan is
@@ -84,7 +91,10 @@ def lower(ep) -> bytes:
     """
     with quiet():
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 
+    with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
+        ep = constant_prop_pass(ep)
     try:
         return _lowered(ep, [XnnpackPartitioner()])
     except ExportError as exc:
@@ -98,7 +108,8 @@ def _lowered(ep, partitioner: list) -> bytes:
         try:
             from executorch.exir import to_edge_transform_and_lower
 
-            program = to_edge_transform_and_lower(ep, partitioner=partitioner).to_executorch()
+            with torch.no_grad():  # the passes fold constants from parameters: plain tensors (deep-copied later)
+                program = to_edge_transform_and_lower(ep, partitioner=partitioner).to_executorch()
         except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
             line = " ".join(str(exc).strip().split())[:200] or type(exc).__name__
             raise ExportError(f"ExecuTorch could not lower the program: {first_error(noise) or line}") from None
@@ -125,7 +136,8 @@ def write(model, args, path, **settings) -> ExportReport:
     notes: list[str] = []
     with eval_mode(model):
         plan = plan_sizes(model, args, opts["dynamic_shapes"], opts["verify_shapes"], opts["verify"])
-        ep = exported(model, args, opts["dynamic_shapes"], method, TITLE, core=False, notes=notes)
+        with graph_forms(FORMS):
+            ep = exported(model, args, opts["dynamic_shapes"], method, TITLE, core=False, notes=notes)
         data = lower(ep)
         checks = prove(ExecuTorchSession(data), model, plan, opts) if opts["verify"] else []
     written = write_bytes_atomic(path, data)

@@ -168,7 +168,8 @@ class BilinearCorners:
         idx = [i00, i01, i10, b.op("Add", i10, b.i64(step))]
         self.rows, self.width = rows, width
         # A width known only at run time gets the wide form (the common case: 32+ channels per group).
-        self.stacked = not isinstance(width, int) or width >= GATHER4_MIN_WIDTH
+        wide = not isinstance(width, int) or width >= GATHER4_MIN_WIDTH
+        self.stacked = wide and not wants("four corner gathers")
         if self.stacked:
             # Corner axis last, a Concat of trailing 1s (a broadcast Add onto a trailing 4 profiled slower).
             self.idx = b.op("Concat", *[b.unsqueeze(i, [-1]) for i in idx], axis=-1)

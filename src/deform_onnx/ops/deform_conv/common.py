@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...builder import Builder, Dim, Value
+from ...builder.forms import wants
 from .spec import DeformConvSpec
 
 
@@ -187,8 +188,11 @@ def row_bands(Ho: Dim, Wo: Dim, sampler: bool = False) -> list[tuple[int, int] |
     (a band count from the size would need a ``Loop``). Measured on ONNX
     Runtime CPU (BENCHMARKS.md, "Row bands"): bands of 9216 pixels gained
     nothing over one piece; 4608, 2304 and 1152 were within noise. ``sampler``:
-    the DeformConv-sampler form's band size, ``SAMPLER_BAND_PIXELS``.
+    the DeformConv-sampler form's band size, ``SAMPLER_BAND_PIXELS``. Under the ``"whole map"`` graph
+    form (:mod:`deform_onnx.builder.forms`): one piece.
     """
+    if wants("whole map"):
+        return [None]
     pixels = SAMPLER_BAND_PIXELS if sampler else BAND_PIXELS
     if not (isinstance(Ho, int) and isinstance(Wo, int)) or Ho * Wo <= pixels or Ho < 2:
         return [None]
