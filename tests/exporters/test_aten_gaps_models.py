@@ -2,7 +2,8 @@
 random weights, no download, through ``deform_onnx.export`` (its own verification against PyTorch,
 float32 1e-4, and again here):
 
-- RT-DETR at opsets 11 and 12 (TorchScript: SDPA below 14 from ``aten_detectors``) and 17 (dynamo);
+- RT-DETR at opsets 11 and 12 (TorchScript: SDPA below 14 from ``aten_detectors``); at 17 (dynamo) the
+  same model is exported with dynamic H/W in ``test_dynamic_transformers.py`` (which asserts opset 17 and SDPA);
 - RT-DETRv2 at 17 on the dynamo path without a fallback (``aten._is_all_true``);
 - RF-DETR at 11 (its DINOv2 backbone's position embedding: antialiased bicubic resize);
 - Grounding DINO at 11 (``isin``, ``cummax``/``cummin``, ``eye(dtype=bool)``; the BERT text
@@ -76,9 +77,10 @@ def _check(model, args, opset, exporter, names):
     return report
 
 
-@pytest.mark.parametrize("opset, exporter", [(11, "torchscript"), (12, "torchscript"), (17, "dynamo")])
+# 17 (dynamo): the same tiny RT-DETR, exported dynamic there (test_dynamic_transformers.py), not again here
+@pytest.mark.parametrize("opset, exporter", [(11, "torchscript"), (12, "torchscript")])
 def test_rtdetr_default_sdpa(rtdetr, photo, opset, exporter):
-    """Default attention (SDPA) at 11/12 (export falls back to TorchScript by itself) and 17."""
+    """Default attention (SDPA) at 11/12: export falls back to TorchScript by itself."""
     assert rtdetr.model.config._attn_implementation == "sdpa"
     _check(rtdetr, (photo,), opset, exporter, ["x"])
 

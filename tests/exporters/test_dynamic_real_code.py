@@ -8,7 +8,8 @@ c27: InternImage's pure-PyTorch DCNv3 (``tests/real_code/internimage_style.py``:
 
 Each is exported once per configuration with dynamic N/H/W at 1x3x128x128 and default arguments
 (then ``dynamo=False`` at opset 11; c27 also ``target="openvino"``), and the written file is run at the
-case's second size and compared with PyTorch eager there (1e-4). Before the export-time rewrites
+case's second size and compared with PyTorch eager there (1e-4). c26's encoder is exported inside the
+two-stage model (which also returns the encoder's memory): one export per configuration serves both tests. Before the export-time rewrites
 (``deform_onnx.exporters.rewriters``) every one of these files failed or differed at the second size.
 """
 
@@ -68,19 +69,18 @@ def c26_model():
     return Encoder(d_model=32, nhead=4, n_levels=3, n_points=2, layers=1).eval()
 
 
-@pytest.fixture(scope="module", params=list(EXPORTS))
-def c26_file(request, c26_model):
-    image, _ = _case("c26")
-    return request.param, *_export(c26_model, image, **EXPORTS[request.param])
-
-
-def test_c26_runs_at_the_second_size(c26_model, c26_file):
-    name, data, report = c26_file
+def test_c26_runs_at_the_second_size(c26_model, two_stage_file):
+    """The encoder's memory, one of the two-stage file's outputs (:class:`_TwoStageAndMemory`), against c26's
+    encoder run alone in PyTorch."""
+    name, data, report = two_stage_file
     _, second = _case("c26")
     assert report.exporter == ("dynamo" if name == "default" else "torchscript"), report.fallback_reason
     torch.manual_seed(2)
     x = torch.randn(second)
-    _close(_ort(data, x), _eager(c26_model, x), f"c26 {name} at {second}")
+    import onnxruntime as ort
+
+    memory = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[-1]
+    _close(memory, _eager(c26_model, x), f"c26 {name} at {second}")
 
 
 @pytest.fixture(scope="module", params=[pytest.param("default", marks=pytest.mark.slow), "torchscript-11"])
@@ -104,14 +104,38 @@ def test_c26_on_the_fused_op_runs_at_the_second_size(c26_fused):
     _close(_ort(data, x), _eager(model, x), f"c26 fused {name} at {second}")
 
 
+class _TwoStageAndMemory(TwoStage):
+    """:class:`TwoStage` returning the encoder's memory too (c26's output), after its own three outputs."""
+
+    def forward(self, x):
+        memory, mask_flatten, spatial_shapes = self.encoder(x, with_levels=True)
+        output_memory, output_proposals = self.gen_encoder_output_proposals(memory, mask_flatten, spatial_shapes)
+        enc_outputs_class = self.class_embed(output_memory)
+        enc_outputs_coord_unact = self.bbox_embed(output_memory) + output_proposals
+        topk_scores, topk_proposals = torch.topk(enc_outputs_class[..., 0], self.two_stage_num_proposals, dim=1)
+        topk_coords_unact = torch.gather(enc_outputs_coord_unact, 1, topk_proposals.unsqueeze(-1).repeat(1, 1, 4))
+        return topk_scores, topk_coords_unact.sigmoid(), enc_outputs_class[..., 0], memory
+
+
+def test_the_two_stage_model_here_is_twostages_own(two_stage_model):
+    """:class:`_TwoStageAndMemory` computes what :class:`TwoStage` computes (its forward is copied to add one output)."""
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        got, want = two_stage_model(x), TwoStage.forward(two_stage_model, x)
+    assert len(got) == len(want) + 1
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+
+
 @pytest.fixture(scope="module")
 def two_stage_model(c26_model):
     torch.manual_seed(4)
-    return TwoStage(c26_model, d_model=32, topk=5).eval()
+    return _TwoStageAndMemory(c26_model, d_model=32, topk=5).eval()
 
 
-@pytest.fixture(scope="module", params=[pytest.param("default", marks=pytest.mark.slow), "torchscript-11"])
-def two_stage_file(request, two_stage_model):  # the dynamo export repeats c26's (30 s here): slow profile
+@pytest.fixture(scope="module", params=list(EXPORTS))
+def two_stage_file(request, two_stage_model):
+    """One export per configuration for c26 (the memory output) and the two-stage selection."""
     image, _ = _case("c26")
     return request.param, *_export(two_stage_model, image, **EXPORTS[request.param])
 
@@ -130,7 +154,8 @@ def test_two_stage_query_selection_runs_at_the_second_size(two_stage_model, two_
         top = np.sort(scores)[::-1][: two_stage_model.two_stage_num_proposals + 1]
         assert (top[:-1] - top[1:]).min() > 2 * (ATOL + ATOL * np.abs(top).max()), "ambiguous ranking"
     session = __import__("onnxruntime").InferenceSession(data, providers=["CPUExecutionProvider"])
-    for got, w, what in zip(session.run(None, {"x": x.numpy()}), want, ("scores", "boxes", "all scores"), strict=True):
+    outputs = ("scores", "boxes", "all scores", "memory")
+    for got, w, what in zip(session.run(None, {"x": x.numpy()}), want, outputs, strict=True):
         _close(got, w, f"two-stage {name} {what} at {second}")
 
 

@@ -22,7 +22,7 @@ from . import torchscript as _torchscript
 from .examples import widen_unit_dims
 from .forward_defaults import bound
 from .function_fallbacks import dead_nodes_dropped
-from .guards import check_guards, parameter_names
+from .guards import checked_program, parameter_names
 
 if TYPE_CHECKING:
     from ..exporting.options import ExportOptions  # what deform_onnx.export resolved (no import at run time)
@@ -121,14 +121,20 @@ def export_dynamo(
                      "the second-size check decides")  # fmt: skip
     # Hook (issue 18): a dynamic axis with an example of 1 is captured at 2 (exporters/examples.py).
     args = widen_unit_dims(model, args, requested)
+    source = model  # what torch.onnx.export exports: the model, or the program the guard check captured
     if requested is not None:
-        with quiet():
-            found = check_guards(model, args, requested, notes)  # FixedDynamicSize: the caller falls back
+        form = _torch_form(model, args, dynamic_shapes, dynamic_axes, input_names, output_names)
+        with quiet():  # FixedDynamicSize: the caller falls back
+            captured, found = checked_program(model, args, requested, notes, capture=form and form[:3])
         if guards is not None:
             guards.extend(found)
+        if captured is not None and form is not None:
+            # torch would capture the model again, the same way: translate this program (one trace, not two);
+            # its dynamic_shapes still name the file's dynamic axes
+            source, dynamic_shapes, dynamic_axes = captured, form[3], None
     with quiet(), _lowering_value_errors(_errors.ConversionError), written.recording() as calls:
         program = torch.onnx.export(
-            model,
+            source,
             args,
             dynamo=True,
             opset_version=build,
@@ -154,6 +160,34 @@ def export_dynamo(
         proto, repairs = convert_down(proto, opset)
     written.stamp(proto, calls)  # each call's form (and values): labels, and quantize's rebuild
     return proto, repairs
+
+
+def _torch_form(model, args, dynamic_shapes, dynamic_axes, input_names, output_names) -> tuple | None:
+    """What ``torch.onnx.export(model, args, dynamic_shapes=..., dynamic_axes=...)`` (torch 2.14) captures with.
+
+    ``(args, kwargs, dynamic_shapes for torch.export, dynamic_shapes as named)``: torch's own conversion of
+    ``dynamic_axes`` (axis names kept, for the file's dimension names) and of names to ``Dim.DYNAMIC``;
+    ``None`` when torch's conversion fails (torch.onnx.export then raises its own error on the model).
+    """
+    from torch.onnx._internal.exporter import _compat, _dynamic_shapes
+
+    try:
+        export_args, kwargs = _compat._get_torch_export_args(tuple(args), None)
+        if dynamic_shapes is None and dynamic_axes is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch's deprecation note on dynamic_axes
+                dynamic_shapes, export_args, kwargs = _dynamic_shapes.from_dynamic_axes_to_dynamic_shapes(
+                    model,
+                    export_args,
+                    kwargs,
+                    dynamic_axes=dynamic_axes,
+                    input_names=input_names,
+                    output_names=set(output_names or ()),
+                )
+        with_dims, _ = _dynamic_shapes.convert_str_to_export_dim(dynamic_shapes)
+    except Exception:  # noqa: BLE001 - torch.onnx.export meets the same failure and reports it
+        return None
+    return export_args, kwargs or {}, with_dims, dynamic_shapes
 
 
 def _requested_dynamic_shapes(model, args, input_names, dynamic_shapes, dynamic_axes):

@@ -7,9 +7,10 @@ exporter (torch 2.14) keeps H and W symbolic in the file but drops those
 guards (its decomposition re-traces with a fresh shape environment; checked),
 so the file runs at other sizes and is wrong there, or fails on a broadcast;
 ``deform_onnx.export`` verifies at the example size only and cannot see it.
-:func:`check_guards` captures the model once more with the same dynamic
-dimensions and refuses guards that fail at larger sizes; the caller then
-falls back to the TorchScript exporter.
+:func:`checked_program` captures the model the way torch's ONNX exporter does (its
+``strict=False`` strategy, same dynamic dimensions) and refuses guards that fail at larger
+sizes; the caller then falls back to the TorchScript exporter. The program it captured goes on
+to ``torch.onnx.export``, which then translates it without capturing the model a second time.
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ class _Sized:
 def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes, notes: list[str] | None = None) -> list[str]:
     """Raise :class:`FixedDynamicSize` when the model's code fixes one of the dynamic sizes.
 
+    :func:`checked_program` with the capture's program dropped: the guards torch.export recorded.
+    """
+    return checked_program(model, args, dynamic_shapes, notes)[1]
+
+
+def checked_program(
+    model: torch.nn.Module, args: tuple, dynamic_shapes, notes: list[str] | None = None, *, capture=None
+) -> tuple[torch.export.ExportedProgram | None, list[str]]:
+    """Capture the model with dynamic sizes; raise :class:`FixedDynamicSize` when its code fixes one of them.
+
     Args:
         model, args: as given to the exporter (tensors, positional).
         dynamic_shapes: ``torch.export`` dynamic shapes, one entry per positional input
@@ -66,15 +77,33 @@ def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes, notes: lis
     (the export's report), and the second-size check of :func:`deform_onnx.export`
     decides whether the file holds at other sizes.
 
+    ``capture``: ``(args, kwargs, dynamic_shapes)`` in the form torch's ONNX exporter passes to
+    ``torch.export`` (its conversion of ``dynamic_axes``; default: ``args`` and ``dynamic_shapes`` as
+    given). The capture is torch's ONNX exporter's own first strategy (``strict=False``, sizes 0 and 1
+    not specialised), so that the program can go on to ``torch.onnx.export`` in place of the model.
+
     Returns:
-        the guards torch.export recorded (Python text), for naming the guard that fixed
-        a dimension the file keeps static; empty when the capture failed.
+        the program captured (``None`` when the capture failed) and the guards torch.export recorded
+        (Python text), for naming the guard that fixed a dimension the file keeps static; empty when
+        the capture failed.
 
     Raises:
         FixedDynamicSize: quoting the guard and naming ``dynamo=False`` as the way out.
     """
+    from torch.onnx import _flags
+    from torch.onnx._internal.exporter import _capture_strategies
+
+    capture_args, capture_kwargs, capture_shapes = capture or (args, {}, dynamic_shapes)
+    strategy = _capture_strategies.TorchExportNonStrictStrategy(verbose=False)
+    # torch's ONNX exporter turns guards into runtime asserts in the graph (which the file then drops);
+    # here they stay guards, as Python text to test (the file's graph is the same without the asserts)
+    deferred = _flags.PREFER_DEFERRED_RUNTIME_ASSERTS_OVER_GUARDS
+    _flags.PREFER_DEFERRED_RUNTIME_ASSERTS_OVER_GUARDS = False
     try:
-        program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes, strict=False)
+        result = strategy(model, tuple(capture_args), capture_kwargs, dynamic_shapes=capture_shapes)
+        if result.exported_program is None:
+            raise result.exception or RuntimeError("torch.export returned no program")
+        program = result.exported_program
     except Exception as exc:  # noqa: BLE001 - the exporter's own capture reports it; say that this check did not run
         text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         if notes is not None:
@@ -82,13 +111,15 @@ def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes, notes: lis
                 f"the guard check could not capture the model ({type(exc).__name__}: {text}); "
                 "the second-size check decides whether the file holds at other sizes"
             )
-        return []
+        return None, []
+    finally:
+        _flags.PREFER_DEFERRED_RUNTIME_ASSERTS_OVER_GUARDS = deferred
     guards = list(getattr(program, "_guards_code", []))  # private: torch 2.14's guards as Python text
     names = parameter_names(model, len(args))
     if not guards or names is None:
         if notes is not None and names is None:
             notes.append("the guard check could not name forward's inputs; the second-size check decides")
-        return guards
+        return program, guards
     grown = [
         _frame(names, args, dynamic_shapes, lambda n: n + 32),
         _frame(names, args, dynamic_shapes, lambda n: 2 * n),
@@ -100,7 +131,7 @@ def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes, notes: lis
                 f"the model's code fixes a dynamic size: torch.export recorded `{guard}` for the example "
                 "input, which the ONNX file cannot check, so it would be wrong at other sizes"
             )
-    return guards
+    return program, guards
 
 
 def parameter_names(model, n: int) -> list[str] | None:

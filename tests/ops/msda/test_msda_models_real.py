@@ -27,7 +27,6 @@ mask logits at 160x96, and the dynamo file failed there on a broadcast).
 
 from __future__ import annotations
 
-import io
 import warnings
 
 import numpy as np
@@ -140,16 +139,9 @@ def test_rtdetr_dynamic_openvino(rtdetr, rtdetr_dynamic):
         assert_matches([np.asarray(result[out]) for out in compiled.outputs], want[size])
 
 
-def test_rtdetr_dynamo_17(rtdetr):
-    """Default arguments at 17 (the dynamo exporter, static shapes) export, and export's check passes."""
-    import onnxruntime as ort
-
-    model, photos, want, _ = rtdetr
-    buf = io.BytesIO()
-    report = deform_onnx.export(model, (photos[EXPORT_SIZE],), buf, opset_version=17, input_names=["x"])
-    assert report.exporter == "dynamo" and report.fallback_reason is None
-    session = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
-    assert_matches(session.run(None, {"x": photos[EXPORT_SIZE].numpy()}), want[EXPORT_SIZE])  # the file, here
+# Opset 17 on the dynamo path: test_dynamic_transformers.py exports this tiny RT-DETR there (default attention,
+# dynamic H/W, checked by export at 128x128 and by the test at 160x96); a static export of the eager-attention
+# model at 17 repeated that path with no deformable rule of its own.
 
 
 class Segmentation(torch.nn.Module):
