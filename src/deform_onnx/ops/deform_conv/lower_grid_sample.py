@@ -96,12 +96,7 @@ def lower_grid_sample(
 
     images = per_image(b.dim(x, 0), P)
     flat = groups == 1 and (b.dim(x, 0) == 1 or images != [None])  # a batch of one per MatMul
-    # ONNX Runtime's INT8 contraction: the constant weight [Co, C, K] first (None: another form)
-    w_const = None
-    if flat and wants("weight first") and wants("integer contraction"):
-        w_const = b.constant_array(weight)
-    if w_const is not None:
-        w_const = w_const.reshape(Co, C, kh * kw)
+    w_const = _weight_first(b, spec, weight) if flat else None
     # ONNX Runtime's INT8 form: its DeformConv samples (exact at any size), an integer MatMul contracts.
     sampler = (
         wants("DeformConv sampler")
@@ -169,6 +164,16 @@ def lower_grid_sample(
             out = b.op("Add", out, b.reshape(bias, [Co, 1]))
         outs.append(b.reshape(out, [-1, Co, Ho, Wo]))
     return outs[0] if len(outs) == 1 else b.op("Concat", *outs, axis=0)
+
+
+def _weight_first(b: Builder, spec: DeformConvSpec, weight: Value):
+    """ONNX Runtime's INT8 contraction: the constant weight as ``[Co, C, K]`` (None: another form)."""
+    if not (wants("weight first") and wants("integer contraction")):
+        return None
+    w_const = b.constant_array(weight)
+    if w_const is None:
+        return None
+    return w_const.reshape(spec.out_channels, spec.in_channels, spec.kernel[0] * spec.kernel[1])
 
 
 def use_exact_sampler(b: Builder, x: Value) -> bool:
