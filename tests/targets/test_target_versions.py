@@ -96,11 +96,8 @@ def test_names_that_only_start_like_a_family_are_not_pins():
         resolve_target("webgpux")
 
 
-def test_cli_lists_the_targets_with_sources_and_refuses_bad_pins(monkeypatch):
-    from deform_onnx.cli._common import console
-
-    monkeypatch.setattr(console, "width", 4000)  # one line per row: the sources are not folded
-    runner = CliRunner()
+def test_cli_lists_the_targets_with_sources_and_refuses_bad_pins():
+    runner = CliRunner(env={"COLUMNS": "4000"})  # one line per row: the sources are not folded
     result = runner.invoke(app, ["targets"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
