@@ -84,6 +84,16 @@ def c12_native(tmp_path_factory):
     return path, layer, inputs
 
 
+@pytest.fixture(scope="session")
+def family_files(tmp_path_factory):
+    """``family_files.get(name)``: deployed runtime family ``name``'s files (``tests/runtime_files.py``): the export
+    for its target, which runs it in that family and keeps its converter's files, and the planted copy; made on
+    first use, once per test run, for tests/proof and tests/runtimes. Read-only."""
+    from runtime_files import FamilyExports
+
+    return FamilyExports(tmp_path_factory.mktemp("families"))
+
+
 # -- hypothesis profiles (tests/test_fuzz.py) ------------------------------------
 
 FUZZ_ENV = "DEFORM_ONNX_FUZZ"
