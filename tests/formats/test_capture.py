@@ -5,15 +5,17 @@ non-strict inside the size rewrites, then ``strict=True``. Before: RF-DETR 1.4.1
 (``tests/real_code/rfdetr_style.py``: ``assert (shapes[:, 0] * shapes[:, 1]).sum() == Len_in`` on
 ``torch.as_tensor`` shapes) stopped with "Could not guard on data-dependent expression Eq(u0, 1)", and the
 release that builds the shapes with ``torch._shape_as_tensor`` with "The tensor has a non-zero number of
-elements, but its data is not allocated yet". The decoder's files (case c36) are written in
-tests/formats/test_edge_formats.py, as part of the models exported there (one export per format serves both
-files; they take a minute each here): the 1.4.1 decoder to ``.pte`` and ``.mlpackage`` (Core ML cannot run on
-Linux: converted only), the ``_shape_as_tensor`` one to ``.tflite``, each ``.pte``/``.tflite`` run again in its
-runtime on new inputs against PyTorch. Here: the case itself and the capture strategies on their own.
+elements, but its data is not allocated yet". One export per format (they take a minute each here): the
+1.4.1 decoder to ``.pte`` and ``.mlpackage``, the ``_shape_as_tensor`` one to ``.tflite``; each file is run
+again here, in its runtime, on new inputs against PyTorch (Core ML cannot run on Linux: converted only).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import re
+
+import numpy as np
 import pytest
 import torch
 
@@ -27,10 +29,88 @@ from util import load_cases
 ATOL = 1e-4
 
 
+def _needs(module: str):
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"{module} is not installed")
+
+
+def _fresh(seed: int = 7) -> tuple:
+    """New inputs of the example's shapes (the files are static)."""
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(t.shape, generator=gen) for t in example())
+
+
+def _index(name: str) -> int:
+    """A LiteRT signature's input/output position (``args_1``, ``output_0``)."""
+    return int(re.search(r"(\d+)$", name).group(1))
+
+
+def _reference(model, args) -> list[np.ndarray]:
+    with torch.no_grad():
+        return [t.numpy() for t in model(*args)]
+
+
 def test_c36_case_is_the_decoder_here():
     case = load_cases()["c36"]
     assert "torch.as_tensor" in case["input"]["model"] and ".pte" in case["do"] and ".tflite" in case["do"]
     assert "1e-4" in case["expect"] and "captured" in case["expect"]
+
+
+@pytest.fixture(scope="module")
+def pte(tmp_path_factory):
+    """RF-DETR 1.4.1's decoder (``torch.as_tensor`` shapes) to ``.pte``, default arguments."""
+    path = tmp_path_factory.mktemp("c36") / "decoder.pte"
+    model = Decoder().eval()
+    return model, path, deform_onnx.export(model, example(), path)
+
+
+@pytest.fixture(scope="module")
+def tflite(tmp_path_factory):
+    """The ``torch._shape_as_tensor`` release's decoder to ``.tflite``, default arguments."""
+    path = tmp_path_factory.mktemp("c36") / "decoder.tflite"
+    model = Decoder(shape_as_tensor=True).eval()
+    return model, path, deform_onnx.export(model, example(), path)
+
+
+@_needs("executorch")
+@pytest.mark.slow
+def test_c36_pte_runs_in_executorch(pte):
+    from executorch.runtime import Runtime
+
+    model, path, report = pte
+    assert report.verified and report.max_error is not None and report.max_error <= ATOL
+    assert any("non-strict" in n and "torch.as_tensor rewritten" in n for n in report.notes), report.notes
+    program = Runtime.get().load_program(path.read_bytes())
+    method = program.load_method("forward")
+    args = _fresh()
+    out = [o.numpy() for o in method.execute(list(args))]
+    for got, want in zip(out, _reference(model, args), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
+
+
+@_needs("litert_torch")
+@pytest.mark.slow
+def test_c36_tflite_of_shape_as_tensor_decoder_runs_in_litert(tflite):
+    from ai_edge_litert.interpreter import Interpreter
+
+    model, path, report = tflite
+    assert report.verified and report.max_error is not None and report.max_error <= ATOL
+    assert any("torch._shape_as_tensor rewritten" in n for n in report.notes), report.notes
+    runner = Interpreter(model_path=str(path)).get_signature_runner()
+    args = _fresh(8)
+    names = sorted(runner.get_input_details(), key=_index)
+    out = runner(**{n: a.numpy() for n, a in zip(names, args, strict=True)})
+    outputs = [out[n] for n in sorted(out, key=_index)]
+    for got, want in zip(outputs, _reference(model, args), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
+
+
+@_needs("coremltools")
+@pytest.mark.slow
+def test_c36_mlpackage_is_converted(tmp_path):
+    path = tmp_path / "decoder.mlpackage"
+    report = deform_onnx.export(Decoder().eval(), example(), path)
+    assert (path / "Manifest.json").is_file() and report.format == "coreml" and report.verified is False
+    assert any(n.startswith("captured by") for n in report.notes)
 
 
 def test_shape_as_tensor_follows_a_dynamic_size():
