@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -90,6 +93,49 @@ def c12_native(tmp_path_factory):
     path = tmp_path_factory.mktemp("c12") / "c12.onnx"
     layer, inputs = dynamo_native(case_config("c12"), 20, path)
     return path, layer, inputs
+
+
+@pytest.fixture(scope="session")
+def family_files(tmp_path_factory):
+    """``family_files.get(name)``: deployed runtime family ``name``'s files (``tests/runtime_files.py``): the export
+    for its target, which runs it in that family and keeps its converter's files, and the planted copy; made on
+    first use, once per test run, for tests/proof and tests/runtimes. Read-only."""
+    from runtime_files import FamilyExports
+
+    return FamilyExports(tmp_path_factory.mktemp("families"))
+
+
+# -- pytest-xdist (README's test command runs two processes) ---------------------
+
+#: Session fixtures that export or convert for minutes: the test files that use one run in one process, so
+#: each is made once per run, as in a plain run (``--dist loadscope`` alone would split them by file).
+_SHARED_SESSION = ("family_files", "main_job", "c04_native", "c12_native")
+
+
+@functools.cache
+def _shared_group(path: Path) -> str | None:
+    """The first of ``_SHARED_SESSION`` that a test or fixture of ``path`` takes as an argument."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    return next((name for name in _SHARED_SESSION if re.search(rf"def \w+\([^)]*\b{name}\b", text)), None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadscope``, with the files that share an expensive session fixture as one scope."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class SharedSessionScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _shared_group(root / nodeid.split("::", 1)[0]) or super()._split_scope(nodeid)
+
+    return SharedSessionScheduling(config, log)
 
 
 # -- hypothesis profiles (tests/test_fuzz.py) ------------------------------------

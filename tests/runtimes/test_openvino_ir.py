@@ -47,17 +47,6 @@ def test_xml_failed_check_writes_neither_file(tmp_path: Path, monkeypatch: pytes
     assert list(tmp_path.iterdir()) == []
 
 
-def test_static_xml_takes_the_measured_fastest_form(tmp_path: Path) -> None:
-    """Static, no target: openvino.convert_model of the module (BENCHMARKS.md: 0.56x ORT native), verified."""
-    assert openvino_ir.FASTEST_FORM == "convert_model" and openvino_ir.ONNX_TARGET == "openvino-extension"
-    model, x = TinyDCN().eval(), torch.randn(1, 4, 16, 16, generator=torch.Generator().manual_seed(3))
-    report = deform_onnx.export(model, (x,), tmp_path / "s.xml")
-    assert any("convert_model of the PyTorch module (the fastest" in n for n in report.notes), report.notes
-    got = ov.Core().compile_model(str(tmp_path / "s.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})([x.numpy()])[0]
-    with torch.no_grad():
-        assert float(np.abs(got - model(x).numpy()).max()) < 1e-5  # measured 6e-7
-
-
 def test_target_given_takes_the_onnx_files_ir(tmp_path: Path) -> None:
     """target openvino: the grid_sample form's IR. Written only when a plain Core runs it within float32's rule;
     on a CPU where OpenVINO's default is bf16 and its own nodes drop the f32 marks, refused naming that precision."""
@@ -95,6 +84,16 @@ def written_ir(tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("ir") / "m.xml"
     model, x = TinyDCN().eval(), torch.randn(1, 4, 16, 16, generator=torch.Generator().manual_seed(5))
     return path, model, x, deform_onnx.export(model, (x,), path)
+
+
+def test_static_xml_takes_the_measured_fastest_form(written_ir) -> None:
+    """Static, no target: openvino.convert_model of the module (BENCHMARKS.md: 0.56x ORT native), verified."""
+    assert openvino_ir.FASTEST_FORM == "convert_model" and openvino_ir.ONNX_TARGET == "openvino-extension"
+    path, model, x, report = written_ir
+    assert any("convert_model of the PyTorch module (the fastest" in n for n in report.notes), report.notes
+    got = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})([x.numpy()])[0]
+    with torch.no_grad():
+        assert float(np.abs(got - model(x).numpy()).max()) < 1e-5  # measured 6e-7
 
 
 def test_ir_carries_f32_and_a_plain_core_runs_it_within_the_float32_rule(written_ir) -> None:
