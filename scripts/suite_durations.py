@@ -1,11 +1,11 @@
 """docs/development.md's generated block: the slowest 20 tests and how long the whole suite took, on which machine.
 
-    PYTHONPATH=src python scripts/suite_durations.py                  # runs pytest -q --durations=20, writes the block
+    PYTHONPATH=src python scripts/suite_durations.py                  # runs README's pytest line, writes the block
     python scripts/suite_durations.py --from run.txt --note "shared"   # a saved `pytest -q --durations=N` output
     python scripts/suite_durations.py --from-log run.tsv --note "..."  # scripts/suite_timer.py's log of a run
     python scripts/suite_durations.py --print                          # print the block instead of writing the page
 
-Without ``--from`` it runs ``pytest -q --durations=20 -p no:cacheprovider`` from the repository root with
+Without ``--from`` it runs README's ``pytest -q -n 2 --dist loadscope --durations=20`` (``-p no:cacheprovider``) from the repository root with
 this interpreter (the sources beside this script first on ``PYTHONPATH``), echoing its output, and reads
 the machine's load average before and after. ``--from FILE`` reads a saved output of such a run instead
 (``--durations`` of at least 20; a run stopped with Ctrl-C prints its durations too, and the block says it
@@ -61,7 +61,7 @@ def block(text: str, load: str, note: str | None) -> str:
     today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     whole = "stopped by hand (Ctrl-C) after" if interrupted else "the whole suite:"
     head = (
-        f"`pytest -q --durations=20` as `scripts/suite_durations.py` read it on {today}: {whole} {counts} in "
+        f"`pytest -q -n 2 --dist loadscope --durations=20` (README's) as `scripts/suite_durations.py` read it on {today}: {whole} {counts} in "
         f"{seconds / 60:.1f} min on {_cpu()} ({os.cpu_count()} cores, load average {load})"
         + (f"; {note}" if note else "")
         + ". The slowest 20 (setup, call and teardown listed apart, as pytest lists them):"
@@ -109,7 +109,8 @@ def main() -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
         before = _load()
-        cmd = [sys.executable, "-m", "pytest", "-q", "--durations=20", "-p", "no:cacheprovider"]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadscope", "--durations=20"]
+        cmd += ["-p", "no:cacheprovider"]
         run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         print(run.stdout, run.stderr, sep="\n")
         text, load = run.stdout, f"{before} before, {_load()} after"
