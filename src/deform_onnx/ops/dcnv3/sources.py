@@ -34,6 +34,7 @@ from ...builder import TapeBuilder
 from ..registry import resolve
 from . import sources_dcnv4
 from .lower import DCNv3Spec
+from .node_spec import node_spec
 
 DOMAIN, OP_TYPE = "mmdeploy", "TRTDCNv3"
 #: Name prefix of the new nodes of an unnamed node.
@@ -63,7 +64,6 @@ _DEFAULTS = dict(
     group=28,
     group_channels=16,
 )
-KNOWN_ATTRS = (*_INTS, "offset_scale", "im2col_step", "remove_center")
 
 
 def find(model: ir.Model) -> list[ir.Node]:
@@ -92,29 +92,15 @@ def spec_for_node(node: ir.Node) -> DCNv3Spec:
     Raises:
         ValueError: unknown attributes, wrong attribute types or values, or not 3 inputs; the message names the node.
     """
-    attrs = {name: attr.value for name, attr in node.attributes.items()}
-    unknown = sorted(set(attrs) - set(KNOWN_ATTRS))
-    if unknown:
-        raise ValueError(f"{_where(node)}: unknown attribute(s) {', '.join(unknown)}; known: {', '.join(KNOWN_ATTRS)}")
-    if len(node.inputs) != 3 or any(v is None for v in node.inputs):
-        raise ValueError(f"{_where(node)}: expected 3 inputs (input, offset, mask), got {len(node.inputs)}")
-    values = {}
-    for name in (*_INTS, "remove_center", "im2col_step"):
-        value = attrs.get(name, _DEFAULTS.get(name, 0))
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"{_where(node)}: attribute {name} must be an int, got {value!r}")
-        values[name] = value
-    scale = attrs.get("offset_scale", 1.0)
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool):
-        raise ValueError(f"{_where(node)}: attribute offset_scale must be a float, got {scale!r}")
-    if values["remove_center"] not in (0, 1):
-        raise ValueError(f"{_where(node)}: remove_center={values['remove_center']} must be 0 or 1")
-    try:
-        return DCNv3Spec(
-            **{k: values[k] for k in _INTS}, offset_scale=float(scale), remove_center=bool(values["remove_center"])
-        )
-    except ValueError as e:
-        raise ValueError(f"{_where(node)}: {e}") from None
+    return node_spec(
+        node,
+        _where(node),
+        fields={name: name for name in _INTS},
+        defaults=_DEFAULTS,
+        scale="offset_scale",
+        step="im2col_step",
+        inputs=("input", "offset", "mask"),
+    )
 
 
 def lower_node(node: ir.Node, b: TapeBuilder, method: str, opset: int) -> tuple[ir.Value, str]:

@@ -23,6 +23,7 @@ import onnx_ir as ir
 from ...builder import TapeBuilder
 from ..registry import resolve
 from .lower import DCNv3Spec
+from .node_spec import node_spec
 
 DOMAIN, OP_TYPE = "custom_op", "DCNv4_Plugin"
 #: The plugin's int fields -> DCNv3Spec's names.
@@ -38,7 +39,6 @@ _INTS = {
     "group": "group",
     "group_channels": "group_channels",
 }
-KNOWN_ATTRS = (*_INTS, "offscale", "step", "remove_center")
 
 
 def is_node(node: ir.Node) -> bool:
@@ -56,32 +56,16 @@ def spec_for_node(node: ir.Node) -> DCNv3Spec:
     Raises:
         ValueError: unknown attributes, wrong attribute types or values, or not 2 inputs; the message names the node.
     """
-    attrs = {name: attr.value for name, attr in node.attributes.items()}
-    unknown = sorted(set(attrs) - set(KNOWN_ATTRS))
-    if unknown:
-        raise ValueError(f"{_where(node)}: unknown attribute(s) {', '.join(unknown)}; known: {', '.join(KNOWN_ATTRS)}")
-    if len(node.inputs) != 2 or any(v is None for v in node.inputs):
-        raise ValueError(f"{_where(node)}: expected 2 inputs (input, offset_mask), got {len(node.inputs)}")
     defaults = DCNv3Spec()
-    values = {}
-    for name in (*_INTS, "remove_center", "step"):
-        value = attrs.get(name, getattr(defaults, _INTS.get(name, ""), 0))
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"{_where(node)}: attribute {name} must be an int, got {value!r}")
-        values[name] = value
-    scale = attrs.get("offscale", 1.0)
-    if not isinstance(scale, int | float) or isinstance(scale, bool):
-        raise ValueError(f"{_where(node)}: attribute offscale must be a float, got {scale!r}")
-    if values["remove_center"] not in (0, 1):
-        raise ValueError(f"{_where(node)}: remove_center={values['remove_center']} must be 0 or 1")
-    try:
-        return DCNv3Spec(
-            **{ours: values[theirs] for theirs, ours in _INTS.items()},
-            offset_scale=float(scale),
-            remove_center=bool(values["remove_center"]),
-        )
-    except ValueError as e:
-        raise ValueError(f"{_where(node)}: {e}") from None
+    return node_spec(
+        node,
+        _where(node),
+        fields=_INTS,
+        defaults={theirs: getattr(defaults, ours) for theirs, ours in _INTS.items()},
+        scale="offscale",
+        step="step",
+        inputs=("input", "offset_mask"),
+    )
 
 
 def lower_node(node: ir.Node, b: TapeBuilder, method: str, opset: int) -> tuple[ir.Value, str]:
