@@ -13,6 +13,20 @@ from util import Config, DeformLayer, make_inputs, op_types
 F = TensorProto.FLOAT
 
 
+class Neck(torch.nn.Module):
+    """One DCNv2 (offsets and mask from a conv): tests/formats' small deformable model."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.offsets = torch.nn.Conv2d(4, 27, 3, padding=1)
+        self.dcn = torchvision.ops.DeformConv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        o = self.offsets(x)
+        return self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
+
+
 # -- model builders (also used by test_openvino.py and test_cli_lower_check.py) --------
 def dynamo_native(cfg: Config, opset: int, path, seed: int = 0):
     """Export ``DeformLayer(cfg)`` with plain ``torch.onnx.export(dynamo=True)``: a DeformConv model.

@@ -21,6 +21,7 @@ from deform_onnx.core.errors import ExportError, VerificationError
 from deform_onnx.formats import coreml
 from deform_onnx.formats.rank import MAX_RANK, lower_rank
 from deform_onnx.formats.torch_export import exported
+from models import Neck
 from real_code.deformable_detr_style import Encoder, MSDeformAttn
 
 
@@ -78,19 +79,6 @@ def test_rank6_region_is_carried_at_rank5_and_computes_the_same(attention_progra
 
 def test_gather_form_corner_tables_follow_a_permute():
     """The gather form of DCNv2 permutes a rank-6 corner table: the merged run moves with the permute (batch 2)."""
-    import torchvision
-
-    class Neck(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(0)
-            self.offsets = torch.nn.Conv2d(4, 27, 3, padding=1)
-            self.dcn = torchvision.ops.DeformConv2d(4, 4, 3, padding=1)
-
-        def forward(self, x):
-            o = self.offsets(x)
-            return self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
-
     model, x = Neck().eval(), torch.randn(2, 4, 5, 6)
     ep = exported(model, (x,), None, "gather", "Core ML")
     assert _max_rank(ep) == 6 and any(n.target is torch.ops.aten.permute.default for n in ep.graph.nodes)

@@ -23,6 +23,7 @@ import torchvision
 import deform_onnx
 from deform_onnx.core.errors import ExportError, VerificationError
 from deform_onnx.ops.msda.op import MSDeformAttnCore, MSDeformAttnReference
+from models import Neck
 
 SHAPES = [(4, 5), (2, 3)]
 #: The .pte's dynamic H: example 6, declared 4..16 (checked at both bounds and a second size).
@@ -49,20 +50,6 @@ class Family(torch.nn.Module):
         y = self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
         warped = F.grid_sample(volume, flow, align_corners=False, padding_mode="border")
         return y * k.to(y.dtype), warped, self.fused(value, loc, attn) + self.core(value, loc, attn), k + 1
-
-
-class Neck(torch.nn.Module):
-    """One DCNv2 (offsets and mask from a conv)."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.offsets = torch.nn.Conv2d(4, 27, 3, padding=1)
-        self.dcn = torchvision.ops.DeformConv2d(4, 4, 3, padding=1)
-
-    def forward(self, x):
-        o = self.offsets(x)
-        return self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
 
 
 def _args(H: int = 6):
