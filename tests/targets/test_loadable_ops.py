@@ -2,10 +2,13 @@
 
 The lists are read from each converter's installed package (targets/loadable_ops.py, written by
 scripts/loadable_ops.py); a node of another op is refused before the file is written, in one line naming
-the op, its node and (dynamo exports) the model's source line. No converter runs here.
+the op, its node and (dynamo exports) the model's source line, or that it is unknown. No converter runs here.
 """
 
 from __future__ import annotations
+
+import inspect
+import os
 
 import numpy as np
 import pytest
@@ -13,6 +16,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import deform_onnx
+from deform_onnx.exporting.frozen import user_frame
 from deform_onnx.targets import resolve_target
 from deform_onnx.targets.loadable import loadable_ops
 from deform_onnx.targets.rules import violations
@@ -48,7 +52,8 @@ def test_an_op_the_converter_lacks_is_named(target, rule, op):
     version, ops, _ = loadable_ops(target)
     assert op not in ops and {"Conv", "Gather", "Reshape"} <= ops
     found = violations(_graph(op, 24 if op == "Swish" else 18), (rule,))
-    assert len(found) == 1 and f"{op} (1 node(s), first my_{op})" in found[0] and version in found[0], found
+    assert len(found) == 1 and version in found[0], found
+    assert f"{op} (1 node(s), first my_{op}, source line unknown: the file records none" in found[0], found
 
 
 def test_onnx2tf_list_skips_nodes_onnxsim_folds():
@@ -70,7 +75,22 @@ class InPlace(torch.nn.Module):
 
 
 def test_onnx2torch_refuses_a_model_op_before_writing(tmp_path):
+    """The refusal names the op and the model's line: onnx's version converter (18 -> 17) and the IR stamp
+    (IR 8 at opset 17) drop the nodes' metadata, so the check reads it before them (and convert_down keeps it)."""
     path = tmp_path / "m.onnx"
     with pytest.raises(ValueError, match=r"onnx2torch loadable ops: Scatter(Elements|ND) .*onnx2torch 1\.5") as info:
         deform_onnx.export(InPlace(), (torch.randn(1, 2, 4, 4),), path, target="onnx2torch", verify_runtimes=())
     assert "\n" not in str(info.value) and not path.exists()
+    lines, first = inspect.getsourcelines(InPlace.forward)
+    line = first + next(i for i, text in enumerate(lines) if "y[:, 0] =" in text)
+    assert f"{os.path.basename(__file__)}:{line} in forward: y[:, 0] = x[:, 1] + 1" in str(info.value), info.value
+
+
+def test_source_line_is_the_models_frame_not_torchs():
+    """torch.fx's stack trace ends in torch's own code for a functional call: the model's frame is named."""
+    torch_file = os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py")
+    user = '  File "/home/u/vxm/layers.py", line 40, in forward\n    return nnf.grid_sample(src, new_locs)\n'
+    inner = f'  File "{torch_file}", line 5000, in grid_sample\n    return torch.grid_sampler(input, grid)\n'
+    assert user_frame(user + inner) == "/home/u/vxm/layers.py:40 in forward: return nnf.grid_sample(src, new_locs)"
+    assert user_frame(inner).endswith("functional.py:5000 in grid_sample: return torch.grid_sampler(input, grid)")
+    assert user_frame("") == ""

@@ -73,6 +73,8 @@ def test_partial_scatter_is_refused_naming_the_op(tmp_path):
             Partial(), (torch.randn(1, 2, 4, 4),), tmp_path / "p.onnx", target="ncnn", verify_runtimes=()
         )
     assert "\n" not in str(info.value) and not (tmp_path / "p.onnx").exists()
+    assert "test_ncnn_indexing.py:" in str(info.value), info.value  # the model's line, where the exporter recorded it
+    assert "in forward: y[:, 0, :2] = x[:, 1, :2] + 1" in str(info.value), info.value
 
 
 def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:

@@ -122,11 +122,14 @@ def convert_down(proto: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, 
             ) from None
         for new_node in tape.nodes:
             new_node.domain, new_node.version = _SET_ASIDE, None
+            new_node.metadata_props.update(node.metadata_props)  # the replaced node's source line
         for old, new in zip(node.outputs, outputs):
             new.name, new.shape, new.type = old.name, old.shape, old.type
         ir.convenience.replace_nodes_and_values(graph, node, [node], tape.nodes, node.outputs, outputs)
         used[adapter] += 1
     model.opset_imports[_SET_ASIDE] = 1
+    # onnx's converter drops the nodes' metadata_props (the exporter's source lines): put them back by node name
+    kept = {n.name: dict(n.metadata_props) for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.name}
     try:
         converted = onnx.version_converter.convert_version(ir.to_proto(model), target)
     except Exception as exc:  # noqa: BLE001 - onnx raises its C++ assertion text as a bare RuntimeError/ValueError
@@ -135,6 +138,7 @@ def convert_down(proto: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, 
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         if node.domain == _SET_ASIDE:
             node.domain = ""
+        node.metadata_props.update(kept.get(node.name or "", {}))
     del model.opset_imports[_SET_ASIDE]
     # Inputs that the replaced nodes no longer read (e.g. a Reduce's axes) would linger as dead initializers.
     RemoveUnusedNodesPass()(model)

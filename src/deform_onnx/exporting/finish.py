@@ -15,7 +15,7 @@ from .options import ExportOptions
 
 
 def finish(proto: onnx.ModelProto, opts: ExportOptions, sink: ExternalSink | None = None) -> bytes | str:
-    """Apply the target's repairs, stamp the IR version, validate, check the target's rules.
+    """Apply the target's repairs, check the target's rules, stamp the IR version, validate.
 
     The IR version is the lowest the opsets need (or ``opts.ir_version``); the graph is checked
     against the runtime target's rules (issue 12's hooks).
@@ -32,11 +32,11 @@ def finish(proto: onnx.ModelProto, opts: ExportOptions, sink: ExternalSink | Non
     choice = opts.choice
     if choice is not None:
         choice.repair_graph(proto)  # value-preserving rewrites the target needs (targets/repairs.py)
+        # before the IR stamp: below IR 10 it clears the nodes' metadata, the source lines a refusal names
+        choice.check_graph(proto)
     apply_ir_version(proto, opts.ir_version)
     path = sink.save(proto) if sink is not None else None
     _validate(proto, opts.opset, opts.method, path)
-    if choice is not None:
-        choice.check_graph(proto)
     return proto.SerializeToString() if path is None else path
 
 

@@ -9,6 +9,9 @@ user's source line) and what to do.
 
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -136,9 +139,30 @@ def scope_origin(node: onnx.NodeProto | None, model=None) -> str:
     return f" (in {cls.__name__}.forward, {short}:{line})"
 
 
+#: One frame of a Python traceback as torch.fx records it in ``node.meta["stack_trace"]``.
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
+
+
+def user_frame(trace: str) -> str:
+    """The model's line in a ``pkg.torch.onnx.stack_trace``: ``"path/model.py:63 in forward: y[:, 0] = x"``.
+
+    The innermost frame outside torch's package (the user's call, not the ``torch/nn/functional.py`` body it
+    reached), or the innermost frame when every frame is torch's; ``""`` when ``trace`` holds no frame.
+    """
+    import torch
+
+    frames = list(_FRAME.finditer(trace + "\n"))
+    if not frames:
+        return ""
+    root = os.path.dirname(torch.__file__) + os.sep
+    frame = next((f for f in reversed(frames) if not f["file"].startswith(root)), frames[-1])
+    path = frame["file"].split("site-packages" + os.sep)[-1]
+    return f"{path}:{frame['line']} in {frame['func']}: {frame['code'].strip()[:120]}"
+
+
 def _origin(node: onnx.NodeProto | None, model=None) -> str:
-    """The torch op and source line the dynamo exporter recorded on ``node`` (metadata_props); for a TorchScript
-    node (no metadata), the module its scope names (:func:`scope_origin`).
+    """The torch op and the model's source line (:func:`user_frame`) the dynamo exporter recorded on ``node``
+    (metadata_props); for a TorchScript node (no metadata), the module its scope names (:func:`scope_origin`).
     """
     if node is None:
         return ""
@@ -149,12 +173,10 @@ def _origin(node: onnx.NodeProto | None, model=None) -> str:
         op = hierarchy.strip("[]").split(",")[-1].strip(" '\"")
         if op:
             parts.append(f"from torch op {op}")
-    trace = meta.get("pkg.torch.onnx.stack_trace", "")
-    if trace:
-        lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
-        if lines:
-            parts.append(" ".join(lines[-2:])[:200])
-    return f" ({'; '.join(parts)})" if parts else scope_origin(node, model)
+    line = user_frame(meta.get("pkg.torch.onnx.stack_trace", ""))
+    if line:
+        parts.append(f"at {line}")
+    return f" ({' '.join(parts)})" if parts else scope_origin(node, model)
 
 
 def _ancestors(proto: onnx.ModelProto, node_name: str | None) -> set[str] | None:

@@ -94,13 +94,13 @@ def lower_model(
     with choice.emitting():
         model, report = _lower_model(model, method=choice.method, opset=choice.opset)
     report.method = choice.method
-    apply_ir_version_ir(model, ir_version)
-    report.ir_version_before, report.ir_version_after = ir_before, model.ir_version
     if choice.target is not None:
         proto = ir.to_proto(model)
         if choice.repair_graph(proto):  # value-preserving rewrites the target needs (targets/repairs.py)
             model = ir.from_proto(proto)
-        choice.check_graph(proto)
+        choice.check_graph(proto)  # before the IR stamp, which clears the source lines a refusal names below IR 10
+    apply_ir_version_ir(model, ir_version)
+    report.ir_version_before, report.ir_version_after = ir_before, model.ir_version
     return model, report
 
 

@@ -19,7 +19,7 @@ import onnx
 
 from .loadable_ops import TABLES
 
-__all__ = ["loadable_ops", "unloadable"]
+__all__ = ["loadable_ops", "source_of", "unloadable"]
 
 
 @functools.cache
@@ -42,8 +42,6 @@ def _since(op_type: str, opset: int) -> int | None:
 
 def unloadable(model: onnx.ModelProto, runtime: str) -> list[str]:
     """One line per op type of the main graph that ``runtime``'s converter does not load (first node named)."""
-    from ..exporting.frozen import _origin
-
     version, ops, versions = loadable_ops(runtime)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     seen: set[str] = set()
@@ -68,10 +66,21 @@ def unloadable(model: onnx.ModelProto, runtime: str) -> list[str]:
             seen.add(node.op_type)
             count = sum(n.op_type == node.op_type and n.domain in ("", "ai.onnx") for n in model.graph.node)
             lines.append(
-                f"{what} ({count} node(s), first {node.name or node.output[0]}{_origin(node, model)}) is not among "
+                f"{what} ({count} node(s), first {node.name or node.output[0]}, {source_of(node)}) is not among "
                 f"the ops {version} converts ({TABLES[runtime]['source']})"
             )
     return lines
+
+
+def source_of(node: onnx.NodeProto) -> str:
+    """Where ``node`` comes from: ``"from torch op aten.select_scatter.default at model.py:63 in forward: ..."``
+    as the dynamo exporter recorded it (:func:`deform_onnx.exporting.frozen.user_frame`), or a note that the file
+    records no source line (a TorchScript export, or a node a rewrite wrote).
+    """
+    from ..exporting.frozen import _origin
+
+    text = _origin(node)  # " (...)" or ""
+    return text[2:-1] if text else "source line unknown: the file records none (TorchScript export or a rewritten node)"
 
 
 def _rule(runtime: str):

@@ -124,11 +124,15 @@ NCNN_UNLOADABLE = {
 
 def ncnn_loadable(model: onnx.ModelProto) -> list[str]:
     """No node of an op ncnn does not load (:data:`NCNN_UNLOADABLE`), after the target's repairs; each
-    violation names the op, its node and the model code that writes it.
+    violation names the op, its node, the model's source line where the exporter recorded it
+    (:func:`.loadable.source_of`) and the model code that writes it.
     """
+    from .loadable import source_of
+
     found = [n for n in model.graph.node if n.op_type in NCNN_UNLOADABLE and n.domain in ("", "ai.onnx")]
     return [
-        f"{n.op_type} node {n.name or n.output[0]} does not load in ncnn; it comes from {NCNN_UNLOADABLE[n.op_type]}: "
+        f"{n.op_type} node {n.name or n.output[0]} ({source_of(n)}) does not load in ncnn; it comes "
+        f"from {NCNN_UNLOADABLE[n.op_type]}: "
         "write that part without it (torch.cat of slices, or a computed tensor instead of the in-place write)"
         for n in found
     ]
