@@ -158,6 +158,7 @@ def bench(shapes_text: list[str], rounds: int, repeats: int, families: list[str]
     today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     lines = [
         f"- Command: `PYTHONPATH=src python scripts/runner_builds.py {' '.join('--shape ' + s for s in shapes_text)} "
+        f"{''.join(f'--family {f} ' for f in families or [])}"
         f"--rounds {rounds} --repeats {repeats}` on {today}, {_machine()}; shared machine: load average "
         f"{load_before} before, {_load()} after; {(time.perf_counter() - started) / 60:.1f} min",
         "- Runners: " + "; ".join(f"{r}: {v}" for r, v in versions.items() if "now" in r or "native" in r),
