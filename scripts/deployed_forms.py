@@ -25,7 +25,8 @@ import numpy as np
 from deform_onnx.runtimes.deployed import FAMILIES, run_file
 
 #: (family, the target its files are exported for, the methods tried). ORT first: its native form is the
-#: ratio's base. target openvino-extension differs from openvino only in native (the extension's mapping).
+#: ratio's base. target openvino-extension differs from openvino only in native (the extension's mapping), and
+#: onnx2torch-native from onnx2torch in native (deform_onnx.onnx2torch.register()'s converter).
 ENTRIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("onnxruntime", "onnxruntime", ("native", "grid_sample", "gather")),
     ("openvino", "openvino-extension", ("native",)),
@@ -34,6 +35,7 @@ ENTRIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("ncnn", "ncnn", ("native", "grid_sample", "gather")),
     ("tflite", "tflite", ("native", "grid_sample", "gather")),
     ("tvm", "tvm", ("native", "grid_sample", "gather")),
+    ("onnx2torch", "onnx2torch-native", ("native",)),
     ("onnx2torch", "onnx2torch", ("native", "grid_sample", "gather")),
 )
 DENSE = "dense Conv"

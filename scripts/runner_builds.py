@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python scripts/runner_builds.py                      # BENCHMARKS.md "runner builds" block
     ... --shape 1,64,64 --rounds 3 --repeats 5 --print                  # print instead of writing
+    ... --family onnx2torch --rounds 1 --print                          # onnx2torch's rows only (and ORT's)
 
 Per shape (``deform_onnx.bench.deform_conv``'s DCNv2 layer and a ``torch.nn.Conv2d`` of the same shape and
 weights, the dense Conv), one process per file and row, rows interleaved in every round, the median of the
@@ -10,8 +11,9 @@ rounds' medians: ONNX Runtime's native ``DeformConv`` and its dense Conv; TVM's 
 before (plain ``"llvm"``, ``LegalizeOps`` only), each on the ``tvm`` target's file (grid_sample) and on the dense Conv,
 and the build now on the gather form (``method="gather"``, opset 17);
 onnx2torch's runner now (``torch.inference_mode``) and before (``torch.no_grad``) on the ``onnx2torch``
-target's file, its dense Conv, and torchvision's ``deform_conv2d`` eager in this interpreter with the same
-threads. Ratios: to ORT native, and to the same family's dense Conv (issue 38's floor; goal at most 3x).
+target's file (gather form), its dense Conv, the ``onnx2torch-native`` target's file (``DeformConv`` through
+:func:`deform_onnx.onnx2torch.register`: one ``torchvision.ops.deform_conv2d``), and torchvision's
+``deform_conv2d`` eager in this interpreter with the same threads. Ratios: to ORT native, and to the same family's dense Conv (issue 38's floor; goal at most 3x).
 """
 
 from __future__ import annotations
@@ -63,13 +65,15 @@ ROWS = (
     ("onnx2torch, runner now", "onnx2torch", runners.ONNX2TORCH, "onnx2torch"),
     ("onnx2torch dense Conv", "onnx2torch", runners.ONNX2TORCH, "dense"),
     ("onnx2torch, runner before", "onnx2torch", _before(runners.ONNX2TORCH, _NEW_O2T, _OLD_O2T), "onnx2torch"),
+    ("onnx2torch-native (register())", "onnx2torch", runners.ONNX2TORCH, "onnx2torch-native"),
 )
 #: each row's floor: the same family's dense Conv
 FLOOR = {"onnxruntime": "ORT dense Conv", "tvm": "TVM dense Conv, build now", "onnx2torch": "onnx2torch dense Conv"}
 
 
-def _files(shape, work: Path):  # type: ignore[no-untyped-def]
-    """The case, its files by name (native, tvm, onnx2torch, gather, dense) and each file's reference output."""
+def _files(shape, work: Path, wanted: set[str]):  # type: ignore[no-untyped-def]
+    """The case, its files by name (native, tvm, onnx2torch, onnx2torch-native, gather, dense) and each file's
+    reference output."""
     import torch
 
     import deform_onnx
@@ -78,7 +82,10 @@ def _files(shape, work: Path):  # type: ignore[no-untyped-def]
     case = DeformConvCase(shape, work / shape.label.replace(" ", "_"), threads=2)
     files, refs = {}, {}
     for name, kw in (("native", {"method": "native"}), ("tvm", {"target": "tvm"}),
-                     ("onnx2torch", {"target": "onnx2torch"}), ("gather", {"method": "gather", "opset_version": 17})):  # fmt: skip
+                     ("onnx2torch", {"target": "onnx2torch"}), ("onnx2torch-native", {"target": "onnx2torch-native"}),
+                     ("gather", {"method": "gather", "opset_version": 17})):  # fmt: skip
+        if name not in wanted:
+            continue
         files[name] = case.workdir / f"{name}.onnx"
         deform_onnx.export(case.module, case.args, files[name], input_names=list(case.inputs),
                            output_names=["output"], **kw)  # fmt: skip
@@ -101,23 +108,28 @@ def _torchvision_ms(case, repeats: int) -> float:  # type: ignore[no-untyped-def
         return _ms(lambda: case.module(*case.args), repeats)
 
 
-def bench(shapes_text: list[str], rounds: int, repeats: int) -> str:
-    """The block: per shape and row, median ms over ``rounds`` interleaved rounds, ratios to ORT native and floor."""
+def bench(shapes_text: list[str], rounds: int, repeats: int, families: list[str] | None = None) -> str:
+    """The block: per shape and row, median ms over ``rounds`` interleaved rounds, ratios to ORT native and floor.
+
+    ``families``: only these families' rows (ORT's always: the ratios' base); default every row.
+    """
     from deform_onnx.bench.deform_conv import BenchShape
 
+    keep = {"onnxruntime", *families} if families else {r[1] for r in ROWS}
+    chosen = tuple(r for r in ROWS if r[1] in keep)
     shapes = [BenchShape.parse(s) for s in shapes_text]
-    pythons = {fam: interpreter(FAMILIES[fam]) for fam in {r[1] for r in ROWS}}
+    pythons = {fam: interpreter(FAMILIES[fam]) for fam in {r[1] for r in chosen}}
     load_before, started = _load(), time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="deform-onnx-runner-builds-"))
     table: dict[str, dict[str, str]] = {}
     versions: dict[str, str] = {}
     for shape in shapes:
-        case, files, refs = _files(shape, work)
-        times: dict[str, list[float]] = {r[0]: [] for r in ROWS}
+        case, files, refs = _files(shape, work, {r[3] for r in chosen})
+        times: dict[str, list[float]] = {r[0]: [] for r in chosen}
         times["torchvision eager"] = []
         notes: dict[str, str] = {}
         for _ in range(rounds):
-            for row, fam, runner, file in ROWS:
+            for row, fam, runner, file in chosen:
                 feeds = case.feeds if file != "dense" else {"input": case.feeds["input"]}
                 done = run_file(replace(FAMILIES[fam], runner=runner), pythons[fam], files[file], feeds,
                                 list(refs[file].shape), case.workdir, repeats=repeats)  # fmt: skip
@@ -133,19 +145,20 @@ def bench(shapes_text: list[str], rounds: int, repeats: int) -> str:
         ms = {row: statistics.median(t) if t else None for row, t in times.items()}
         base = ms["ORT native"]
         cells = {}
-        for row, fam, _, _ in (*ROWS, ("torchvision eager", "onnx2torch", "", "")):
+        for row, fam, _, _ in (*chosen, ("torchvision eager", "onnx2torch", "", "")):
             if ms[row] is None:
                 cells[row] = f"- ({notes.get(row, '')})"
                 continue
-            floor = ms[FLOOR[fam]] if row != FLOOR[fam] else None
+            floor = ms.get(FLOOR[fam]) if row != FLOOR[fam] else None
             cells[row] = f"{ms[row]:.2f} ({ms[row] / base:.2f}x" if base else f"{ms[row]:.2f} (-"
             cells[row] += f", {ms[row] / floor:.2f}x floor)" if floor else ")"
             cells[row] += f" {notes[row]}" if notes.get(row) else ""
         table[shape.label] = cells
-    rows = [r[0] for r in ROWS] + ["torchvision eager"]
+    rows = [r[0] for r in chosen] + ["torchvision eager"]
     today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     lines = [
         f"- Command: `PYTHONPATH=src python scripts/runner_builds.py {' '.join('--shape ' + s for s in shapes_text)} "
+        f"{''.join(f'--family {f} ' for f in families or [])}"
         f"--rounds {rounds} --repeats {repeats}` on {today}, {_machine()}; shared machine: load average "
         f"{load_before} before, {_load()} after; {(time.perf_counter() - started) / 60:.1f} min",
         "- Runners: " + "; ".join(f"{r}: {v}" for r, v in versions.items() if "now" in r or "native" in r),
@@ -167,8 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per process")
     parser.add_argument("--print", dest="only_print", action="store_true", help="print the block, write nothing")
+    parser.add_argument("--family", action="append", help="only this family's rows (tvm, onnx2torch; repeatable)")
     args = parser.parse_args(argv)
-    block = bench(args.shape or ["1,64,64"], args.rounds, args.repeats)
+    block = bench(args.shape or ["1,64,64"], args.rounds, args.repeats, args.family)
     print(block)
     if not args.only_print:
         write_block(ROOT / "BENCHMARKS.md", BLOCK, block)

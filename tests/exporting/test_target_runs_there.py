@@ -59,6 +59,7 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> dict:
 def test_which_runtime_a_target_runs_in() -> None:
     assert target_runtimes("mnn", None) == ["mnn"] and target_runtimes("openvino-extension", None) == ["openvino"]
     assert target_runtimes("litert", None) == ["tflite"]  # the family's alias
+    assert target_runtimes("onnx2torch-native", None) == ["onnx2torch"]
     assert target_runtimes("tensorrt", None) == [] and target_runtimes("onnxruntime", None) == []
     assert target_runtimes(None, None) == [] and target_runtimes("mnn", ()) == []  # () opts out
     assert target_runtimes("mnn", None, verify=False) == [] and target_runtimes(None, ["tvm"]) == ["tvm"]

@@ -294,7 +294,8 @@ def export(
 def target_runtimes(target: str | None, verify_runtimes: Sequence[str] | None, verify: bool = True) -> list[str]:
     """The deployed runtimes an export runs its file on: ``verify_runtimes`` when given (``()``: none), else the
     family ``target`` names (``mnn``, ``ncnn``, ``tflite``, ``tvm``, ``onnx2torch``, ``openvino``; target
-    ``openvino-extension`` runs in ``openvino``), else none; none without ``verify``.
+    ``openvino-extension`` runs in ``openvino``, ``onnx2torch-native`` in ``onnx2torch``), else none; none without
+    ``verify``.
     """
     if verify_runtimes is not None:
         return list(verify_runtimes)
@@ -303,7 +304,7 @@ def target_runtimes(target: str | None, verify_runtimes: Sequence[str] | None, v
     from ..runtimes.deployed import family
 
     try:
-        fam = family(target.removesuffix("-extension"))
+        fam = family(target.removesuffix("-extension").removesuffix("-native"))
     except ValueError:  # a target that is no deployed family (tensorrt, directml, onnxruntime<1.25, ...)
         return []
     return [] if fam.name == "onnxruntime" else [fam.name]

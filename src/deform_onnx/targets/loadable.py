@@ -8,7 +8,8 @@ the written graph after the target's repairs, so a model's own ops (an in-place 
 model's source line where the dynamo exporter recorded it (onnx2tf's list skips nodes computed from constants
 only: onnx2tf runs onnxsim first, which folds them). onnx2torch converts by (op, version): a node is
 loadable when its op's version at the model's opset (``onnx.defs``) has a converter. ncnn's list holds
-the ops measured not to load (:data:`deform_onnx.targets.rules.NCNN_UNLOADABLE`).
+the ops measured not to load (:data:`deform_onnx.targets.rules.NCNN_UNLOADABLE`). Rule ``"onnx2torch-native loadable
+ops"`` adds the converters :func:`deform_onnx.onnx2torch.register` gives onnx2torch (``DeformConv`` 19, 22).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import functools
 
 import onnx
 
+from ..runtimes import onnx2torch as onnx2torch_converter
 from .loadable_ops import TABLES
 
 __all__ = ["loadable_ops", "source_of", "unloadable"]
@@ -40,9 +42,19 @@ def _since(op_type: str, opset: int) -> int | None:
         return None
 
 
+#: Converters this package adds to a runtime's own (runtime -> {op: versions}), by the rule that names them.
+ADDED = {"onnx2torch-native": ("onnx2torch", {k: frozenset(v) for k, v in onnx2torch_converter.CONVERTERS.items()})}
+
+
 def unloadable(model: onnx.ModelProto, runtime: str) -> list[str]:
-    """One line per op type of the main graph that ``runtime``'s converter does not load (first node named)."""
+    """One line per op type of the main graph that ``runtime``'s converter does not load (first node named).
+
+    ``runtime``: a key of :data:`TABLES`, or of :data:`ADDED` (the runtime's ops with this package's converters).
+    """
+    runtime, added = ADDED.get(runtime, (runtime, {}))
     version, ops, versions = loadable_ops(runtime)
+    ops, versions = ops | set(added), {**versions, **added}
+    version += " with deform_onnx.onnx2torch.register()" if added else ""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     seen: set[str] = set()
     lines = []
@@ -87,7 +99,9 @@ def _rule(runtime: str):
     def check(model: onnx.ModelProto) -> list[str]:
         return unloadable(model, runtime)
 
-    check.__doc__ = f"Every node an op {TABLES[runtime]['version']} converts (:mod:`deform_onnx.targets.loadable`)."
+    base, added = ADDED.get(runtime, (runtime, {}))
+    extra = f" or deform_onnx.onnx2torch.register() adds ({', '.join(added)})" if added else ""
+    check.__doc__ = f"Every node an op {TABLES[base]['version']} converts{extra} (:mod:`deform_onnx.targets.loadable`)."
     return check
 
 
@@ -95,6 +109,7 @@ def _rule(runtime: str):
 LOADABLE_RULES = {
     "onnx2tf loadable ops": _rule("tflite"),
     "onnx2torch loadable ops": _rule("onnx2torch"),
+    "onnx2torch-native loadable ops": _rule("onnx2torch-native"),
     "tvm loadable ops": _rule("tvm"),
     "mnn loadable ops": _rule("mnn"),
 }

@@ -255,7 +255,11 @@ TABLE: tuple[Target, ...] = (
         options=("no DeformConv", "no GridSample", "no Reshape allowzero", "onnx2torch loadable ops"),
         repairs=("Reshape allowzero 0",),
         faults=(
-            _no_kernel("onnx2torch", "'Converter is not implemented', measured here", "use method gather"),
+            _no_kernel(
+                "onnx2torch",
+                "'Converter is not implemented', measured here",
+                "use target onnx2torch-native (native with deform_onnx.onnx2torch.register()), or method gather",
+            ),
             Fault(
                 what="grid_sample (GridSample)",
                 why="onnx2torch has no GridSample converter ('Converter is not implemented ... GridSample', "
@@ -271,6 +275,36 @@ TABLE: tuple[Target, ...] = (
                 "scripts/op_matrix.py)",
                 hits=lambda method, opset: opset >= 18,
                 fix="use opset 17 (the target's pick) or lower",
+            ),
+        ),
+        status="measured here",
+    ),
+    Target(
+        name="onnx2torch-native",
+        runtime="onnx2torch 1.5 with deform_onnx.onnx2torch.register() (DeformConv -> torchvision deform_conv2d)",
+        method="native",
+        opset=19,
+        reason="register() converts DeformConv to one torchvision.ops.deform_conv2d call, where the gather form is "
+        "~270 small torch ops; DeformConv needs opset 19, where onnx2torch 1.5.15 lacks some ops' newer versions "
+        "(Pad-18, Reshape-19, Split-18, Reduce*-18: named by the loadable-ops rule; target onnx2torch then)",
+        source="measured here (tests/runtimes/test_onnx2torch.py; scripts/runner_builds.py onnx2torch)",
+        options=("no GridSample", "no Reshape allowzero", "onnx2torch-native loadable ops"),
+        repairs=("Reshape allowzero 0",),
+        faults=(
+            Fault(
+                what="grid_sample (GridSample)",
+                why="onnx2torch has no GridSample converter ('Converter is not implemented ... GridSample', "
+                "measured here)",
+                hits=lambda method, opset: method == "grid_sample",
+                fix="use method native (the target's pick)",
+                op="deform_conv2d",
+            ),
+            Fault(
+                what="native at opset < 19",
+                why="DeformConv is an ONNX op from opset 19",
+                hits=lambda method, opset: method == "native" and opset < 19,
+                fix="use opset 19 (the target's pick)",
+                op="deform_conv2d",
             ),
         ),
         status="measured here",

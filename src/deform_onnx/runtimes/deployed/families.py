@@ -51,7 +51,8 @@ class Family:
         inherit: its venv also sees this interpreter's packages (onnx2torch: the project's torch).
         modules: for ``venv=None``: the modules this interpreter must have, and the extra that installs them.
         artifacts: the files its converter wrote for the output path ``out`` (kept with ``keep_artifacts``).
-        extension: OpenVINO: add :func:`deform_onnx.openvino.extension` when the file holds ``DeformConv``.
+        extension: when the file holds ``DeformConv``: OpenVINO adds :func:`deform_onnx.openvino.extension`,
+            onnx2torch calls :func:`deform_onnx.onnx2torch.register` (``meta["extension"]``).
     """
 
     name: str
@@ -323,5 +324,6 @@ register_family(
         ("onnx2torch==1.5.15",),
         options=("--no-deps",),
         inherit=True,
+        extension=True,
     )
 )

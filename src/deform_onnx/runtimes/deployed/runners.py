@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
+from .. import onnx2torch as onnx2torch_converter
 from . import tvm_build
 
 
@@ -357,15 +358,20 @@ done(version, out, times)
 """
 )
 
-# onnx2torch rebuilds the graph as a torch.fx module (a converter per ONNX op), run here on the CPU.
+# onnx2torch rebuilds the graph as a torch.fx module (a converter per ONNX op), run here on the CPU. A file with
+# DeformConv (target onnx2torch-native) gets deform_onnx.onnx2torch.register()'s converter (its source runs first).
 ONNX2TORCH = (
     _HEAD
+    + _source(onnx2torch_converter)
     + """
 from importlib.metadata import version as dist_version
 import onnx, torch
 from onnx2torch import convert
 version = "onnx2torch " + dist_version("onnx2torch") + " + torch " + torch.__version__.split("+")[0]
 try:
+    if meta.get("extension"):  # the file holds DeformConv: torchvision.ops.deform_conv2d
+        register()
+        version += " + deform_onnx.onnx2torch.register()"
     net = convert(onnx.load(meta["model"])).eval()
     args = [torch.from_numpy(feeds[n]) for n in meta["inputs"]]
     args = [a.to(torch.bfloat16) if n in bf16 else a for n, a in zip(meta["inputs"], args)]
