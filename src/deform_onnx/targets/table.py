@@ -46,6 +46,20 @@ def _no_kernel(runtime: str, source: str, fix: str = "use method grid_sample or 
     )
 
 
+def _no_grid_sample(why: str, fix: str) -> Fault:
+    return Fault(
+        what="grid_sample (GridSample)",
+        why=why,
+        hits=lambda method, opset: method == "grid_sample",
+        fix=fix,
+        op="deform_conv2d",
+    )
+
+
+_ONNX2TORCH_NO_GRID_SAMPLE = (
+    "onnx2torch has no GridSample converter ('Converter is not implemented ... GridSample', measured here)"
+)
+
 #: What ``tensorrt`` pins admitting a release before 10.1 refuse (:mod:`.versions`).
 TENSORRT_BEFORE_PLUGIN = _no_kernel(
     "TensorRT before 10.1",
@@ -260,13 +274,9 @@ TABLE: tuple[Target, ...] = (
                 "'Converter is not implemented', measured here",
                 "use target onnx2torch-native (native with deform_onnx.onnx2torch.register()), or method gather",
             ),
-            Fault(
-                what="grid_sample (GridSample)",
-                why="onnx2torch has no GridSample converter ('Converter is not implemented ... GridSample', "
-                "measured here)",
-                hits=lambda method, opset: method == "grid_sample",
-                fix="use method gather",
-                op="deform_conv2d",
+            _no_grid_sample(
+                _ONNX2TORCH_NO_GRID_SAMPLE,
+                "use method gather",
             ),
             Fault(
                 what="opset >= 18",
@@ -291,13 +301,9 @@ TABLE: tuple[Target, ...] = (
         options=("no GridSample", "no Reshape allowzero", "onnx2torch-native loadable ops"),
         repairs=("Reshape allowzero 0",),
         faults=(
-            Fault(
-                what="grid_sample (GridSample)",
-                why="onnx2torch has no GridSample converter ('Converter is not implemented ... GridSample', "
-                "measured here)",
-                hits=lambda method, opset: method == "grid_sample",
-                fix="use method native (the target's pick)",
-                op="deform_conv2d",
+            _no_grid_sample(
+                _ONNX2TORCH_NO_GRID_SAMPLE,
+                "use method native (the target's pick)",
             ),
             Fault(
                 what="native at opset < 19",
@@ -324,13 +330,10 @@ TABLE: tuple[Target, ...] = (
         repairs=("Sum as Add", "Range as constant"),
         faults=(
             _no_kernel("RKNN", "RKNNToolKit2_OP_Support-v2.1.0.md: DeformConv Not Supported", "use method gather"),
-            Fault(
-                what="grid_sample (GridSample)",
-                why="GridSample is Not Supported in RKNN's op table; it ran on the CPU, not the NPU "
+            _no_grid_sample(
+                "GridSample is Not Supported in RKNN's op table; it ran on the CPU, not the NPU "
                 "(airockchip/rknn_model_zoo#366), and runtime 2.3.2 refuses it (airockchip/rknn-toolkit2#478)",
-                hits=lambda method, opset: method == "grid_sample",
-                fix="use method gather (the target's pick)",
-                op="deform_conv2d",
+                "use method gather (the target's pick)",
             ),
             Fault(
                 what="opset outside 12 to 19",
