@@ -1,4 +1,4 @@
-"""Graph forms of the runtime targets: the ``ncnn`` target's graph (issue 12).
+"""Graph forms of the runtime targets: the ``ncnn`` target's graph (issue 12), the ``mnn`` target's (issue 38).
 
 pnnx -> ncnn takes the grid_sample form only without the NaN guard
 (``Equal(g, g)`` becomes ``torch.eq``, which ncnn has no layer for) and with
@@ -185,20 +185,42 @@ def test_tflite_samples_offset_groups_apart(layer):
         assert_close(run_ort(proto.SerializeToString(), inputs), want, what=what)
 
 
+def conv_kernels(proto: onnx.ModelProto) -> list[list[int]]:
+    """The ``kernel_shape`` of every Conv node."""
+    return [
+        list(a.ints) for n in proto.graph.node if n.op_type == "Conv" for a in n.attribute if a.name == "kernel_shape"
+    ]
+
+
+def test_mnn_samples_every_tap_at_once_and_contracts_with_a_1x1_conv(layer, default_file):
+    """The ``mnn`` target's ``taps as channels`` + ``whole map`` forms: one GridSample, one 1x1 Conv, no MatMul."""
+    _, inputs, want = layer
+    mnn = _export(layer, target="mnn")
+    assert op_types(mnn).count("GridSample") == 1 and conv_kernels(mnn) == [[1, 1]]
+    assert "MatMul" not in op_types(mnn)
+    assert_close(run_ort(mnn.SerializeToString(), inputs), want, what="target mnn")
+    # the control: the default form samples kernel row by kernel row and contracts with MatMuls
+    assert op_types(default_file).count("GridSample") > 1 and not conv_kernels(default_file)
+
+
+@pytest.mark.parametrize("forms", [("contraction as Conv",), ("taps as channels", "whole map")], ids=["Kx1", "1x1"])
 @pytest.mark.parametrize(
     "changes",
     [dict(stride=(2, 2), dilation=(2, 2), padding=(2, 2), mask=False, bias=False), dict(N=2, offset_groups=1)],
     ids=["stride-dilation-no-mask-no-bias", "batch-2"],
 )
-def test_contraction_as_conv_matches_torchvision(changes):
-    """The ncnn target's contraction (a Conv of kernel K x 1 over the (row, tap) samples), alone, on ONNX Runtime."""
+def test_contraction_as_conv_matches_torchvision(changes, forms):
+    """The ncnn target's contraction (a Conv of kernel K x 1 over the (row, tap) samples) and the mnn target's
+    (a 1x1 Conv over the (tap, row) samples read as C*K channels), alone, on ONNX Runtime."""
     from deform_onnx.builder.forms import graph_forms
 
     cfg = CFG.at(**changes)
     module, inputs = DeformLayer(cfg).eval(), make_inputs(cfg)
-    with graph_forms(("contraction as Conv",)):
+    with graph_forms(forms):
         proto = _export((module, inputs, None), method="grid_sample", opset_version=17)
-    assert "Conv" in op_types(proto) and "MatMul" not in op_types(proto)
+    taps = cfg.kernel[0] * cfg.kernel[1]
+    assert conv_kernels(proto) == [[taps, 1] if forms[0] == "contraction as Conv" else [1, 1]]
+    assert "MatMul" not in op_types(proto)
     assert_close(run_ort(proto.SerializeToString(), inputs), reference(module, inputs), what=str(changes))
 
 

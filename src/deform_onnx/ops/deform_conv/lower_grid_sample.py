@@ -110,8 +110,8 @@ def lower_grid_sample(
         return lower_gather(b, spec, x, weight, offset, mask, bias)
     coord, offset = coordinate_dtype(b, x, offset)
     bands = row_bands(Ho, Wo, sampler=sampler)
-    # ncnn's form: every tap sampled at once in (row, tap) order, contracted by a Conv (kernel K x 1, stride K)
-    as_conv = wants("contraction as Conv") and w_const is None and not sampler
+    # ncnn's and MNN's forms: every tap sampled at once, contracted by a Conv (kernel K x 1 stride K, or 1 x 1)
+    as_conv = (wants("contraction as Conv") or wants("taps as channels")) and w_const is None and not sampler
     # Taps sampled by one GridSample: a kernel row, or every tap of a band (a band's columns are small:
     # one GridSample and one product per band, no sum of kernel rows; measured faster, BENCHMARKS.md)
     step = kh * kw if bands != [None] or as_conv else kw
@@ -220,8 +220,18 @@ def _conv_contraction(
     with the weight as a ``K x 1`` kernel and stride ``(K, 1)`` is the contraction (its bias added there): no
     reshape of the columns and no ``MatMul`` (ncnn repacks the columns for both; its convolution kernels read
     the packed map as it is).
+
+    The ``"taps as channels"`` form samples in (tap, row) order instead, ``[N, C, K*Hb, Wo]``, reads it as
+    ``[N, C*K, Hb, Wo]`` (channel ``c*K + k``) and contracts with a ``1 x 1`` ``Conv`` (the weight as
+    ``[Co, C/groups*K, 1, 1]``): MNN's fastest contraction (see :mod:`deform_onnx.builder.forms`).
     """
     K, Co, Cpg = spec.taps, spec.out_channels, spec.channels_per_group
+    if wants("taps as channels"):  # [N*G, C/G, K*Hb*Wo] in (channel, tap, row) order read as [N, C*K, Hb, Wo]
+        cols = next(iter(_rows(b, spec, x, coord, band, size, step=K)))
+        cols = b.reshape(cols, [-1, spec.in_channels * K, band.rows, band.cols])
+        w = b.reshape(weight, [Co, Cpg * K, 1, 1])  # channel c*K + k: the weight's own (c, kh, kw) order
+        inputs = (cols, w) if bias is None else (cols, w, bias)
+        return b.op("Conv", *inputs, kernel_shape=[1, 1], group=spec.groups)
     cols = next(iter(_rows(b, spec, x, coord, band, size, tap_major=True)))
     cols = b.reshape(cols, [-1, spec.in_channels, b.mul_dim(band.rows, K), band.cols])
     w = b.reshape(weight, [Co, Cpg, K, 1])
