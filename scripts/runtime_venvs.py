@@ -3,6 +3,7 @@
     PYTHONPATH=src python scripts/runtime_venvs.py venvs   # docs/runtimes.md + README.md blocks
     PYTHONPATH=src python scripts/runtime_venvs.py bench   # BENCHMARKS.md block
     ... --print                                            # print instead of writing
+    ... bench --families mnn ncnn                          # these families again, the others' rows kept
 
 ``venvs`` creates every family's venv (:data:`deform_onnx.runtimes.deployed.FAMILIES`) in an empty
 ``$DEFORM_ONNX_VENVS`` (a new temporary folder) with pip's download cache off (``PIP_NO_CACHE_DIR=1``: every
@@ -141,7 +142,8 @@ def bench(repeats: int, rounds: int, shapes_text: list[str] | None, families: li
     today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     minutes = (time.perf_counter() - started) / 60
     meta = {"command": "PYTHONPATH=src python scripts/runtime_venvs.py bench" + "".join(
-                f" --shape {s}" for s in shapes_text or ()) + f" --repeats {repeats} --rounds {rounds}",
+                f" --shape {s}" for s in shapes_text or ()) + (f" --families {' '.join(families)}" if families else "")
+                + f" --repeats {repeats} --rounds {rounds}",
             "date": today, "machine": _machine(), "load": [load_before, _load()], "minutes": round(minutes, 1),
             "versions": versions}  # fmt: skip
     data = forms.data_file(cells, shapes, {**meta, "repeats": repeats, "rounds": rounds})
@@ -170,6 +172,12 @@ def render(data: dict) -> str:
         f"work: load average {load_before} before, {load_after} after; one run ({data['minutes']:.1f} min): "
         "compare only within it",
         "- Versions: " + ", ".join(f"{n} {v}" for n, v in data["versions"].items()),
+        *[
+            f"- Measured again in another run (their rows compare only within it; their x ORT reads this run's "
+            f"ORT native): {', '.join(p['targets'])}, by `{p['command']}` on {p['date']}, load average {p['load'][0]} "
+            f"before, {p['load'][1]} after ({p['minutes']:.1f} min)"
+            for p in data.get("partial runs", [])
+        ],
         f"- Timing: each file converted by the family's own converter and run in its own venv (one process per "
         f"file, the runtime's default threads), median of {repeats} runs after one warm-up; {rounds} round(s), "
         "the files of a (shape, family) back to back in an order rotated per round, the median over rounds; "
@@ -236,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--families",
         nargs="*",
-        help="these families only (default: every one with a venv; bench: every family, ORT always)",
+        help="these families only (default: every one with a venv; bench: every family, ORT always; their rows "
+        "replace theirs in the checked-in data, the other families' stay)",
     )
     parser.add_argument("--repeats", type=int, default=10, help="bench: timed runs per file and round")
     parser.add_argument("--rounds", type=int, default=1, help="bench: rounds (each converts and runs every file)")
@@ -259,12 +268,40 @@ def main(argv: list[str] | None = None) -> None:
             write_block(ROOT / "BENCHMARKS.md", BENCH_BLOCK, block)
     else:
         block, data = bench(args.repeats, args.rounds, args.shape, args.families)
+        if args.families and not args.shape:  # these families' rows replace theirs in the checked-in run's data
+            from deform_onnx.targets.fastest import DATA
+
+            data = merge(DATA, data, _targets_of(args.families))
+            block = render(data)
         print(block)
         if not args.only_print:
             import deployed_forms
 
             write_block(ROOT / "BENCHMARKS.md", BENCH_BLOCK, block)
             deployed_forms.write_data(ROOT / "src" / "deform_onnx" / "targets" / "fastest.py", data)
+
+
+def _targets_of(families: list[str]) -> list[str]:
+    """The targets whose files ``families`` run (:data:`deployed_forms.ENTRIES`), ONNX Runtime's never."""
+    import deployed_forms as forms
+
+    return list(dict.fromkeys(t for fam, t, _ in forms.ENTRIES if fam in families and fam != "onnxruntime"))
+
+
+def merge(base: dict, run: dict, targets: list[str]) -> dict:
+    """``base`` (a whole run's data) with ``targets`` as ``run`` (a run of some families) measured them.
+
+    The run's facts go to ``"partial runs"`` (one entry per such run, the latest per target), which
+    :func:`render` lists: those rows compare only within that run.
+    """
+    if run["shapes"] != base["shapes"]:
+        raise SystemExit(f"--families: the run's shapes {run['shapes']} are not the data's {base['shapes']}")
+    data = {**base, "targets": {**base["targets"], **{t: run["targets"][t] for t in targets if t in run["targets"]}}}
+    facts = {k: run[k] for k in ("command", "date", "machine", "load", "minutes")}
+    facts["versions"] = {k: v for k, v in run["versions"].items() if k != "onnxruntime"}
+    earlier = [dict(p, targets=[t for t in p["targets"] if t not in targets]) for p in base.get("partial runs", [])]
+    data["partial runs"] = [p for p in earlier if p["targets"]] + [{"targets": targets, **facts}]
+    return data
 
 
 if __name__ == "__main__":

@@ -80,8 +80,9 @@ DATA: dict = {
         "mnn": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 23.213, "1x256x32": 18.2751, "4x64x32": 48.0288, "1x64x64 og8": 12.7658},
+                "ms": {"1x64x64": 7.7337, "1x256x32": 13.694, "4x64x32": 18.4145, "1x64x64 og8": 7.5828},
                 "notes": {},
+                "off": {"1x64x64": "0.0054 off", "1x64x64 og8": "0.0054 off"},
             },
             "native": {
                 "opset": None,
@@ -97,23 +98,27 @@ DATA: dict = {
                     "(DeformConv): MNN has no DeformConv kernel (not "
                     "run here: t",
                 },
+                "off": {},
             },
             "grid_sample": {
                 "opset": 17,
-                "ms": {"1x64x64": 451.8511, "1x256x32": 172.4157, "4x64x32": 391.6774, "1x64x64 og8": 72.0084},
+                "ms": {"1x64x64": 24.963, "1x256x32": 62.0943, "4x64x32": 24.8024, "1x64x64 og8": 36.0961},
                 "notes": {},
+                "off": {},
             },
             "gather": {
                 "opset": 17,
-                "ms": {"1x64x64": 76.1308, "1x256x32": 72.4706, "4x64x32": 632.0137, "1x64x64 og8": 184.7837},
+                "ms": {"1x64x64": 55.3797, "1x256x32": 61.791, "4x64x32": 44.0596, "1x64x64 og8": 131.1136},
                 "notes": {},
+                "off": {},
             },
         },
         "ncnn": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 230.2075, "1x256x32": 151.5223, "4x64x32": None, "1x64x64 og8": 150.7274},
+                "ms": {"1x64x64": 111.6073, "1x256x32": 111.8638, "4x64x32": None, "1x64x64 og8": 107.9542},
                 "notes": {"4x64x32": "output of 65536 values, not 262144"},
+                "off": {},
             },
             "native": {
                 "opset": None,
@@ -132,15 +137,17 @@ DATA: dict = {
                     "(DeformConv): ncnn has no DeformConv kernel (not "
                     "run here:",
                 },
+                "off": {},
             },
             "grid_sample": {
                 "opset": 17,
-                "ms": {"1x64x64": 1167.2651, "1x256x32": 543.5661, "4x64x32": None, "1x64x64 og8": 3126.9753},
+                "ms": {"1x64x64": 787.7476, "1x256x32": 384.5617, "4x64x32": None, "1x64x64 og8": 620.6464},
                 "notes": {
                     "4x64x32": "refused: target 'ncnn': ncnn blobs: 10 value(s) "
                     "that no ncnn blob holds (more than 4-D after a "
                     "lead"
                 },
+                "off": {},
             },
             "gather": {
                 "opset": None,
@@ -156,6 +163,7 @@ DATA: dict = {
                     "that no ncnn blob holds (more than 4-D after a "
                     "lead",
                 },
+                "off": {},
             },
         },
         "tflite": {
@@ -269,4 +277,16 @@ DATA: dict = {
             },
         },
     },
+    "partial runs": [
+        {
+            "targets": ["mnn", "ncnn"],
+            "command": "PYTHONPATH=src python scripts/runtime_venvs.py bench --families mnn ncnn "
+            "--repeats 3 --rounds 3",
+            "date": "2026-12-06",
+            "machine": "Intel(R) Xeon(R) Processor, 2 cores, Python 3.11.7",
+            "load": ["7.56 / 6.63 / 5.01", "9.14 / 7.65 / 5.74"],
+            "minutes": 3.6,
+            "versions": {"mnn": "3.6.1", "ncnn": "1.0.20261020"},
+        }
+    ],
 }
