@@ -101,3 +101,24 @@ def test_targets_command_says_why():
 
     out = CliRunner().invoke(app, ["targets", "mnn"], env={"COLUMNS": "200"}).output
     assert resolve_target("mnn").reason.split(";")[0][:40] in " ".join(out.split())
+
+
+def test_a_run_of_some_families_replaces_their_rows_only():
+    """``runtime_venvs.py bench --families mnn``: mnn's rows from the new run, the others' kept, the run listed."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import runtime_venvs
+
+    base = {**planted("tvm", {"gather": (2.0, 2.0)}), "command": "all"}
+    base["targets"].update(planted("mnn", {"gather": (5.0, 5.0)})["targets"])
+    facts = {"command": "mnn", "date": "d", "machine": "m", "load": ["1", "2"], "minutes": 1.0}
+    run = {**planted("mnn", {"gather": (3.0, 3.0)}), **facts, "versions": {"onnxruntime": "1", "mnn": "3"}}
+    data = runtime_venvs.merge(base, run, runtime_venvs._targets_of(["mnn"]))
+    assert data["targets"]["mnn"] == run["targets"]["mnn"] and data["targets"]["tvm"] == base["targets"]["tvm"]
+    assert data["command"] == "all" and data["partial runs"] == [
+        {"targets": ["mnn"], **facts, "versions": {"mnn": "3"}}
+    ]
+    with pytest.raises(SystemExit, match="shapes"):
+        runtime_venvs.merge(base, {**run, "shapes": ["1x8x8"]}, ["mnn"])
