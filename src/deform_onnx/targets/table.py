@@ -235,14 +235,14 @@ TABLE: tuple[Target, ...] = (
         method="grid_sample",
         opset=17,
         reason="grid_sample, every tap in one GridSample contracted by a 1x1 Conv over the whole map (MNN's MatMul of "
-        "sampled columns ran 1.2-2.2x slower); grid_sample@17 and gather@11 (NaN guard Equal(g, g), no IsNaN) run "
+        "sampled columns ran 1.1-2.2x slower); grid_sample@17 and gather@11 (NaN guard Equal(g, g), no IsNaN) run "
         "within 2.1e-5 on the bundled "
         "example and cases c04, c12, c25; F.grid_sample with padding reflection takes the gather form (MNN's "
         "GridSample reflection is off by 2.1 to 3.8, its gather form within 1.2e-7), bicubic too (GridSample cubic off "
         "by 0.66 to 0.84); 5-D GridSample-20 (opset_version=20) runs within 1.3e-6",
         source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: MNN 3.6.1, MNNConvert + runtime)",
         options=("no IsNaN", "no GridSample reflection", "mnn loadable ops"),
-        # every tap in one GridSample, contracted by a 1x1 Conv, the whole map at once: 1.2-2.2x faster on MNN
+        # every tap in one GridSample, contracted by a 1x1 Conv, the whole map at once: 1.1-2.2x faster on MNN
         # than one MatMul per band (DCNv2 1x64x64 / 4x64x32 / 1x64x64 og8 / 1x256x32: 3.30x / 3.73x / 3.91x /
         # 2.14x MNN's own dense Conv, was 3.85x / 4.15x / 8.79x / 2.74x; measured here, 3 interleaved rounds)
         forms=("no GridSample reflection", "taps as channels", "whole map"),
