@@ -91,20 +91,21 @@ def mask2former_config(**extra):
     return transformers.Mask2FormerConfig(**fields)
 
 
-def rf_detr_config(**extra):
-    """``RfDetrConfig``: a windowed DINOv2 backbone (hidden 32, 4 layers, 2 heads, patch 14, 2 windows; the
-    input must be a multiple of 28, e.g. 112x112), d_model 32, 2 decoder layers, 10 queries, one group."""
+def rf_detr_config(backbone_layers: int = 4, **extra):
+    """``RfDetrConfig``: a windowed DINOv2 backbone (hidden 32, ``backbone_layers`` layers, each a stage it
+    outputs: the first windowed, the rest global; 2 heads, patch 14, 2 windows; the input must be a multiple of
+    28, e.g. 112x112), d_model 32, 2 decoder layers, 10 queries, one group."""
     import transformers
 
     backbone = transformers.RfDetrDinov2Config(
         hidden_size=32,
-        num_hidden_layers=4,
+        num_hidden_layers=backbone_layers,
         num_attention_heads=2,
         image_size=56,
         patch_size=14,
         num_windows=2,
         window_block_indexes=[0, 2],
-        out_features=["stage1", "stage2", "stage3", "stage4"],
+        out_features=[f"stage{k}" for k in range(1, backbone_layers + 1)],
         mlp_ratio=2,
     )
     fields = dict(

@@ -31,11 +31,18 @@ from util import ATOL, load_cases, op_types
 
 CONFIGS = list(itertools.product(("bilinear", "nearest"), ("zeros", "border", "reflection"), (True, False)))
 NAMES = ["x", "grid"]
-#: (exporter, opset, method): each method the opset allows through deform_onnx.export.
+#: (exporter, opset, method): each method the opset allows through deform_onnx.export. Not dynamo's gather at 16:
+#: its nodes are those of its file at 17 (only the opset import differs, measured here), the costliest export here.
 EXPORTS = (
     [("torchscript", 11, m) for m in ("gather", "auto")]
     + [("torchscript", 13, "gather")]
-    + [(e, o, m) for e in ("torchscript", "dynamo") for o in (16, 17) for m in ("grid_sample", "gather")]
+    + [
+        (e, o, m)
+        for e in ("torchscript", "dynamo")
+        for o in (16, 17)
+        for m in ("grid_sample", "gather")
+        if (e, o, m) != ("dynamo", 16, "gather")
+    ]
     + [("torchscript", 16, "auto")]
     + [(e, 20, m) for e in ("torchscript", "dynamo") for m in ("native", "gather")]
 )
