@@ -122,7 +122,8 @@ def test_family_only_table():
 def test_pte_forms_one_band_four_gathers_per_tap_and_the_same_numbers():
     """The .pte writer's forms (``"four corner gathers"``, ``"whole map"``): a map the gather form cuts in row bands
     is one piece, each tap samples its four corners by four gathers (no batched MatMul: XNNPACK takes the Mul/Add),
-    a tap picked by a constant index is a slice (no index_select, which XNNPACK has no kernel for); same outputs."""
+    a tap picked by a constant index is a slice (no index_select, which XNNPACK has no kernel for), no reshape to the
+    same shape and no product with 1 (XNNPACK copies / multiplies the columns for each); same outputs."""
     from deform_onnx.builder.forms import graph_forms
     from deform_onnx.formats.executorch import FORMS
     from deform_onnx.ops.deform_conv.common import row_bands
@@ -140,6 +141,10 @@ def test_pte_forms_one_band_four_gathers_per_tap_and_the_same_numbers():
     assert len(gathers) == 4 * taps  # one band, four corners a tap, no per-tap pick by index_select
     assert "aten.bmm.default" not in _ops(pte)
     assert "aten.bmm.default" in _ops(plain)  # without the forms: the stacked corners' batched MatMul
+    # No view to the shape it already has and no product with 1 (XNNPACK runs each as a pass over the columns)
+    views = [n for n in pte.graph.nodes if n.target == torch.ops.aten.view.default]
+    assert views and all(n.meta["val"].shape != n.args[0].meta["val"].shape for n in views)
+    assert not [n for n in pte.graph.nodes if n.target == torch.ops.aten.mul.Tensor and 1 in n.args[1:]]
     with torch.no_grad():
         want = model(*args)
         assert (pte.module()(*args) - want).abs().max().item() <= ATOL
