@@ -18,7 +18,16 @@ import deform_onnx
 from deform_onnx.ops.deform_conv import common
 from util import Config, DeformLayer, assert_close, make_inputs, reference, run_ort
 
-CFG = Config(N=3, C_in=4, C_out=4, H=64, W=64, groups=2, offset_groups=2)
+#: 8x8 output maps with the thresholds lowered to them (``PER_IMAGE_MIN_PIXELS`` to 8x8, ``BAND_PIXELS`` to
+#: two bands): the branches a 64x64 map takes at the real thresholds (test_per_image_rule checks those), at
+#: a 64th of the pixels. Two images: the file's size (and the dynamo export's time) grows with images x bands.
+CFG = Config(N=2, C_in=4, C_out=4, H=8, W=8, groups=2, offset_groups=2)
+
+
+@pytest.fixture(autouse=True)
+def _small_thresholds(monkeypatch):
+    monkeypatch.setattr(common, "PER_IMAGE_MIN_PIXELS", CFG.H * CFG.W)
+    monkeypatch.setattr(common, "BAND_PIXELS", CFG.H * CFG.W // 2)
 
 
 def _export(cfg: Config, method: str, dynamo: bool, dynamic_batch: bool = False):
@@ -63,7 +72,8 @@ def _table(proto: onnx.ModelProto) -> str:
 @pytest.mark.parametrize("method", ["grid_sample", "gather"])
 def test_static_batch_is_lowered_per_image(method, dynamo):
     proto, model, inputs = _export(CFG, method, dynamo)
-    # 64x64 output pixels: also cut into row bands (common.row_bands), each image's apart
+    # also cut into row bands (common.row_bands), each image's apart
+    assert len(common.row_bands(CFG.H, CFG.W)) == 2
     assert _images(proto, method, bands=len(common.row_bands(CFG.H, CFG.W))) == CFG.N
     assert_close(run_ort(proto.SerializeToString(), inputs), reference(model, inputs), what=f"{method} per image")
 
@@ -73,11 +83,13 @@ def test_dynamic_batch_stays_batched(method):
     proto, model, _ = _export(CFG, method, dynamo=False, dynamic_batch=True)
     assert _images(proto, method, bands=len(common.row_bands(CFG.H, CFG.W))) == 1
     # And it runs at another batch size.
-    other = make_inputs(CFG, seed=3, N=2)
-    assert_close(run_ort(proto.SerializeToString(), other), reference(model, other), what=f"{method} batch 2")
+    other = make_inputs(CFG, seed=3, N=3)
+    assert_close(run_ort(proto.SerializeToString(), other), reference(model, other), what=f"{method} batch 3")
 
 
-def test_per_image_rule():
+def test_per_image_rule(monkeypatch):
+    monkeypatch.undo()  # the real thresholds
+    assert common.PER_IMAGE_MIN_PIXELS == 64 * 64
     big = common.PER_IMAGE_MIN_PIXELS
     assert common.per_image(3, big) == [0, 1, 2]
     assert common.per_image(1, big) == [None]

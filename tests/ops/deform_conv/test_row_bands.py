@@ -5,7 +5,7 @@ its own (one GridSample of all K taps per band in the grid_sample lowering;
 its own index math in the gather lowering). The band edges are where an
 off-by-one would hide (a band's first output row, its base coordinates, its
 slice of offset and mask), so the parity grid cuts tiny maps into many bands
-(``BAND_PIXELS`` lowered for the test) across stride, padding, dilation,
+(``BAND_PIXELS`` lowered for the test: three bands) across stride, padding, dilation,
 groups, offset groups, batch (per image) and no mask; one map above the real
 threshold is exported with default arguments. Dynamic sizes stay in one piece.
 """
@@ -24,7 +24,9 @@ import deform_onnx
 from deform_onnx.ops.deform_conv import common
 from util import Config, DeformLayer, assert_close, make_inputs, reference, run_ort
 
-#: Configs whose maps the lowered threshold cuts into 2 to 7 bands.
+#: Configs whose maps the lowered threshold cuts into three bands (a first, an inner and a last band: every
+#: kind of band edge; heights unequal where the rows do not divide). More bands repeat the inner band's code
+#: and grow the file (the gather lowering writes its index math per band: 8 bands took 20 s through dynamo).
 GRID = [
     Config(H=13, W=11),
     Config(N=2, C_in=4, C_out=6, H=14, W=9, stride=2, padding=2, groups=2, offset_groups=2),
@@ -67,9 +69,9 @@ def test_row_bands_rule():
 @pytest.mark.parametrize("method", ["grid_sample", "gather"])
 @pytest.mark.parametrize("cfg", GRID, ids=[c.id for c in GRID])
 def test_bands_match_torchvision(cfg, method, monkeypatch):
-    monkeypatch.setattr(common, "BAND_PIXELS", 20)
     Ho, Wo = cfg.out_hw()
-    assert len(common.row_bands(Ho, Wo)) > 1
+    monkeypatch.setattr(common, "BAND_PIXELS", -(-Ho * Wo // 3))
+    assert len(common.row_bands(Ho, Wo)) == 3
     model, inputs = DeformLayer(cfg), make_inputs(cfg)
     proto = _export(model, inputs, method, verify=False)
     if method == "grid_sample":  # one GridSample per band and image, each of all K taps

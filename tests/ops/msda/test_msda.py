@@ -24,10 +24,13 @@ from util import ATOL, TENSORRT_OPS, load_cases, op_types
 NAMES = ["value", "sampling_locations", "attention_weights"]
 #: The query axis is dynamic in every export.
 AXES = {"sampling_locations": {1: "queries"}, "attention_weights": {1: "queries"}}
-#: (exporter, opset, method) of the plain PyTorch form: each method each opset allows.
+#: (exporter, opset, method) of the plain PyTorch form: each method each opset allows. TorchScript at 17 would
+#: repeat 16 (it writes at the opset asked, and nothing the plain form holds changes schema at 17: GridSample
+#: is GridSample-16 at both; auto picks grid_sample at both); the TorchScript 17 file of Deformable DETR's
+#: own module: tests/ops/msda/test_msda_real.py, the fused op's at 17: FUSED.
 PLAIN = (
     [("torchscript", o, m) for o in (11,) for m in ("gather", "auto")]
-    + [("torchscript", o, m) for o in (16, 17) for m in ("grid_sample", "gather", "auto")]
+    + [("torchscript", 16, m) for m in ("grid_sample", "gather", "auto")]
     + [("dynamo", 16, m) for m in ("grid_sample", "gather")]
     + [("dynamo", 17, "auto")]
 )
