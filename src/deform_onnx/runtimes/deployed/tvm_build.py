@@ -140,6 +140,60 @@ def _reduction(sch, block, loops, kinds, lanes, rows):
     sch.decompose_reduction(block, reduce[0])
 
 
+def fold_constants(mod, target):
+    """``mod`` (legalized) with every kernel call whose arguments are all constants replaced by its value.
+
+    The same result as ``relax.transform.FoldConstant``, which compiles each such kernel apart with LLVM (the
+    ONNX frontend writes dozens: index normalisation of each ``Gather``, shapes as tensors): measured here, 13 of
+    a 4-channel DCNv2 file's 14 s of build, 7 of a 64-channel one's 8 s. Here they are compiled in one module
+    and run in order. ``build`` runs ``FoldConstant`` after it, for anything this leaves.
+    """
+    import tvm
+    from tvm import relax
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    Constant = getattr(relax, "Constant", None) or tvm.ir.expr.Constant  # tvm 0.27 moved it
+    main = mod["main"]
+    known, calls = {}, []
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            call = binding.value
+            if not (isinstance(call, relax.Call) and call.op == call_tir and len(call.args) == 2):
+                continue
+            args = getattr(call.args[1], "fields", None)
+            sinfo = getattr(binding.var, "struct_info", None) or getattr(binding.var, "ty", None)
+            dims = getattr(getattr(sinfo, "shape", None), "values", None)
+            if args is None or dims is None or not getattr(sinfo, "dtype", None):
+                continue
+            if all(isinstance(a, Constant) or (isinstance(a, relax.Var) and a in known) for a in args):
+                shape = [int(d) for d in dims]
+                known[binding.var] = (shape, sinfo.dtype)
+                calls.append((binding.var, call.args[0], args))
+    if not calls:
+        return mod
+    kernels = tvm.IRModule({gv: mod[gv].with_attr("global_symbol", gv.name_hint) for _, gv, _ in calls})
+    lib = tvm.compile(kernels, target=target)
+    device = tvm.cpu()
+    values = {}
+    for var, gv, args in calls:
+        shape, dtype = known[var]
+        out = tvm.runtime.empty(shape, dtype, device)
+        inputs = [values[a] if a in values else (a.data if hasattr(a, "data") else a.value) for a in args]
+        lib[gv.name_hint](*inputs, out)
+        values[var] = out
+
+    @relax.expr_functor.mutator
+    class Substitute(relax.PyExprMutator):
+        def visit_var_(self, var):
+            return relax.const(values[var]) if var in values else var
+
+        def visit_dataflow_var_(self, var):
+            return relax.const(values[var]) if var in values else var
+
+    mod["main"] = Substitute().visit_expr(main)
+    return relax.transform.DeadCodeElimination()(mod)
+
+
 def build(mod, target):
     """Legalize ``mod`` (a Relax module from the ONNX frontend), schedule its kernels (:func:`cpu_rule`) and
     compile it for ``target`` (:func:`host_target`).
@@ -156,7 +210,10 @@ def build(mod, target):
     mod = relax.transform.DecomposeOpsForInference()(mod)
     with target:
         passes = pipeline.library_dispatch_passes(target) + pipeline.legalize_passes(target)
-        mod = tvm.transform.Sequential(passes)(mod)
+        fold = next((i for i, p in enumerate(passes) if p.info.name == "FoldConstant"), None)
+        if fold is not None:  # FoldConstant after fold_constants: it finds nothing left, quickly
+            mod = fold_constants(tvm.transform.Sequential(passes[:fold])(mod), target)
+        mod = tvm.transform.Sequential(passes[fold or 0 :])(mod)
         mod = dlight.ApplyDefaultSchedule(cpu_rule())(mod)
     kernels = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     scheduled = sum(1 for f in kernels if f.attrs is not None and "tirx.is_scheduled" in f.attrs)
