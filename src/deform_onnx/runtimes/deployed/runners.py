@@ -305,7 +305,23 @@ model = os.path.join(work, "model.onnx")
 shutil.copyfile(meta["model"], model)
 path = os.environ.get("PATH", "")
 env = dict(os.environ, PATH=path if meta["tool"] in path.split(os.pathsep) else meta["tool"] + os.pathsep + path)
-conv = subprocess.run([os.path.join(meta["tool"], "onnx2tf"), "-i", model, "-o", work, "-n", *meta.get("args", [])],
+# onnx2tf's own convert() and its float32 .tflite step, as its command line runs them (the same bytes, measured),
+# without the command's saved_model and float16 .tflite that nothing here reads (most of its time on small files)
+convert = '''
+import sys, onnx2tf, tensorflow as tf
+model = onnx2tf.convert(input_onnx_file_path=sys.argv[1], output_folder_path=sys.argv[2], non_verbose=True,
+                        disable_model_save=True)
+try:
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+except Exception:
+    run = tf.function(lambda *inputs: model(inputs),
+                      input_signature=[tf.TensorSpec(t.shape, t.dtype, t.name) for t in model.inputs])
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([run.get_concrete_function()])
+converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+converter.unfold_batchmatmul = False
+open(sys.argv[2] + "/model_float32.tflite", "wb").write(converter.convert())
+'''
+conv = subprocess.run([sys.executable, "-c", convert, model, work],
                       capture_output=True, text=True, timeout=1800, cwd=work, env=env)
 found = glob.glob(os.path.join(work, "*_float32.tflite"))
 if not found:
