@@ -193,6 +193,7 @@ def exported(
     """
     from .capture import capture, drop_aliases
     from .decompose import decompositions
+    from .tidy import tidy
 
     table = decompositions(method, core=core)
     captured = capture(model, args, dynamic_shapes, title)
@@ -204,6 +205,7 @@ def exported(
     except Exception as exc:
         raise ExportError(f"decomposing the model for {title} failed: {_one_line(exc)}") from exc
     drop_aliases(ep)
+    tidy(ep)
     left = sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function" and _foreign(n.target)})
     if left:
         raise ExportError(
