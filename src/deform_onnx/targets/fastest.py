@@ -4,11 +4,11 @@ Generated (do not edit): :mod:`deform_onnx.targets.measured` reads it. Empty: no
 """
 
 DATA: dict = {
-    "command": "PYTHONPATH=src python scripts/runtime_venvs.py bench --repeats 3 --rounds 1",
+    "command": "PYTHONPATH=src python scripts/runtime_venvs.py bench --repeats 5 --rounds 1",
     "date": "2026-12-06",
     "machine": "Intel(R) Xeon(R) Processor, 2 cores, Python 3.11.7",
-    "load": ["11.32 / 10.70 / 8.23", "15.70 / 13.99 / 12.59"],
-    "minutes": 38.5,
+    "load": ["2.67 / 2.40 / 3.74", "1.09 / 1.89 / 2.97"],
+    "minutes": 9.1,
     "versions": {
         "onnxruntime": "1.32.0",
         "openvino": "2026.4.1",
@@ -18,69 +18,81 @@ DATA: dict = {
         "tvm": "0.27.0.post1",
         "onnx2torch": "1.5.15",
     },
+    "repeats": 5,
+    "rounds": 1,
     "shapes": ["1x64x64", "1x256x32", "4x64x32", "1x64x64 og8"],
     "dense": "dense Conv",
     "targets": {
         "onnxruntime": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 11.9516, "1x256x32": 27.8454, "4x64x32": 21.936, "1x64x64 og8": 22.0651},
+                "ms": {"1x64x64": 4.9806, "1x256x32": 7.5577, "4x64x32": 3.0219, "1x64x64 og8": 2.8096},
                 "notes": {},
+                "off": {},
             },
             "native": {
                 "opset": 19,
-                "ms": {"1x64x64": 64.165, "1x256x32": 58.0541, "4x64x32": 78.5553, "1x64x64 og8": 78.7798},
+                "ms": {"1x64x64": 14.485, "1x256x32": 15.9826, "4x64x32": 9.8978, "1x64x64 og8": 23.4535},
                 "notes": {},
+                "off": {},
             },
             "grid_sample": {
                 "opset": 19,
-                "ms": {"1x64x64": 88.268, "1x256x32": 116.1667, "4x64x32": 128.6963, "1x64x64 og8": 122.7186},
+                "ms": {"1x64x64": 17.6014, "1x256x32": 31.2232, "4x64x32": 21.1949, "1x64x64 og8": 32.4967},
                 "notes": {},
+                "off": {},
             },
             "gather": {
                 "opset": 19,
-                "ms": {"1x64x64": 203.0436, "1x256x32": 122.1996, "4x64x32": 191.4967, "1x64x64 og8": 373.1972},
+                "ms": {"1x64x64": 21.943, "1x256x32": 29.8858, "4x64x32": 22.332, "1x64x64 og8": 66.8213},
                 "notes": {},
+                "off": {},
             },
         },
         "openvino-extension": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 19.374, "1x256x32": 28.2253, "4x64x32": 55.9203, "1x64x64 og8": 15.7571},
+                "ms": {"1x64x64": 2.8947, "1x256x32": 7.7625, "4x64x32": 7.2673, "1x64x64 og8": 2.9923},
                 "notes": {},
+                "off": {},
             },
             "native": {
                 "opset": 19,
-                "ms": {"1x64x64": 63.5721, "1x256x32": 54.9205, "4x64x32": 75.784, "1x64x64 og8": 103.1071},
+                "ms": {"1x64x64": 3.8952, "1x256x32": 18.2187, "4x64x32": 8.8827, "1x64x64 og8": 28.8094},
                 "notes": {},
+                "off": {},
             },
         },
         "openvino": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 38.1892, "1x256x32": 38.3732, "4x64x32": 52.1087, "1x64x64 og8": 26.9155},
+                "ms": {"1x64x64": 5.2848, "1x256x32": 7.4476, "4x64x32": 7.1841, "1x64x64 og8": 7.0543},
                 "notes": {},
+                "off": {},
             },
             "grid_sample": {
                 "opset": 17,
-                "ms": {"1x64x64": 108.4216, "1x256x32": 49.2827, "4x64x32": 111.8418, "1x64x64 og8": 52.2426},
+                "ms": {"1x64x64": 5.512, "1x256x32": 10.9404, "4x64x32": 14.1252, "1x64x64 og8": 15.6073},
                 "notes": {},
+                "off": {},
             },
             "gather": {
                 "opset": 17,
-                "ms": {"1x64x64": 119.9436, "1x256x32": 78.8837, "4x64x32": 188.0855, "1x64x64 og8": 132.2121},
+                "ms": {"1x64x64": 8.7478, "1x256x32": 12.3137, "4x64x32": 23.9702, "1x64x64 og8": 35.7679},
                 "notes": {},
+                "off": {},
             },
             "convert_model (PyTorch module)": {
                 "opset": None,
-                "ms": {"1x64x64": 59.6522, "1x256x32": 95.9485, "4x64x32": 59.8562, "1x64x64 og8": 132.644},
+                "ms": {"1x64x64": 2.4829, "1x256x32": 6.7329, "4x64x32": 2.5447, "1x64x64 og8": 8.9692},
                 "notes": {},
+                "off": {},
             },
         },
         "mnn": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 7.7337, "1x256x32": 13.694, "4x64x32": 18.4145, "1x64x64 og8": 7.5828},
+                "ms": {"1x64x64": 2.8139, "1x256x32": 5.1276, "4x64x32": 30.3233, "1x64x64 og8": 31.6327},
                 "notes": {},
                 "off": {"1x64x64": "0.0054 off", "1x64x64 og8": "0.0054 off"},
             },
@@ -102,13 +114,13 @@ DATA: dict = {
             },
             "grid_sample": {
                 "opset": 17,
-                "ms": {"1x64x64": 24.963, "1x256x32": 62.0943, "4x64x32": 24.8024, "1x64x64 og8": 36.0961},
+                "ms": {"1x64x64": 9.6747, "1x256x32": 20.6174, "4x64x32": 96.1724, "1x64x64 og8": 163.9061},
                 "notes": {},
                 "off": {},
             },
             "gather": {
                 "opset": 17,
-                "ms": {"1x64x64": 55.3797, "1x256x32": 61.791, "4x64x32": 44.0596, "1x64x64 og8": 131.1136},
+                "ms": {"1x64x64": 16.4897, "1x256x32": 21.4438, "4x64x32": 16.4133, "1x64x64 og8": 475.6264},
                 "notes": {},
                 "off": {},
             },
@@ -116,7 +128,7 @@ DATA: dict = {
         "ncnn": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 111.6073, "1x256x32": 111.8638, "4x64x32": None, "1x64x64 og8": 107.9542},
+                "ms": {"1x64x64": 43.2008, "1x256x32": 3.1493, "4x64x32": None, "1x64x64 og8": 5.2913},
                 "notes": {"4x64x32": "output of 65536 values, not 262144"},
                 "off": {},
             },
@@ -141,7 +153,7 @@ DATA: dict = {
             },
             "grid_sample": {
                 "opset": 17,
-                "ms": {"1x64x64": 787.7476, "1x256x32": 384.5617, "4x64x32": None, "1x64x64 og8": 620.6464},
+                "ms": {"1x64x64": 306.7612, "1x256x32": 8.2724, "4x64x32": None, "1x64x64 og8": 47.6962},
                 "notes": {
                     "4x64x32": "refused: target 'ncnn': ncnn blobs: 10 value(s) "
                     "that no ncnn blob holds (more than 4-D after a "
@@ -169,8 +181,9 @@ DATA: dict = {
         "tflite": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 10.9816, "1x256x32": 44.7054, "4x64x32": 15.5807, "1x64x64 og8": 10.7106},
+                "ms": {"1x64x64": 2.7704, "1x256x32": 10.3937, "4x64x32": 2.9754, "1x64x64 og8": 2.5981},
                 "notes": {},
+                "off": {"1x64x64": "6.3 off", "1x64x64 og8": "6.3 off"},
             },
             "native": {
                 "opset": None,
@@ -189,50 +202,77 @@ DATA: dict = {
                     "(DeformConv): onnx2tf has no DeformConv kernel "
                     "(not run ",
                 },
+                "off": {},
             },
             "grid_sample": {
                 "opset": 16,
-                "ms": {"1x64x64": None, "1x256x32": 105.5247, "4x64x32": 79.1108, "1x64x64 og8": 113.9179},
+                "ms": {"1x64x64": None, "1x256x32": 26.4201, "4x64x32": 17.8724, "1x64x64 og8": 29.6903},
                 "notes": {"1x64x64": "wrong: 2.7 off"},
+                "off": {},
             },
             "gather": {
                 "opset": 13,
-                "ms": {"1x64x64": 69.3358, "1x256x32": 68.0362, "4x64x32": 87.358, "1x64x64 og8": None},
-                "notes": {"1x64x64 og8": "timed out after 600 s"},
+                "ms": {"1x64x64": 20.0309, "1x256x32": 30.7984, "4x64x32": 40.2172, "1x64x64 og8": 38.5187},
+                "notes": {},
+                "off": {},
             },
         },
         "tvm": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 238.4998, "1x256x32": 947.2962, "4x64x32": 261.4001, "1x64x64 og8": 515.9268},
+                "ms": {"1x64x64": 4.5863, "1x256x32": 11.0878, "4x64x32": 7.3078, "1x64x64 og8": 4.4846},
                 "notes": {},
+                "off": {},
             },
             "native": {
-                "opset": 19,
+                "opset": None,
                 "ms": {"1x64x64": None, "1x256x32": None, "4x64x32": None, "1x64x64 og8": None},
                 "notes": {
-                    "1x64x64": "The following operators are not supported for frontend ONNX: DeformConv",
-                    "1x256x32": "The following operators are not supported for frontend ONNX: DeformConv",
-                    "4x64x32": "The following operators are not supported for frontend ONNX: DeformConv",
-                    "1x64x64 og8": "The following operators are not supported for frontend ONNX: DeformConv",
+                    "1x64x64": "refused: target 'tvm': tvm loadable ops: DeformConv (1 "
+                    "node(s), first node_deform_conv2d, from torc",
+                    "1x256x32": "refused: target 'tvm': tvm loadable ops: DeformConv "
+                    "(1 node(s), first node_deform_conv2d, from torc",
+                    "4x64x32": "refused: target 'tvm': tvm loadable ops: DeformConv (1 "
+                    "node(s), first node_deform_conv2d, from torc",
+                    "1x64x64 og8": "refused: target 'tvm': tvm loadable ops: "
+                    "DeformConv (1 node(s), first node_deform_conv2d, "
+                    "from torc",
                 },
+                "off": {},
             },
             "grid_sample": {
                 "opset": 17,
-                "ms": {"1x64x64": 1810.5801, "1x256x32": 12133.1674, "4x64x32": 417.7137, "1x64x64 og8": 2693.9873},
+                "ms": {"1x64x64": 17.2516, "1x256x32": 36.3768, "4x64x32": 13.8724, "1x64x64 og8": 16.4879},
                 "notes": {},
+                "off": {},
             },
             "gather": {
                 "opset": 17,
-                "ms": {"1x64x64": 198.8191, "1x256x32": 3521.8278, "4x64x32": 172.0595, "1x64x64 og8": 479.4683},
+                "ms": {"1x64x64": 9.5667, "1x256x32": 22.5761, "4x64x32": 14.3387, "1x64x64 og8": 27.1032},
                 "notes": {},
+                "off": {},
+            },
+        },
+        "onnx2torch-native": {
+            "dense Conv": {
+                "opset": 17,
+                "ms": {"1x64x64": 27.9379, "1x256x32": 15.8963, "4x64x32": 1.813, "1x64x64 og8": 1.2331},
+                "notes": {},
+                "off": {},
+            },
+            "native": {
+                "opset": 19,
+                "ms": {"1x64x64": 75.8235, "1x256x32": 71.9791, "4x64x32": 75.4648, "1x64x64 og8": 32.3758},
+                "notes": {},
+                "off": {},
             },
         },
         "onnx2torch": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 99.8785, "1x256x32": 147.9551, "4x64x32": 100.0504, "1x64x64 og8": 147.9107},
+                "ms": {"1x64x64": 27.4083, "1x256x32": 28.6077, "4x64x32": 27.9944, "1x64x64 og8": 1.1793},
                 "notes": {},
+                "off": {},
             },
             "native": {
                 "opset": None,
@@ -251,6 +291,7 @@ DATA: dict = {
                     "native (DeformConv): onnx2torch has no "
                     "DeformConv kernel ('",
                 },
+                "off": {},
             },
             "grid_sample": {
                 "opset": None,
@@ -269,24 +310,14 @@ DATA: dict = {
                     "mishandles grid_sample (GridSample): "
                     "onnx2torch has no GridSample conv",
                 },
+                "off": {},
             },
             "gather": {
                 "opset": 17,
-                "ms": {"1x64x64": 2214.8033, "1x256x32": 1888.0864, "4x64x32": 1884.831, "1x64x64 og8": 9207.1114},
+                "ms": {"1x64x64": 687.7724, "1x256x32": 433.0679, "4x64x32": 40.4053, "1x64x64 og8": 46.1051},
                 "notes": {},
+                "off": {},
             },
         },
     },
-    "partial runs": [
-        {
-            "targets": ["mnn", "ncnn"],
-            "command": "PYTHONPATH=src python scripts/runtime_venvs.py bench --families mnn ncnn "
-            "--repeats 3 --rounds 3",
-            "date": "2026-12-06",
-            "machine": "Intel(R) Xeon(R) Processor, 2 cores, Python 3.11.7",
-            "load": ["7.56 / 6.63 / 5.01", "9.14 / 7.65 / 5.74"],
-            "minutes": 3.6,
-            "versions": {"mnn": "3.6.1", "ncnn": "1.0.20261020"},
-        }
-    ],
 }
