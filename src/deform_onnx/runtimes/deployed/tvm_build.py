@@ -154,7 +154,8 @@ def fold_constants(mod, target):
     call_tir = tvm.ir.Op.get("relax.call_tir")
     Constant = getattr(relax, "Constant", None) or tvm.ir.expr.Constant  # tvm 0.27 moved it
     main = mod["main"]
-    known, calls = {}, []
+    known: dict = {}
+    calls: list = []
     for block in main.body.blocks:
         for binding in block.bindings:
             call = binding.value
@@ -163,18 +164,19 @@ def fold_constants(mod, target):
             args = getattr(call.args[1], "fields", None)
             sinfo = getattr(binding.var, "struct_info", None) or getattr(binding.var, "ty", None)
             dims = getattr(getattr(sinfo, "shape", None), "values", None)
-            if args is None or dims is None or not getattr(sinfo, "dtype", None):
+            dtype = getattr(sinfo, "dtype", None)
+            if args is None or dims is None or not dtype:
                 continue
             if all(isinstance(a, Constant) or (isinstance(a, relax.Var) and a in known) for a in args):
                 shape = [int(d) for d in dims]
-                known[binding.var] = (shape, sinfo.dtype)
+                known[binding.var] = (shape, dtype)
                 calls.append((binding.var, call.args[0], args))
     if not calls:
         return mod
     kernels = tvm.IRModule({gv: mod[gv].with_attr("global_symbol", gv.name_hint) for _, gv, _ in calls})
     lib = tvm.compile(kernels, target=target)
     device = tvm.cpu()
-    values = {}
+    values: dict = {}
     for var, gv, args in calls:
         shape, dtype = known[var]
         out = tvm.runtime.empty(shape, dtype, device)
