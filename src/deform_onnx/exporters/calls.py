@@ -96,7 +96,7 @@ def export_dynamo(
     Raises:
         ValueError: a lowering refused the layer (its message names the fix).
         ConversionError: an op of the model cannot be converted down to ``opset``.
-        FixedDynamicSize: the model's code fixes a size asked to be dynamic (:func:`.guards.check_guards`).
+        FixedDynamicSize: the model's code fixes a size asked to be dynamic (:func:`.guards.checked_program`).
         torch's exporter errors: capture failures (see :func:`capture_errors`) and others.
 
     ``sink`` (:class:`deform_onnx.exporting.large.ExternalSink`): a model over 2 GiB; its weights go to

@@ -51,14 +51,6 @@ class _Sized:
         return len(self._shape)
 
 
-def check_guards(model: torch.nn.Module, args: tuple, dynamic_shapes, notes: list[str] | None = None) -> list[str]:
-    """Raise :class:`FixedDynamicSize` when the model's code fixes one of the dynamic sizes.
-
-    :func:`checked_program` with the capture's program dropped: the guards torch.export recorded.
-    """
-    return checked_program(model, args, dynamic_shapes, notes)[1]
-
-
 def checked_program(
     model: torch.nn.Module, args: tuple, dynamic_shapes, notes: list[str] | None = None, *, capture=None
 ) -> tuple[torch.export.ExportedProgram | None, list[str]]:

@@ -12,6 +12,7 @@ node count (:func:`tidy`).
 from __future__ import annotations
 
 import torch
+from torch._prims_common import is_contiguous_or_false
 
 __all__ = ["tidy"]
 
@@ -34,8 +35,6 @@ def _is_output(node: torch.fx.Node) -> bool:
 
 def _dense_copy(node: torch.fx.Node) -> bool:
     """A ``clone`` of a contiguous tensor into the contiguous format: the same values, the same layout."""
-    from torch._prims_common import is_contiguous_or_false
-
     if node.target is not torch.ops.aten.clone.default or len(node.args) != 1:
         return False
     fmt = node.kwargs.get("memory_format")
