@@ -200,8 +200,12 @@ def cells_from_data(data: dict) -> dict[str, dict[str, dict[str, Cell]]]:
     }  # fmt: skip
 
 
-def table(cells, labels: list[str], picks: dict[str, tuple[str, str]]) -> list[str]:
-    """The block's table: one row per (target, form), ms (x the family's dense Conv, x ORT native) per shape."""
+def table(cells, labels: list[str], picks: dict[str, tuple[str, dict[str, str]]]) -> list[str]:
+    """The block's table: one row per (target, form), ms (x the family's dense Conv, x ORT native) per shape.
+
+    ``picks[target]``: ``(the target's default method, {shape label: (method, class)})``, the second for the
+    shapes whose class takes another form (its cell there is marked).
+    """
     base = cells[BASE[0]][BASE[1]]
     head = ["| family (file's target): form | " + " | ".join(labels) + " | geomean x own dense Conv | "
             "geomean x ORT native |", "|---|" + "---|" * (len(labels) + 2)]  # fmt: skip
@@ -221,9 +225,11 @@ def table(cells, labels: list[str], picks: dict[str, tuple[str, str]]) -> list[s
                 own.append(c.ms / d) if d else None
                 ort.append(c.ms / b) if b else None
                 parts.append(f"{c.off} from PyTorch" if c.off else "")
-                cols.append(f"{c.ms:.2f} (" + ", ".join(p for p in parts if p) + ")")
+                per_class = picks.get(target, ("", {}))[1].get(label)
+                mark = f" **(pick: {per_class[1]})**" if per_class and per_class[0] == form else ""
+                cols.append(f"{c.ms:.2f} (" + ", ".join(p for p in parts if p) + ")" + mark)
             g_own, g_ort = geomean(own), geomean(ort)
-            mark = " **(pick)**" if picks.get(target, ("", ""))[0] == form else ""
+            mark = " **(pick)**" if picks.get(target, ("", {}))[0] == form else ""
             rows.append(f"| {fam} ({target}): {form}{mark} | " + " | ".join(c.replace("|", "\\|") for c in cols)
                         + f" | {f'{g_own:.2f}x' if g_own and form != DENSE else '-'} | "
                         + f"{f'{g_ort:.2f}x' if g_ort else '-'} |")  # fmt: skip

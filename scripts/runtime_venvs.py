@@ -156,12 +156,16 @@ def render(data: dict) -> str:
 
     import deployed_forms as forms
 
+    from deform_onnx.ops.deform_conv.classes import label_class
     from deform_onnx.targets import _resolve, measured
 
     cells = forms.cells_from_data(data)
     picks = {}  # the table's own entry (resolve_target adds the checked-in data's pick), with this run's data
     for target in cells:
-        picks[target] = (measured.apply(_resolve(target), data).method, "")
+        t = measured.apply(_resolve(target), data)
+        by_class = {c.shape_class: c.method for c in t.class_methods if c.op == measured.OP}
+        shapes = {s: (by_class[label_class(s)], label_class(s)) for s in data["shapes"] if label_class(s) in by_class}
+        picks[target] = (t.method, shapes)
     setting = dict(re.findall(r"--(repeats|rounds) (\d+)", data["command"]))
     repeats, rounds = data.get("repeats", setting.get("repeats")), data.get("rounds", setting.get("rounds"))
     load_before, load_after = data["load"]
@@ -187,7 +191,9 @@ def render(data: dict) -> str:
         "errors against PyTorch, `wrong` above 1e-4; `refused`: the target's fault or graph rule refuses it",
         "- **(pick)**: the form `target=<target>` writes (`deform_onnx.targets.measured`: the fastest correct "
         f"form by the geomean over its dense Conv, when it beats the table's own pick by more than "
-        f"{measured.MARGIN:g}x and on every shape; else the table's pick)",
+        f"{measured.MARGIN:g}x and on every shape; else the table's pick); **(pick: class)** on a cell: the "
+        "shapes of that class (`deform_onnx.ops.deform_conv.classes`) take that form instead, as it beats the "
+        f"default by more than {measured.MARGIN:g}x on each of them",
         "",
         "Median ms per call (x the family's own dense Conv, x ORT native; lower is faster):",
         "",

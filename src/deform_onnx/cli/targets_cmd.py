@@ -34,14 +34,16 @@ def targets_command(
     rows = []
     for t in targets:
         refused = [f"refuses {f.what}" for f in t.all_faults]
+        per_class = [f"{c.op} {c.shape_class}: {c.method}" for c in t.class_methods]
         rows.append((
             t.name,
             t.runtime,
             f"{t.method}@{t.opset}" + (f" (forms: {', '.join(t.forms)})" if t.forms else "")
+            + "".join(f"; {p}" for p in per_class)
             + f"; F.grid_sample 5-D: {'GridSample-20' if '5-D' in t.grid_sample else 'gather'}, "
             f"bicubic: {'GridSample cubic' if 'cubic' in t.grid_sample else 'gather'}",
             "; ".join([*t.rules, *refused]) or "-",
-            t.reason,
+            "; ".join([t.reason, *(f"{c.op} {c.shape_class}: {c.method}, {c.reason}" for c in t.class_methods)]),
             f"{t.source} [{t.status}]",
         ))  # fmt: skip
     columns = ("target", "runtime", "picks", "rules and refusals", "why", "source")

@@ -36,7 +36,7 @@ def finish(proto: onnx.ModelProto, opts: ExportOptions, sink: ExternalSink | Non
         choice.check_graph(proto)
     apply_ir_version(proto, opts.ir_version)
     path = sink.save(proto) if sink is not None else None
-    _validate(proto, opts.opset, opts.method, path)
+    _validate(proto, opts.opset, opts.method, path, kept=_class_nodes(choice, opts.opset))
     return proto.SerializeToString() if path is None else path
 
 
@@ -44,14 +44,28 @@ def _default_opset(proto: onnx.ModelProto) -> int | None:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
-def _validate(proto: onnx.ModelProto, opset: int, method: str, path: str | None = None) -> None:
+def _class_nodes(choice, opset: int) -> set[str]:
+    """The native nodes (``DeformConv``, ``GridSample``) the target's per-class methods write (they stay)."""
+    kept: set[str] = set()
+    for op, _, method, *_ in choice.class_picks() if choice is not None else ():
+        try:
+            node = registry.resolve(op, method, opset).node
+        except ValueError:  # the opset does not hold it: no call took it (class_methods.lowering_for)
+            continue
+        kept |= {node} if node is not None else set()
+    return kept
+
+
+def _validate(
+    proto: onnx.ModelProto, opset: int, method: str, path: str | None = None, kept: set[str] | None = None
+) -> None:
     got = _default_opset(proto)
     if got != opset:
         raise ExportError(
             f"the exporter produced opset {got}, not the requested {opset} (its down-conversion failed); "
             f"export at opset {got} or use dynamo=False"
         )
-    for node_type in _refused_nodes(method, opset):
+    for node_type in [n for n in _refused_nodes(method, opset) if n not in (kept or ())]:
         left = [n.name or n.op_type for n in proto.graph.node if n.op_type == node_type]
         if left:
             raise ExportError(f"{node_type} nodes remain after lowering with {method!r}: {left}")

@@ -11,10 +11,12 @@ issue number, or "measured here".
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import NamedTuple
 
 import onnx
 
@@ -38,6 +40,23 @@ class Fault:
     hits: Callable[[str, int], bool]
     fix: str
     op: str | None = None
+
+
+class ClassMethod(NamedTuple):
+    """A target's form for one shape class of an op, where it differs from the target's :attr:`Target.method`.
+
+    Attributes:
+        op: the op (a key of :data:`deform_onnx.ops.registry.OPS`).
+        shape_class: the class of the op's calls (``deform_conv2d``: :mod:`deform_onnx.ops.deform_conv.classes`).
+        method: the method its calls of that class take (a method of :data:`deform_onnx.ops.registry.METHODS`).
+        reason, source: why (one line) and where that comes from, like :attr:`Target.reason` / :attr:`Target.source`.
+    """
+
+    op: str
+    shape_class: str
+    method: str
+    reason: str = ""
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -67,6 +86,10 @@ class Target:
             was given, and refuses an explicit lower one (:func:`deform_onnx.targets.needs.for_model`).
         lacks: ``(model feature, why, fix)`` entries the runtime has no kernels for at any opset: ``export``
             refuses such a model with :class:`~deform_onnx.core.errors.MissingKernelError` (without ``force``).
+        class_methods: :class:`ClassMethod` entries: the calls of an op in a shape class take that method
+            instead of :attr:`method` (:mod:`deform_onnx.ops.class_methods`; filled from the measurements by
+            :mod:`deform_onnx.targets.measured`); only when no ``method`` is given, and only where the opset
+            holds it and no fault of the target hits it there.
     """
 
     name: str
@@ -83,6 +106,7 @@ class Target:
     repairs: tuple[str, ...] = ()
     needs: tuple[tuple[str, int, str], ...] = ()
     lacks: tuple[tuple[str, str, str], ...] = ()
+    class_methods: tuple[ClassMethod, ...] = ()
 
     @property
     def emit_forms(self) -> tuple[str, ...]:
@@ -145,20 +169,45 @@ class Choice:
     force: bool = False
     spec: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: the target's :attr:`Target.class_methods` when the method is the target's own (none for an explicit one)
+    class_methods: tuple[ClassMethod, ...] = ()
 
-    def emitting(self):
+    def class_picks(self) -> tuple[ClassMethod, ...]:
+        """The :attr:`class_methods` that hold at :attr:`opset` and that no fault of the target hits there."""
+        from .hooks import _hits
+
+        if self.target is None or self.opset is None:
+            return ()
+        picks = []
+        for entry in self.class_methods:
+            try:
+                hit = any(
+                    _hits(f, entry.method, self.opset) for f in self.target.all_faults if f.op in (None, entry.op)
+                )
+            except ValueError:  # a method some op cannot hold at this opset
+                continue
+            if not hit:
+                picks.append(entry)
+        return tuple(picks)
+
+    @contextlib.contextmanager
+    def emitting(self) -> Iterator[None]:
         """A context in which the lowerings emit the target's forms (a no-op without a target).
 
         With a target or method ``auto``, ``"gather where GridSample cannot"`` too: a ``F.grid_sample``
         call that the chosen opset cannot hold as GridSample (5-D below 20) takes the gather form
         (``export`` resolves ``auto`` per model before the exporters see it; this keeps it per call).
+        The target's per-class methods (:meth:`class_picks`) are in force too
+        (:func:`deform_onnx.ops.class_methods.class_methods`).
         """
         from ..builder.forms import graph_forms
+        from ..ops.class_methods import class_methods
 
         forms = self.target.emit_forms if self.target is not None else ()
         if self.target is not None or self.method == "auto":
             forms = (*forms, "gather where GridSample cannot")
-        return graph_forms(forms)
+        with graph_forms(forms), class_methods(self.class_picks()):
+            yield
 
     def repair_graph(self, model: onnx.ModelProto) -> list[str]:
         """Apply the target's :attr:`Target.repairs` to ``model`` in place; one line per change (none without a target)."""

@@ -59,7 +59,8 @@ def for_export(
         if chosen_opset < DYNAMO_MIN:
             dynamo = False
     _check_faults(t, chosen_method, chosen_opset, force)
-    return Choice(t, chosen_method, chosen_opset, dynamo, force, spec=str(target))
+    picks = t.class_methods if method is None else ()  # an explicit method is every call's form
+    return Choice(t, chosen_method, chosen_opset, dynamo, force, spec=str(target), class_methods=picks)
 
 
 def for_lower(
@@ -87,7 +88,8 @@ def for_lower(
         else:
             chosen_opset = max(t.opset, lowest)
     _check_faults(t, chosen_method, chosen_opset, force)  # type: ignore[arg-type]  # set above
-    return Choice(t, chosen_method, chosen_opset, True, force, spec=str(target))
+    picks = t.class_methods if method is None else ()  # an explicit method is every call's form
+    return Choice(t, chosen_method, chosen_opset, True, force, spec=str(target), class_methods=picks)
 
 
 def for_check(path, target: str | Target, method: str | None, force: bool = False) -> tuple[list[str], str]:

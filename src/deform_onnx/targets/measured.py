@@ -15,6 +15,19 @@ family's own dense ``Conv`` (the floor there). The target's default method becom
 and beats the table's own pick on every one of those shapes and by more than :data:`MARGIN` in the geomean
 (one run on a shared machine: a form that close, or faster on some shapes only, keeps the table's pick). Otherwise, and where nothing was measured, the table's pick stands. Every other form
 stays available by ``method=``.
+
+Per shape class (:mod:`deform_onnx.ops.deform_conv.classes`: each benchmark shape's label gives its class,
+e.g. ``"4x64x32"`` is ``batch > 1``), the target also gets the fastest form of that class's shapes
+(:attr:`~deform_onnx.targets.base.Target.class_methods`, :func:`class_methods`) when that form
+
+* ran correctly on every shape of the class (and the default form did too),
+* was measured at the target's own opset (a per-class form never raises the file's opset: ``tflite``'s
+  gather default is opset 13, its grid_sample row was measured at 16, so no class of ``tflite`` takes it),
+* is refused by no fault or rule at that opset (as above), and
+* beats the default form by more than :data:`MARGIN` on every shape of the class.
+
+Those calls then take that form; the rest of the file keeps the default, and an explicit ``method=`` is
+every call's form.
 """
 
 from __future__ import annotations
@@ -24,8 +37,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Target
+from .base import ClassMethod, Target
 
+#: The op the benchmark measures (``scripts/deployed_forms.py``: a DCNv2 layer, ``torchvision::deform_conv2d``).
+OP = "deform_conv2d"
 #: A measured form replaces the table's pick only when the pick is more than this many times slower.
 MARGIN = 1.25
 #: Graph rules that refuse a method's form outright, whatever the model (the rule is still checked on the graph).
@@ -90,8 +105,81 @@ def ranking(target: Target, data: Mapping[str, Any] | None = None) -> list[Ranke
 
 
 def apply(target: Target, data: Mapping[str, Any] | None = None) -> Target:
-    """``target`` with its measured fastest correct form as its default (see the module docstring)."""
+    """``target`` with its measured fastest correct form as its default and its per-class forms (see the module
+    docstring).
+    """
     data = _data() if data is None else data
+    chosen = _default(target, data)
+    picks = class_methods(chosen, data)
+    return dataclasses.replace(chosen, class_methods=(*chosen.class_methods, *picks)) if picks else chosen
+
+
+def class_methods(target: Target, data: Mapping[str, Any] | None = None) -> tuple[ClassMethod, ...]:
+    """Per shape class of the measured shapes, the form that beats ``target``'s own method there (module docstring).
+
+    ``target`` is read with the default it has (call it with :func:`apply`'s result, as :func:`apply` does).
+    """
+    from ..ops.deform_conv.classes import CLASSES, label_class
+    from ..ops.registry import METHODS
+
+    data = _data() if data is None else data
+    forms = dict(data.get("targets", {}).get(target.name, {}))
+    dense = (forms.pop(data.get("dense", "dense Conv"), None) or {}).get("ms") or {}
+    default = forms.get(target.method)
+    if not dense or default is None or default.get("opset") != target.opset:
+        return ()
+    by_class: dict[str, list[str]] = {}
+    for label in data.get("shapes", []):
+        cls = label_class(label)
+        if cls is not None:
+            by_class.setdefault(cls, []).append(label)
+    when = f"scripts/runtime_venvs.py bench, {data.get('date', '?')}"
+    picks = []
+    for cls in sorted(by_class, key=lambda c: CLASSES.index(c) if c in CLASSES else len(CLASSES)):
+        shapes = by_class[cls]
+        base = _times(default, shapes)
+        if base is None or not all(dense.get(s) for s in shapes):
+            continue
+        found = []
+        for method, form in forms.items():
+            ms = _times(form, shapes)
+            if method == target.method or method not in METHODS[1:] or form.get("opset") != target.opset:
+                continue
+            if ms is None or not _holds(method, target.opset) or _refused(target, method, target.opset):
+                continue
+            if all(m * MARGIN < b for m, b in zip(ms, base, strict=True)):
+                found.append((_geomean([m / dense[s] for m, s in zip(ms, shapes, strict=True)]), method))
+        if found:
+            ratio, method = min(found)
+            was = _geomean([b / dense[s] for b, s in zip(base, shapes, strict=True)])
+            reason = (f"measured fastest on {', '.join(shapes)}: {ratio:.2f}x its own dense Conv, the default "
+                      f"{target.method} {was:.2f}x, more than {MARGIN:.2f}x slower on each")  # fmt: skip
+            picks.append(ClassMethod(OP, cls, method, reason, when))
+    return tuple(picks)
+
+
+def _times(form: Mapping[str, Any], shapes: list[str]) -> list[float] | None:
+    """The form's ms on each of ``shapes``; ``None`` unless it ran correctly on every one."""
+    ms = [(form.get("ms") or {}).get(s) for s in shapes]
+    return [float(m) for m in ms if m] if all(ms) else None
+
+
+def _holds(method: str, opset: int) -> bool:
+    from ..ops.registry import resolve
+
+    try:
+        resolve(OP, method, opset)
+    except ValueError:
+        return False
+    return True
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _default(target: Target, data: Mapping[str, Any]) -> Target:
+    """``target`` with its measured fastest correct form as its default (the first half of :func:`apply`)."""
     ranked = ranking(target, data)
     if not ranked:
         return target

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 
 from ...builder import IRValueBuilder, written
 from ...core.opsets import DYNAMO_BUILD_MIN_OPSET
+from ..class_methods import lowering_for
 from ..registry import Lowering, resolve
+from .classes import shape_class
 from .spec import DeformConvSpec
 
 if TYPE_CHECKING:
@@ -41,19 +43,23 @@ def emit_deform_conv2d(
     offset_groups: int,
     use_mask: bool,
     weight_shape=None,
+    opset: int | None = None,
 ):
     """Lower one ``torchvision::deform_conv2d`` call, given its arguments as the exporters receive them.
 
     Shared by the TorchScript symbolic and the dynamo translation: builds the
     :class:`~deform_onnx.ops.deform_conv.spec.DeformConvSpec` from the builder's static
-    shapes (raising ``ValueError`` on inconsistent shapes) and emits ``lowering``.
+    shapes (raising ``ValueError`` on inconsistent shapes) and emits ``lowering``, or, at ``opset``, the
+    target's form for the call's shape class where one is in force
+    (:func:`deform_onnx.ops.class_methods.lowering_for`, :mod:`.classes`).
     ``weight_shape`` overrides the builder's view of the weight's shape (the
     TorchScript exporter completes it from the trace). Returns the
     ``[N, Co, Ho, Wo]`` output value.
     """
     bias_shape = b.static_shape(bias) if bias is not None else None
+    input_shape = b.static_shape(input)
     spec = DeformConvSpec.from_shapes(
-        b.static_shape(input),
+        input_shape,
         weight_shape if weight_shape is not None else b.static_shape(weight),
         b.static_shape(offset),
         b.static_shape(mask) if use_mask else None,
@@ -64,6 +70,8 @@ def emit_deform_conv2d(
         offset_groups=offset_groups,
         out_channels=bias_shape[0] if bias_shape and len(bias_shape) == 1 else None,
     )
+    batch = input_shape[0] if input_shape else None
+    lowering = lowering_for("deform_conv2d", lowering, opset, shape_class(batch, spec.offset_groups))
     # The form written and, where values carry the exporter's names (onnx-ir), the graph values (.written).
     named = isinstance(b, IRValueBuilder)
     roles = {"input": input, "offset": offset, "mask": mask if use_mask else None} if named else {}
@@ -121,6 +129,7 @@ def make_symbolic(method: str = "auto"):
                 offset_groups,
                 use_mask,
                 weight_shape=_weight_shape(g, b, weight),
+                opset=g.opset,
             )
         except ValueError as exc:
             _keep_error_one_line(exc, g)
@@ -194,6 +203,7 @@ def translations(method: str, opset: int | None, build_opset, builder) -> dict:
             groups,
             offset_groups,
             use_mask,
+            opset=min(target, build),
         )
 
     return {torch.ops.torchvision.deform_conv2d.default: deform_conv2d}

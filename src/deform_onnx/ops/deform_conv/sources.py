@@ -14,8 +14,10 @@ import onnx_ir as ir
 
 from ...builder import TapeBuilder
 from ...builder.written import form_of
+from ..class_methods import lowering_for
 from ..file_nodes import static_shape
 from ..registry import resolve
+from .classes import shape_class
 from .source_kinds import ROLES, SourceOp, lookup
 from .spec import DeformConvSpec
 
@@ -181,9 +183,14 @@ def lower_node(node: ir.Node, b: TapeBuilder, method: str, opset: int) -> tuple[
     """Emit the lowering ``method`` resolves to at ``opset`` for one node; returns its output and the form written.
 
     The form is read from the ops emitted (:func:`deform_onnx.builder.written.form_of`): under
-    ``grid_sample`` a dynamic map is sampled with the gather sampler.
+    ``grid_sample`` a dynamic map is sampled with the gather sampler. A target's form for the node's shape
+    class (:func:`deform_onnx.ops.class_methods.lowering_for`) replaces the method's where one is in force.
     """
     spec, v = spec_for_node(node, _kind(node))
-    lowering = resolve("deform_conv2d", method, opset)
+    shape = static_shape(v["input"])
+    batch = shape[0] if shape else None
+    lowering = lowering_for(
+        "deform_conv2d", resolve("deform_conv2d", method, opset), opset, shape_class(batch, spec.offset_groups)
+    )
     out = lowering.fn(b, spec, v["input"], v["weight"], v["offset"], v["mask"], v["bias"])
     return out, form_of(n.op_type for n in b.tape.nodes)
