@@ -37,6 +37,9 @@ class Job:
     planned: bool = False
     # -o named the file (not a folder): the CLI does not rename it after the form written (_written_forms).
     named: bool = False
+    # The method is --target's pick, no --method was given: export() gets none, so that the target's forms per
+    # shape class (deform_onnx.targets.measured) apply, as in deform_onnx.export(..., target=...).
+    from_target: bool = False
 
 
 @dataclass
@@ -173,7 +176,7 @@ def _export_kwargs(job: Job, exporter: str, ctx: RowContext) -> dict:
     atol, rtol = ctx.tol
     return dict(
         opset_version=job.opset,
-        method=job.asked or job.method,
+        method=None if job.from_target else job.asked or job.method,
         dynamo=exporter == "dynamo",
         input_names=list(ctx.inputs.names),
         # The dtype's default goes as None: export() then applies its reference rules

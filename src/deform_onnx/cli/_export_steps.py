@@ -176,6 +176,7 @@ def plan_jobs(a: ExportArgs, asked: Asked) -> list[Job]:
     for job in jobs:
         check_requested(a.ir_version, job.opset)
         job.extra = {"target": a.target, "force": a.force, "ir_version": a.ir_version}
+        job.from_target = a.target is not None and a.method is None
         if a.verify_runtime:  # hook (issue 28): each file also runs on these runtimes before it is written
             job.extra.update(verify_runtimes=a.verify_runtime, keep_artifacts=a.keep_artifacts)
         elif a.no_verify_runtime:  # issue 35: --target mnn (...) runs the file in MNN unless told not to
