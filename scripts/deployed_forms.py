@@ -39,6 +39,8 @@ ENTRIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("onnx2torch", "onnx2torch", ("native", "grid_sample", "gather")),
 )
 DENSE = "dense Conv"
+#: The op the layer calls (its registry name): the targets read its shape classes (deform_onnx.targets.measured).
+OP = "deform_conv2d"
 BASE = ("onnxruntime", "native")  # ORT native: (target, form)
 #: Largest error against PyTorch a form may have and count as correct.
 TOLERANCE = 1e-4
@@ -162,7 +164,7 @@ def data_file(cells, shapes, meta: dict) -> dict:
                    "off": {label: c.off for label, c in by.items() if c.off}}
             for form, by in forms.items()
         }  # fmt: skip
-    return {**meta, "shapes": [s.label for s in shapes], "dense": DENSE, "targets": targets}
+    return {**meta, "op": OP, "shapes": [s.label for s in shapes], "dense": DENSE, "targets": targets}
 
 
 DATA_HEAD = '''"""What ``scripts/runtime_venvs.py bench`` measured: each deployed target's forms beside its dense Conv.

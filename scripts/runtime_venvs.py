@@ -152,20 +152,23 @@ def bench(repeats: int, rounds: int, shapes_text: list[str] | None, families: li
 
 def render(data: dict) -> str:
     """The BENCHMARKS.md block of one run's data (:func:`deployed_forms.data_file`), with today's picks."""
+    import importlib
     import re
 
     import deployed_forms as forms
 
-    from deform_onnx.ops.deform_conv.classes import label_class
+    from deform_onnx.ops.registry import OPS
     from deform_onnx.targets import _resolve, measured
 
+    entry = OPS.get(data.get("op", ""))  # the op the layer calls: its shape classes read the shape labels
+    label_class = importlib.import_module(entry.shape_classes).label_class if entry and entry.shape_classes else None
+    classes = {s: label_class(s) for s in data["shapes"]} if label_class else {}
     cells = forms.cells_from_data(data)
     picks = {}  # the table's own entry (resolve_target adds the checked-in data's pick), with this run's data
     for target in cells:
         t = measured.apply(_resolve(target), data)
-        by_class = {c.shape_class: c.method for c in t.class_methods if c.op == measured.OP}
-        shapes = {s: (by_class[label_class(s)], label_class(s)) for s in data["shapes"] if label_class(s) in by_class}
-        picks[target] = (t.method, shapes)
+        by_class = {c.shape_class: c.method for c in t.class_methods if entry and c.op == entry.name}
+        picks[target] = (t.method, {s: (by_class[c], c) for s, c in classes.items() if c in by_class})
     setting = dict(re.findall(r"--(repeats|rounds) (\d+)", data["command"]))
     repeats, rounds = data.get("repeats", setting.get("repeats")), data.get("rounds", setting.get("rounds"))
     load_before, load_after = data["load"]

@@ -170,6 +170,7 @@ def test_every_op_names_its_file_nodes():
 NAMES_OPS: dict[str, str] = {
     "deform_onnx.targets.table": "data: which runtime mishandles which op's lowering (Fault.op)",
     "deform_onnx.targets.onnxruntime": "data: ONNX Runtime's DeformConv kernel by version (Fault.op)",
+    "deform_onnx.targets.fastest": "data (generated): the op the deployed-runtimes bench's layer calls",
 }
 #: Layers that loop over the registry (issue 29 item 1).
 LOOPING_LAYERS = ("deform_onnx.rewrite", "deform_onnx.targets", "deform_onnx.exporters", "deform_onnx.cli._ops_used")

@@ -140,7 +140,8 @@ def planted_classes(target: str, forms: dict[str, tuple], opsets=None) -> dict:
     opsets = {"native": 19, "grid_sample": 17, "gather": 17, **(opsets or {})}
     by = {m: {"opset": opsets[m], "ms": dict(zip(CLASS_SHAPES, ms, strict=True))} for m, ms in forms.items()}
     by["dense Conv"] = {"opset": 17, "ms": dict.fromkeys(CLASS_SHAPES, 1.0)}
-    return {"date": "test", "shapes": CLASS_SHAPES, "dense": "dense Conv", "targets": {target: by}}
+    return {"date": "test", "op": "deform_conv2d", "shapes": CLASS_SHAPES, "dense": "dense Conv",
+            "targets": {target: by}}  # fmt: skip
 
 
 def picks(t) -> dict[str, str]:
@@ -162,6 +163,8 @@ def test_class_pick_wins_on_every_shape_of_its_class_only():
     t = measured.apply(table, data)
     assert t.method == "grid_sample" and picks(t) == {"batch 1, one offset group": "gather"}
     assert t.class_methods[0].reason.startswith("measured fastest on 1x64x64, 1x256x32: 2.00x its own dense Conv")
+    del data["op"]  # data that do not say which op the layer calls: no class of any op
+    assert measured.apply(table, data).class_methods == ()
 
 
 @pytest.mark.parametrize("plain", [(2.0, 3.5), (2.0, None)], ids=["within-margin-on-one-shape", "failed-on-one-shape"])

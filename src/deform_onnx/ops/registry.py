@@ -113,6 +113,10 @@ class OpEntry:
             raising :class:`deform_onnx.core.errors.BadModuleInput`.
         decompositions: the module of its torch-level decompositions into core ATen ops (for
             torch.export stacks), or ``None``; filled by the torch.export formats.
+        shape_classes: the module of its shape classes, or ``None``: ``CLASSES`` (in order) and
+            ``label_class(label)``, the class of a benchmark shape by its label; its bindings and file-node
+            lowering classify each call the same way for a target's per-class forms
+            (:mod:`deform_onnx.ops.class_methods`, :mod:`deform_onnx.targets.measured`).
     """
 
     name: str
@@ -129,6 +133,7 @@ class OpEntry:
     rules: str | None = None
     module_checks: str | None = None
     decompositions: str | None = None
+    shape_classes: str | None = None
 
     def __post_init__(self) -> None:
         missing = [m for m in METHODS[1:] if m not in self.methods]

@@ -20,6 +20,7 @@ DATA: dict = {
     },
     "repeats": 5,
     "rounds": 1,
+    "op": "deform_conv2d",
     "shapes": ["1x64x64", "1x256x32", "4x64x32", "1x64x64 og8"],
     "dense": "dense Conv",
     "targets": {

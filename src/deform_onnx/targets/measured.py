@@ -16,8 +16,9 @@ and beats the table's own pick on every one of those shapes and by more than :da
 (one run on a shared machine: a form that close, or faster on some shapes only, keeps the table's pick). Otherwise, and where nothing was measured, the table's pick stands. Every other form
 stays available by ``method=``.
 
-Per shape class (:mod:`deform_onnx.ops.deform_conv.classes`: each benchmark shape's label gives its class,
-e.g. ``"4x64x32"`` is ``batch > 1``), the target also gets the fastest form of that class's shapes
+Per shape class of the op the bench's layer calls (the data's ``"op"``; its registry entry's
+:attr:`~deform_onnx.ops.registry.OpEntry.shape_classes`, e.g. :mod:`deform_onnx.ops.deform_conv.classes`: each
+benchmark shape's label gives its class, ``"4x64x32"`` is ``batch > 1``), the target also gets the fastest form of that class's shapes
 (:attr:`~deform_onnx.targets.base.Target.class_methods`, :func:`class_methods`) when that form
 
 * ran correctly on every shape of the class (and the default form did too),
@@ -39,8 +40,6 @@ from typing import Any
 
 from .base import ClassMethod, Target
 
-#: The op the benchmark measures (``scripts/deployed_forms.py``: a DCNv2 layer, ``torchvision::deform_conv2d``).
-OP = "deform_conv2d"
 #: A measured form replaces the table's pick only when the pick is more than this many times slower.
 MARGIN = 1.25
 #: Graph rules that refuse a method's form outright, whatever the model (the rule is still checked on the graph).
@@ -119,10 +118,17 @@ def class_methods(target: Target, data: Mapping[str, Any] | None = None) -> tupl
 
     ``target`` is read with the default it has (call it with :func:`apply`'s result, as :func:`apply` does).
     """
-    from ..ops.deform_conv.classes import CLASSES, label_class
-    from ..ops.registry import METHODS
+    import importlib
+
+    from ..ops.registry import METHODS, OPS
 
     data = _data() if data is None else data
+    named = data.get("op")  # the op the bench's layer calls
+    entry = OPS.get(named) if isinstance(named, str) else None
+    if entry is None or entry.shape_classes is None:
+        return ()
+    op = entry.name
+    classes = importlib.import_module(entry.shape_classes)
     forms = dict(data.get("targets", {}).get(target.name, {}))
     dense = (forms.pop(data.get("dense", "dense Conv"), None) or {}).get("ms") or {}
     default = forms.get(target.method)
@@ -130,12 +136,13 @@ def class_methods(target: Target, data: Mapping[str, Any] | None = None) -> tupl
         return ()
     by_class: dict[str, list[str]] = {}
     for label in data.get("shapes", []):
-        cls = label_class(label)
+        cls = classes.label_class(label)
         if cls is not None:
             by_class.setdefault(cls, []).append(label)
     when = f"scripts/runtime_venvs.py bench, {data.get('date', '?')}"
     picks = []
-    for cls in sorted(by_class, key=lambda c: CLASSES.index(c) if c in CLASSES else len(CLASSES)):
+    order = list(classes.CLASSES)
+    for cls in sorted(by_class, key=lambda c: order.index(c) if c in order else len(order)):
         shapes = by_class[cls]
         base = _times(default, shapes)
         if base is None or not all(dense.get(s) for s in shapes):
@@ -145,7 +152,7 @@ def class_methods(target: Target, data: Mapping[str, Any] | None = None) -> tupl
             ms = _times(form, shapes)
             if method == target.method or method not in METHODS[1:] or form.get("opset") != target.opset:
                 continue
-            if ms is None or not _holds(method, target.opset) or _refused(target, method, target.opset):
+            if ms is None or not _holds(op, method, target.opset) or _refused(target, method, target.opset):
                 continue
             if all(m * MARGIN < b for m, b in zip(ms, base, strict=True)):
                 found.append((_geomean([m / dense[s] for m, s in zip(ms, shapes, strict=True)]), method))
@@ -154,7 +161,7 @@ def class_methods(target: Target, data: Mapping[str, Any] | None = None) -> tupl
             was = _geomean([b / dense[s] for b, s in zip(base, shapes, strict=True)])
             reason = (f"measured fastest on {', '.join(shapes)}: {ratio:.2f}x its own dense Conv, the default "
                       f"{target.method} {was:.2f}x, more than {MARGIN:.2f}x slower on each")  # fmt: skip
-            picks.append(ClassMethod(OP, cls, method, reason, when))
+            picks.append(ClassMethod(op, cls, method, reason, when))
     return tuple(picks)
 
 
@@ -164,11 +171,11 @@ def _times(form: Mapping[str, Any], shapes: list[str]) -> list[float] | None:
     return [float(m) for m in ms if m] if all(ms) else None
 
 
-def _holds(method: str, opset: int) -> bool:
+def _holds(op: str, method: str, opset: int) -> bool:
     from ..ops.registry import resolve
 
     try:
-        resolve(OP, method, opset)
+        resolve(op, method, opset)
     except ValueError:
         return False
     return True

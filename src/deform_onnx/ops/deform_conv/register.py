@@ -33,6 +33,7 @@ ENTRY = register(
         rules="deform_onnx.ops.deform_conv.rules",
         module_checks="deform_onnx.ops.deform_conv.module_checks",
         decompositions="deform_onnx.ops.deform_conv.decompose",
+        shape_classes="deform_onnx.ops.deform_conv.classes",
     )
 )
 
