@@ -270,6 +270,35 @@ def test_tvm_takes_each_layers_class_form(two_layers):
     assert_close(run_ort(lowered.SerializeToString(), two_layers[1]), two_layers[2], what="lowered for tvm")
 
 
+@pytest.mark.skipif(picks(resolve_target("tvm")).get("batch 1, one offset group") != "gather",
+                    reason="the checked-in data give tvm no gather form for one offset group")  # fmt: skip
+def test_check_target_lowers_with_the_class_forms(two_layers, tmp_path, monkeypatch):
+    """``deform-onnx check --target tvm`` without ``--method``: its lowered path is ``lower(target="tvm")``'s file,
+    the class forms included (the note names them)."""
+    from typer.testing import CliRunner
+
+    import deform_onnx.rewrite
+    from deform_onnx.cli import app
+
+    forms, lower = [], deform_onnx.rewrite.lower
+
+    def recorded(*args, **kw):
+        out = lower(*args, **kw)
+        first, second = layer_ops(out)
+        forms.append(("GridSample" in first, bool(gathers(first)), "GridSample" in second))
+        return out
+
+    monkeypatch.setattr(deform_onnx.rewrite, "lower", recorded)
+
+    native = tmp_path / "native.onnx"
+    onnx.save(_export_two(two_layers, method="native", opset_version=19, dynamo=False), str(native))
+    result = CliRunner().invoke(app, ["check", str(native), "--target", "tvm", "--runtime", "ort", "--repeat", "1"],
+                                env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 1, result.output  # the file as is (DeformConv) breaks tvm's rules: said, exit 1
+    assert "tvm: lowered paths use grid_sample; gather for batch 1, one offset group" in result.stdout
+    assert "lower(grid_sample)" in result.stdout and forms and set(forms) == {(False, True, True)}
+
+
 def test_bench_block_marks_the_class_pick_on_its_shapes():
     """``runtime_venvs.py bench --render``: the default row marked (pick), the class pick on its class's cells."""
     import sys

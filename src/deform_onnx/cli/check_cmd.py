@@ -224,12 +224,14 @@ def _run(a: CheckArgs, read: _Read) -> _Runs:
     from ..runtimes.border import border_feeds
 
     model, feeds, method = read.model, read.feeds, read.method
+    # with a target and no --method, lower() takes the target's own choice, its per-class forms included
+    lower_method = None if a.target is not None and a.method is None else method
     deformable = bool(find_nodes(model))
-    to_lower = bool(lowered_here(model, method, a.target, a.force))  # what run_paths and lower() decide
+    to_lower = bool(lowered_here(model, lower_method, a.target, a.force))  # what run_paths and lower() decide
     with user_errors(ValueError):
         border, border_why = border_feeds(model, feeds, a.seed) if deformable else (None, "")
     paths = functools.partial(
-        run_paths, runtimes=read.runtimes, method=method, target=a.target, force=a.force, precision=a.precision,
+        run_paths, runtimes=read.runtimes, method=lower_method, target=a.target, force=a.force, precision=a.precision,
         timeout=a.timeout,
     )  # fmt: skip
     with _progress() as show:

@@ -128,7 +128,7 @@ def run_paths(
     feeds: dict[str, np.ndarray],
     *,
     runtimes: Sequence[str] = ("onnxruntime", "openvino"),
-    method: str = "auto",
+    method: str | None = "auto",
     target: str | None = None,
     force: bool = False,
     precision: str | None = "f32",
@@ -147,6 +147,9 @@ def run_paths(
     path that cannot run gets ``reason`` (one line) instead of outputs.
 
     Args:
+        method: ``lower()``'s method; ``None`` with a ``target``: the target's own choice, its per-class forms
+            included (:attr:`deform_onnx.targets.base.Target.class_methods`), as ``deform-onnx lower --target``
+            without ``--method``; ``None`` without one: ``auto``.
         target: runtime target for ``lower()`` (its graph forms and rules, as
             ``deform-onnx lower --target``); ``force`` writes past its rules.
         precision: OpenVINO's inference precision hint.
@@ -172,6 +175,8 @@ def run_paths(
         if RUNTIME_NAMES[name] not in wanted:
             wanted.append(RUNTIME_NAMES[name])
     parsed = read_model(model)
+    if method is None and target is None:
+        method = "auto"
     deformable = bool(find_nodes(parsed))  # OpenVINO then runs with the extension
     to_lower = bool(lowered_here(parsed, method, target, force))  # the same decision as lower()'s
     lowered, lower_reason = None, None
@@ -190,7 +195,7 @@ def run_paths(
         paths: list[tuple[str, Any, str | None]] = [(as_is, model, precision)]
         if runtime == "openvino" and defaults and not missing:
             paths.append((f"{as_is}, defaults", model, None))  # OpenVINO's own choice on this CPU
-        paths += [(f"lower({method})", lowered, precision)] if to_lower else []
+        paths += [(f"lower({method or _target_method(parsed, target, force)})", lowered, precision)] if to_lower else []
         for path, source, hint in paths:
             result = PathResult(runtime, path, defaults=hint is None and runtime == "openvino")
             results.append(result)
@@ -213,7 +218,18 @@ def run_paths(
     return results
 
 
-def lowered_here(model, method: str, target: str | None = None, force: bool = False) -> list:
+def _target_method(model, target: str | None, force: bool) -> str:
+    """The method ``lower(model, target=target)`` picks for the file (the label of its path)."""
+    from ..rewrite.model_io import default_opset
+    from ..targets.hooks import for_lower
+
+    try:
+        return for_lower(target, None, None, default_opset(model), force).method
+    except ValueError:
+        return f"target {target}"
+
+
+def lowered_here(model, method: str | None, target: str | None = None, force: bool = False) -> list:
     """The nodes ``lower(model, method=..., target=...)`` replaces (:func:`deform_onnx.rewrite.lowerable.nodes_lowered`
     at the opset the target keeps or picks); a method or target that fails here leaves the decision to ``lower()``.
     """
@@ -230,7 +246,7 @@ def lowered_here(model, method: str, target: str | None = None, force: bool = Fa
         except ValueError:
             pass
     try:
-        return nodes_lowered(model, method, opset)
+        return nodes_lowered(model, method or "auto", opset)
     except ValueError:
         return [None]  # lower() will say why (its row shows the reason)
 
