@@ -2,7 +2,7 @@
 
 LiteRT's Python interpreter has no per-op profiler. This script runs the whole model once with
 ``experimental_preserve_all_tensors`` (builtin kernels) to get every op's real inputs, then writes each op as a
-one-op model (the same tensors, constants and options; its non-constant inputs made the model's inputs), feeds
+one-op model (its tensors, constants and options; its non-constant inputs made the model's inputs), feeds
 it those inputs and times it (the default interpreter, so the XNNPACK delegate takes the op where it can; or
 ``--no-delegate``). The sum of the ops is close to the whole model's time when the delegate does not regroup
 the graph (see BENCHMARKS.md, "Deployed runtimes"). Prints the milliseconds per op type and the slowest ops.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import statistics
 import time
 
@@ -60,13 +61,45 @@ def main() -> None:
     by_type: collections.Counter[str] = collections.Counter()
     count: collections.Counter[str] = collections.Counter()
     rows = []
-    for i, op in enumerate(list(graph.operators)):
-        inputs = [t for t in op.inputs if t >= 0 and not constant(t)]
-        graph.operators, graph.inputs, graph.outputs = [op], inputs, list(op.outputs)
+
+    def one_op_model(op, inputs: list[int]) -> bytes:
+        """``op`` alone: its tensors (renumbered), its constants' buffers, ``inputs`` as the model's inputs."""
+        used = list(dict.fromkeys(t for t in [*op.inputs, *op.outputs] if t >= 0))
+        at = {t: i for i, t in enumerate(used)}
+        tensors, buffers = [], [schema.BufferT()]
+        for t in used:
+            tensor = copy.copy(graph.tensors[t])
+            tensor.buffer = 0
+            if constant(t):
+                buffers.append(model.buffers[graph.tensors[t].buffer])
+                tensor.buffer = len(buffers) - 1
+            tensors.append(tensor)
+        alone = copy.copy(op)
+        alone.inputs = [at[t] if t >= 0 else -1 for t in op.inputs]
+        alone.outputs = [at[t] for t in op.outputs]
+        alone.intermediates = []
+        sub = schema.SubGraphT()
+        sub.tensors, sub.operators, sub.name = tensors, [alone], b"op"
+        sub.inputs, sub.outputs = [at[t] for t in inputs], [at[t] for t in op.outputs]
+        small = schema.ModelT()
+        small.version, small.operatorCodes, small.subgraphs, small.buffers = (
+            model.version,
+            model.operatorCodes,
+            [sub],
+            buffers,
+        )
         builder = flatbuffers.Builder(1024)
-        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-        it = Interpreter(model_content=bytes(builder.Output()), **kw)
-        it.allocate_tensors()
+        builder.Finish(small.Pack(builder), file_identifier=b"TFL3")
+        return bytes(builder.Output())
+
+    for i, op in enumerate(graph.operators):
+        inputs = list(dict.fromkeys(t for t in op.inputs if t >= 0 and not constant(t)))
+        try:
+            it = Interpreter(model_content=one_op_model(op, inputs), **kw)
+            it.allocate_tensors()
+        except (RuntimeError, ValueError) as exc:  # an op that needs more than itself (a WHILE's subgraphs)
+            print(f"  op {i} {op_name(op)} not timed alone: {str(exc).splitlines()[0][:100]}")
+            continue
         for d, t in zip(it.get_input_details(), inputs, strict=True):
             it.set_tensor(d["index"], full.get_tensor(t))
         it.invoke()
