@@ -81,7 +81,7 @@ class ExecuTorchSession:
 def lower(ep) -> bytes:
     """An exported, decomposed program as ExecuTorch bytes (XNNPACK partitioner, portable kernels for the rest).
 
-    XNNPACK's partitions are cut so that each delegate reads at most about a megabyte of portable results,
+    XNNPACK's partitions are cut so that each delegate reads a few megabytes of portable results at most,
     and the program runs each portable result right before the delegate that reads it
     (:mod:`~deform_onnx.formats.schedule`: each gather's rows weighted while still in the caches).
 

@@ -8,7 +8,7 @@ of all kernel taps lands in one delegate that needs every gather first: the prog
 back from memory (ExecuTorch's etdump: the gathers consecutive, then one delegate call). Here:
 
 - :func:`partitioner`: XNNPACK's partitioner whose partitions are cut into pieces, each reading at most
-  :data:`CUT_BYTES` of results computed outside it (a tap's gathered rows), in :func:`lazy_order`;
+  :data:`CUT_BYTES` of results computed outside it (two taps' gathered rows), in :func:`lazy_order`;
 - :func:`reorder`: the lowered program's nodes in :func:`lazy_order`, so that each gather runs right before
   the delegate that weights it (the lowering's own topological sort runs breadth first and groups them).
 
@@ -25,9 +25,12 @@ from torch.fx.passes.infra.partitioner import Partition
 __all__ = ["CUT_BYTES", "lazy_order", "partitioner", "reorder"]
 
 #: Bytes of results computed outside a delegate (portable kernels) that one delegate reads at most; a piece
-#: that would read more starts a new delegate. About one gathered corner of a 64-channel 64x64 map: the
-#: pieces that ran fastest in ExecuTorch's runtime (1, 2, 4 and 8 MiB measured, BENCHMARKS.md).
-CUT_BYTES = 1 << 20
+#: that would read more starts a new delegate. Two taps' gathered corners of a 64-channel map at 64x64
+#: (1 MiB each). Measured in ExecuTorch's runtime, interleaved in one process against one merged delegate
+#: (BENCHMARKS.md): on a quiet machine with its default two threads, 4 and 8 MiB ran faster on the 64- and
+#: 256-channel layers (8 MiB the more on the latter), 1 MiB (a delegate per gather) slower on the first;
+#: under load, and with one thread, 1 MiB gained the most. Fewer delegates also write faster.
+CUT_BYTES = 8 << 20
 
 
 def lazy_order(graph: torch.fx.Graph) -> list[torch.fx.Node]:
