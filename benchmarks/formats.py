@@ -15,7 +15,9 @@ interleaved round-robin: PyTorch eager, ONNX Runtime CPU on the native file (ops
 ``GridSample``) and on the grid_sample / gather files (opset 17), and each torch.export format
 in each sampler form (``deform_onnx.export(..., method=...)``: the files are run in their runtime
 against PyTorch before they are written, as always). Threads: 2 for torch, ONNX Runtime and LiteRT; ExecuTorch's Python
-runtime sizes its XNNPACK thread pool itself (no setting in its Python API).
+runtime sizes its XNNPACK thread pool itself (2 here: one per core). No thread spins while it waits: ONNX Runtime's
+``allow_spinning=0``, and ``OMP_WAIT_POLICY=PASSIVE`` for torch's OpenMP (unless set otherwise), whose spinning
+workers, woken by PyTorch eager and by the output copy of every ExecuTorch call, slowed the next contender.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ import time
 import warnings
 from pathlib import Path
 
-import torch
+# torch's OpenMP workers wait passively, as ONNX Runtime's do (allow_spinning=0 below): libgomp's default spin
+# after each parallel region (PyTorch eager, and the torch copy ExecuTorch's Python runtime makes of every
+# output) kept a core busy for milliseconds, taken from the next contender's threads on this 2-core machine.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # after the OpenMP setting: libgomp reads it when torch loads it
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quantize import ort_session, photo, timed, write_block
@@ -169,7 +176,8 @@ def main(argv: list[str]) -> None:
         + "`; torch "
         f"{torch.__version__}, onnxruntime {onnxruntime.__version__}, executorch "
         f"{getattr(executorch, '__version__', '1.5.1')}, litert-torch {getattr(litert_torch, '__version__', '0.10.0')}",
-        f"- Threads: {threads} for torch, ONNX Runtime (no spinning) and LiteRT; ExecuTorch's pool is its own",
+        f"- Threads: {threads} for torch (OpenMP wait policy {os.environ.get('OMP_WAIT_POLICY', 'default')}), "
+        f"ONNX Runtime (no spinning) and LiteRT; ExecuTorch's pool is its own",
         f"- Load average {load[0]:.2f} before, {os.getloadavg()[0]:.2f} after (the machine is shared); "
         f"{(time.time() - start) / 60:.1f} min; median of {opts.rounds} interleaved rounds",
         "- Every file was run in its own runtime against PyTorch before it was written (max error: last column)",

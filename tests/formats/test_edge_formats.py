@@ -101,11 +101,15 @@ def _run_tflite(path, args) -> list[np.ndarray]:
 
 @pytest.fixture(scope="module")
 def pte(tmp_path_factory):
+    """The family's .pte, its XNNPACK partitions cut every 4 KiB of portable results read (formats.schedule:
+    at the default cut size, maps this small stay in one piece)."""
     path = tmp_path_factory.mktemp("pte") / "family.pte"
     model = Family()  # training mode: the writer exports in eval mode and restores it
     H = torch.export.Dim("H", min=H_MIN, max=H_MAX)
     dynamic = ({2: H}, None, None, None, None, None, None)
-    report = deform_onnx.export(model, _args(), path, dynamic_shapes=dynamic)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("deform_onnx.formats.schedule.CUT_BYTES", 4096)
+        report = deform_onnx.export(model, _args(), path, dynamic_shapes=dynamic)
     return path, model, report, model.training
 
 
@@ -137,6 +141,26 @@ def test_written_pte_matches_pytorch_at_its_claimed_sizes(pte, H):
     args = _args(H)
     with torch.no_grad():
         _close(_run_pte(path, args), model.eval()(*args))
+
+
+@_needs("executorch")
+def test_pte_runs_each_gather_right_before_the_delegate_that_reads_it(pte):
+    """formats.schedule: the gathers (portable ``index_select``) interleaved with the XNNPACK delegates, each
+    read by the next delegate, not all run first (what the partitioner's merged delegate needed)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte[0].read_bytes())
+    plan = getattr(program, "program", program).execution_plan[0]
+    calls = []
+    for instruction in plan.chains[0].instructions:
+        kind = type(instruction.instr_args).__name__
+        if kind in ("KernelCall", "DelegateCall"):
+            calls.append(plan.operators[instruction.instr_args.op_index].name if kind == "KernelCall" else "delegate")
+    gathers = [i for i, c in enumerate(calls) if c == "aten::index_select"]
+    assert len(gathers) >= 8 and calls.count("delegate") > 8
+    stretches = "".join("g" if c == "aten::index_select" else "|" if c == "delegate" else "" for c in calls)
+    # one merged delegate would need every gather of the DCN first: a stretch of its 36 (9 taps x 4 corners)
+    assert max(len(s) for s in stretches.split("|")) <= len(gathers) // 4, stretches
 
 
 @_needs("litert_torch")

@@ -20,6 +20,7 @@ from ..builder.forms import graph_forms
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
+from . import schedule
 from .torch_export import Named, eval_mode, exported, first_error, plan_sizes, prepare, prove, quiet, report_for
 
 TITLE = "ExecuTorch"
@@ -80,6 +81,10 @@ class ExecuTorchSession:
 def lower(ep) -> bytes:
     """An exported, decomposed program as ExecuTorch bytes (XNNPACK partitioner, portable kernels for the rest).
 
+    XNNPACK's partitions are cut so that each delegate reads a few megabytes of portable results at most,
+    and the program runs each portable result right before the delegate that reads it
+    (:mod:`~deform_onnx.formats.schedule`: each gather's rows weighted while still in the caches).
+
     The program's constant subgraphs are folded first (ExecuTorch's ``constant_prop_pass``): XNNPACK takes a
     ``mm``/``linear`` only when its weight is a constant, and the lowerings reshape and slice the layer's
     weight per tap (measured on a DCNv2 layer: every ``mm`` ran on the portable kernels before).
@@ -90,13 +95,14 @@ def lower(ep) -> bytes:
     too small for the upper bounds), so that is an error naming the limit, not a fallback.
     """
     with quiet():
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir.passes.constant_prop_pass import constant_prop_pass
+
+        cut = schedule.partitioner()
 
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
     try:
-        return _lowered(ep, [XnnpackPartitioner()])
+        return _lowered(ep, [cut])
     except ExportError as exc:
         if "dynamic dimension" in str(exc):
             raise ExportError(f"{exc} (make one dimension dynamic, e.g. H only, or export to .onnx)") from None
@@ -109,7 +115,9 @@ def _lowered(ep, partitioner: list) -> bytes:
             from executorch.exir import to_edge_transform_and_lower
 
             with torch.no_grad():  # the passes fold constants from parameters: plain tensors (deep-copied later)
-                program = to_edge_transform_and_lower(ep, partitioner=partitioner).to_executorch()
+                edge = to_edge_transform_and_lower(ep, partitioner=partitioner)
+                schedule.reorder(edge.exported_program().graph_module)
+                program = edge.to_executorch()
         except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
             line = " ".join(str(exc).strip().split())[:200] or type(exc).__name__
             raise ExportError(f"ExecuTorch could not lower the program: {first_error(noise) or line}") from None
