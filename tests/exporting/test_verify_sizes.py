@@ -495,3 +495,20 @@ def test_declared_dim_bounds_are_checked(tmp_path):
     with pytest.raises(ExportError, match=r"does not run in PyTorch at its declared lower bound 1,4,8,16") as info:
         deform_onnx.export(model, (x,), tmp_path / "c.onnx", dynamic_shapes=({2: Dim("H", min=8, max=24)},))
     assert "\n" not in str(info.value) and not (tmp_path / "c.onnx").exists()
+
+
+def test_batch_only_dynamic_has_no_unchecked_axes_note():
+    """Only the batch dynamic: the second size checks every dynamic axis, so no note says others went unchecked;
+    with H and W dynamic too, a model that runs at no other H/W gets the note."""
+    model, x = _model(PredictedDCN, torch.float32), _input()
+    axes = sizes.dynamic_axes_of((x,), dynamic_axes={"x": {0: "N"}}, input_names=["x"])
+    (sets, note) = sizes.second_inputs(model, (x,), axes)
+    assert sets[0][1][0][0] != x.shape[0] and note is None
+
+    class FixedSize(torch.nn.Module):  # runs at its traced H x W only
+        def forward(self, t):
+            return t.reshape(t.shape[0], *x.shape[1:]) * 2
+
+    axes = sizes.dynamic_axes_of((x,), dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}}, input_names=["x"])
+    (sets, note) = sizes.second_inputs(FixedSize(), (x,), axes)
+    assert sets and note is not None and "only the batch" in note

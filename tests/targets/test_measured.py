@@ -297,6 +297,10 @@ def test_check_target_lowers_with_the_class_forms(two_layers, tmp_path, monkeypa
     assert result.exit_code == 1, result.output  # the file as is (DeformConv) breaks tvm's rules: said, exit 1
     assert "tvm: lowered paths use grid_sample; gather for batch 1, one offset group" in result.stdout
     assert "lower(grid_sample)" in result.stdout and forms and set(forms) == {(False, True, True)}
+    result = CliRunner().invoke(app, ["lower", str(native), "-o", str(tmp_path / "low.onnx"), "--target", "tvm"],
+                                env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "replaced 2 node(s) with the gather and grid_sample lowerings" in " ".join(result.stdout.split())
 
 
 def test_bench_block_marks_the_class_pick_on_its_shapes():

@@ -80,7 +80,9 @@ def lower_command(
         if str(w.message).startswith("deform_onnx"):
             err_console.print(f"warning: {one_line(w.message)}", highlight=False, soft_wrap=True)
     if report.replaced:
-        table = Table(title=f"replaced {len(report.replaced)} node(s) with the {report.lowering} lowering")
+        used = list(dict.fromkeys(r.lowering for r in report.replaced))  # a target's class forms may mix them
+        title = f"the {used[0]} lowering" if len(used) == 1 else f"the {' and '.join(used)} lowerings (per node below)"
+        table = Table(title=f"replaced {len(report.replaced)} node(s) with {title}")
         table.add_column("node")
         table.add_column("op")
         table.add_column("lowering")

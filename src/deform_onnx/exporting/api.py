@@ -372,7 +372,9 @@ def _export_eval(model, args: tuple, f, opts: ExportOptions, deployed=((), None)
     sized.fill(report, produced.verified)
     if deployed[0]:  # hook (issue 28): each named runtime runs the file before it is written
         report.runtimes = _deployed(produced.data, model, args, f, opts, deployed)
-        report.notes.append(f"the file ran in {', '.join(deployed[0])} (each in its cached venv; openvino here) "
+        where = "; ".join(("openvino in this interpreter" if r == "openvino" else f"{r} in its cached venv")
+                          for r in deployed[0])  # fmt: skip
+        report.notes.append(f"the file ran in {', '.join(deployed[0])} ({where}) "
                             "against PyTorch before it was written: " + "; ".join(report.runtimes))  # fmt: skip
     if sink is not None:
         report.path = sink.commit()

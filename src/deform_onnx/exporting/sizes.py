@@ -306,7 +306,8 @@ def second_inputs(model, args: tuple, axes: list[Axis], verify_shapes=None) -> t
             last = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
             continue
         note = None
-        if all(sizes[(a.index, a.axis)] == a.size for a in axes if a.axis != 0):
+        others = [a for a in axes if a.axis != 0]  # no other dynamic axis: nothing was left unchecked
+        if others and all(sizes[(a.index, a.axis)] == a.size for a in others):
             note = ("only the batch was checked at a second size: PyTorch ran none of the sizes tried on the other "
                     "dynamic axes; give verify_shapes= to check them")  # fmt: skip
         return [(new, shapes)], note

@@ -200,7 +200,9 @@ def _default(target: Target, data: Mapping[str, Any]) -> Target:
         others = ", ".join(f"{r.method} {r.ratio:.2f}x" for r in ranked if r is not table_pick)
         note = f"measured here: {table_pick.ratio:.2f}x its own dense Conv" + (f" ({others})" if others else "")
         if best.method != target.method:
-            note += f"; kept: {best.method} not faster by {MARGIN:.2f}x in the geomean and on every shape"
+            why = ("not faster on every shape" if table_pick.ratio > best.ratio * MARGIN
+                   else f"not faster by {MARGIN:.2f}x in the geomean")  # fmt: skip
+            note += f"; kept: {best.method} {why}"
         return dataclasses.replace(target, reason=f"{note}; {target.reason}", source=f"{target.source}; {when}")
     others = ", ".join(f"{r.method} {r.ratio:.2f}x" for r in ranked[1:])
     note = (f"measured fastest here, {best.ratio:.2f}x its own dense Conv ({others}; the table's {target.method} "
