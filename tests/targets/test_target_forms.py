@@ -230,3 +230,36 @@ def test_ncnn_refuses_a_batch_naming_the_fix():
     module, inputs = DeformLayer(cfg).eval(), make_inputs(cfg)
     with pytest.raises(ValueError, match="target 'ncnn': ncnn blobs: .*batch above 1.*export with batch 1"):
         _export((module, inputs, None), target="ncnn")
+
+
+def test_tvm_grid_sample_of_a_float16_map_takes_one_dtype(layer, monkeypatch):
+    """target tvm, a float16 layer with 2 offset groups (grid_sample): TVM's frontend refuses a float16 map with
+    the float32 grid (planted: the form left out), so the map is sampled in float32 and cast back; the file runs
+    in TVM against PyTorch before it is written (the export's own check)."""
+    import dataclasses
+
+    from deform_onnx.core.errors import VerificationError
+    from deform_onnx.targets import resolve_target
+
+    module, inputs, _ = layer
+    half = {k: v.half() for k, v in inputs.items()}
+    module = DeformLayer(CFG).eval().half()
+    module.load_state_dict({k: v.half() for k, v in layer[0].state_dict().items()})
+
+    def export(target):
+        buf = io.BytesIO()
+        deform_onnx.export(module, tuple(half.values()), buf, input_names=list(half), target=target)
+        return onnx.load_from_string(buf.getvalue())
+
+    proto = export("tvm")
+    made = {o: n for n in proto.graph.node for o in n.output}
+    grid_samples = [n for n in proto.graph.node if n.op_type == "GridSample"]
+    assert grid_samples and all(made[n.input[0]].op_type == "Cast" for n in grid_samples)
+    got, want = run_ort(proto.SerializeToString(), half).astype(float), reference(module, half).astype(float)
+    assert (abs(got - want) <= 1e-2 + 1e-2 * abs(want)).all()  # float16's per-element tolerance (docs/runtimes.md)
+    import deform_onnx.targets as targets
+
+    monkeypatch.setitem(targets.TARGETS, "tvm", dataclasses.replace(targets.TARGETS["tvm"], forms=()))
+    assert "GridSample one dtype" not in resolve_target("tvm").forms
+    with pytest.raises(VerificationError, match="tvm.*same datatype"):
+        export("tvm")

@@ -92,6 +92,12 @@ reach the lowerings through this context instead, set around the export by
   The ``mnn`` target too: with ``"taps as channels"`` MNN ran the 64x64 layer in one piece 10% faster
   than in two bands (its columns, ``C*K*Ho*Wo`` values, are then alive at once).
 
+- ``"GridSample one dtype"``: a ``GridSample`` of a float16 map on the float32 grid the lowerings compute
+  float16 coordinates in (:func:`~deform_onnx.sampler.coords.coordinate_dtype`) takes the map cast to float32
+  and its result cast back to float16: ONNX lets the two dtypes differ, TVM 0.27's ONNX frontend does not
+  (measured here: "Binary operators must have the same datatype" on a float16 DCN layer's grid_sample
+  form). The sampling runs in float32 on the float16 values, then rounds once.
+
 Nested blocks add their forms to the enclosing block's.
 """
 
@@ -120,6 +126,7 @@ EMIT_FORMS = (
     "DeformConv sampler",
     "four corner gathers",
     "whole map",
+    "GridSample one dtype",
 )
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 

@@ -261,6 +261,7 @@ TABLE: tuple[Target, ...] = (
         status="measured here",
         grid_sample=("5-D", "cubic"),
         options=("tvm loadable ops",),
+        forms=("GridSample one dtype",),
     ),
     Target(
         name="onnx2torch",

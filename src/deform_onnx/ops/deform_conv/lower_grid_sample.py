@@ -54,7 +54,7 @@ from ...builder.forms import wants
 from ...core.opsets import DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
 from ...sampler.coords import coordinate_dtype
 from ...sampler.gather import nan_guard
-from ..grid_sample.lower import GridSampleSpec, lower_native
+from ..grid_sample.lower import GridSampleSpec, grid_sample_node
 from .common import (
     Band,
     add_product,
@@ -252,6 +252,7 @@ def _bilinear_rows(
     offset, mask, first, Ho, Wo = band.offset, band.mask, band.first, band.rows, band.cols
     H, W = size
     K, kw, Cg = spec.taps, spec.kernel[1], spec.channels_per_offset_group
+    half = b.dtype(x) == np.float16  # coordinates in float32 then (coordinate_dtype): the grid is float32
     xg = b.reshape(x, [-1, Cg, H, W])  # [N*G, C/G, H, W]
     dy, dx = _split(b, spec, offset, Ho, Wo)
     gy_base = base_coords(b, spec, 0, Ho, coord, ([1, -1, 1], [-1, 1, 1, 1]), size=H, start=first)
@@ -261,7 +262,7 @@ def _bilinear_rows(
     grid = _finite_grid(b, b.op("Concat", gx, gy, axis=2), coord)  # [N*G, K, (x, y), Ho, Wo]
     if tap_major:  # [N*G, Ho, K, Wo, (x, y)]: one GridSample, rows (h, k)
         g = b.reshape(b.op("Transpose", grid, perm=[0, 3, 1, 4, 2]), [-1, b.mul_dim(Ho, K), Wo, 2])
-        cols = lower_native(b, GridSampleSpec("bilinear", "zeros", align_corners=False), xg, g)
+        cols = grid_sample_node(b, GridSampleSpec("bilinear", "zeros", align_corners=False), xg, g, half)
         if mask is not None:
             m = b.op("Transpose", b.reshape(mask, [-1, K, Ho, Wo]), perm=[0, 2, 1, 3])
             cols = b.op("Mul", cols, b.reshape(m, [-1, 1, b.mul_dim(Ho, K), Wo]))
@@ -274,7 +275,7 @@ def _bilinear_rows(
     for k0 in range(0, K, step):
         k1 = k0 + step
         g = b.reshape(b.slice(grid, k0, k1, axis=1), [-1, b.mul_dim(step, Ho), Wo, 2])
-        cols = lower_native(b, zeros, xg, g)  # one GridSample
+        cols = grid_sample_node(b, zeros, xg, g, half)  # one GridSample
         # cols: [N*G, C/G, kw*Ho, Wo]
         if m is not None:
             cols = b.op("Mul", cols, b.reshape(b.slice(m, k0, k1, axis=2), [-1, 1, b.mul_dim(step, Ho), Wo]))

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 
 from ...builder import Builder, Dim, Value
 from ...builder.forms import wants
@@ -135,13 +136,34 @@ def lower_native(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> Val
     Raises:
         ValueError: 5-D input below opset 20.
     """
+    return grid_sample_node(b, spec, x, grid)
+
+
+def grid_sample_node(b: Builder, spec: GridSampleSpec, x: Value, grid: Value, float16_map: bool | None = None) -> Value:
+    """:func:`lower_native`'s ``GridSample``, for lowerings that build the grid themselves.
+
+    ``float16_map``: the caller's word that ``x`` is float16 and ``grid`` float32 (the builder may not know
+    intermediate dtypes); ``None``: read from the builder. With the form ``"GridSample one dtype"``
+    (:mod:`deform_onnx.builder.forms`) such a map is sampled in float32 and the result cast back to float16.
+
+    Raises:
+        ValueError: 5-D input below opset 20.
+    """
     shape = b.static_shape(x)
     if shape is not None and len(shape) == 5 and b.opset < ND_MIN_OPSET:
         raise ValueError(f"grid_sample: 5-D input as GridSample needs opset >= {ND_MIN_OPSET}, not {b.opset}")
     mode = spec.mode
     if b.opset >= ND_MIN_OPSET:
         mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
-    return b.op("GridSample", x, grid, mode=mode, padding_mode=spec.padding_mode, align_corners=int(spec.align_corners))
+    # a float16 map with the float32 grid the lowerings compute coordinates in: ONNX allows it (GridSample's
+    # T1, T2); a runtime that wants one dtype gets the map in float32 and the result back in float16
+    if float16_map is None:
+        float16_map = b.dtype(x) == np.float16 and b.dtype(grid) == np.float32
+    one_dtype = wants("GridSample one dtype") and float16_map
+    if one_dtype:
+        x = b.op("Cast", x, to=onnx.TensorProto.FLOAT)
+    out = b.op("GridSample", x, grid, mode=mode, padding_mode=spec.padding_mode, align_corners=int(spec.align_corners))
+    return b.op("Cast", out, to=onnx.TensorProto.FLOAT16) if one_dtype else out
 
 
 def lower_gather(b: Builder, spec: GridSampleSpec, x: Value, grid: Value) -> Value:
