@@ -263,3 +263,11 @@ def test_tvm_grid_sample_of_a_float16_map_takes_one_dtype(layer, monkeypatch):
     assert "GridSample one dtype" not in resolve_target("tvm").forms
     with pytest.raises(VerificationError, match="tvm.*same datatype"):
         export("tvm")
+
+
+def test_tvm_refuses_native_before_exporting(layer):
+    """``target="tvm", method="native"``: one line naming the methods to use, before any export (TVM's frontend
+    has no DeformConv converter)."""
+    with pytest.raises(ValueError, match="use method grid_sample or gather") as info:
+        _export(layer, target="tvm", method="native")
+    assert "\n" not in str(info.value)
