@@ -225,6 +225,12 @@ def two_layers():
     return module, inputs, reference(module, inputs)
 
 
+@pytest.fixture(scope="module")
+def native_two(two_layers) -> onnx.ModelProto:
+    """The two layers as native ``DeformConv`` nodes (opset 19), for ``lower`` and ``check``."""
+    return _export_two(two_layers, method="native", opset_version=19, dynamo=False)
+
+
 def layer_ops(proto: onnx.ModelProto, second_offset: str = "o2") -> tuple[list[str], list[str]]:
     """Op types of the first layer (nodes no path from ``o2`` reaches) and of the second (those it reaches)."""
     reached, first, second = {second_offset}, [], []
@@ -252,7 +258,7 @@ def _export_two(two_layers, **kw) -> onnx.ModelProto:
 
 @pytest.mark.skipif(picks(resolve_target("tvm")).get("batch 1, one offset group") != "gather",
                     reason="the checked-in data give tvm no gather form for one offset group")  # fmt: skip
-def test_tvm_takes_each_layers_class_form(two_layers):
+def test_tvm_takes_each_layers_class_form(two_layers, native_two):
     """target tvm: the one-offset-group layer in the gather form, the two-group layer in the default grid_sample;
     an explicit method (even the target's own) is every layer's form; ``lower`` of a file does the same."""
     from deform_onnx.builder import written
@@ -263,8 +269,7 @@ def test_tvm_takes_each_layers_class_form(two_layers):
     assert [(c.spec["offset_groups"], c.form) for c in written.read(proto)] == [(1, "gather"), (2, "grid_sample")]
     first, second = layer_ops(_export_two(two_layers, target="tvm", method="grid_sample", dynamo=False))
     assert "GridSample" in first and "GridSample" in second
-    native = _export_two(two_layers, method="native", opset_version=19, dynamo=False)
-    lowered = deform_onnx.lower(native, target="tvm")
+    lowered = deform_onnx.lower(native_two, target="tvm")
     first, second = layer_ops(lowered)
     assert "GridSample" not in first and gathers(first) and "GridSample" in second and "DeformConv" not in first
     assert_close(run_ort(lowered.SerializeToString(), two_layers[1]), two_layers[2], what="lowered for tvm")
@@ -272,7 +277,7 @@ def test_tvm_takes_each_layers_class_form(two_layers):
 
 @pytest.mark.skipif(picks(resolve_target("tvm")).get("batch 1, one offset group") != "gather",
                     reason="the checked-in data give tvm no gather form for one offset group")  # fmt: skip
-def test_check_target_lowers_with_the_class_forms(two_layers, tmp_path, monkeypatch):
+def test_check_target_lowers_with_the_class_forms(native_two, tmp_path, monkeypatch):
     """``deform-onnx check --target tvm`` without ``--method``: its lowered path is ``lower(target="tvm")``'s file,
     the class forms included (the note names them)."""
     from typer.testing import CliRunner
@@ -291,7 +296,7 @@ def test_check_target_lowers_with_the_class_forms(two_layers, tmp_path, monkeypa
     monkeypatch.setattr(deform_onnx.rewrite, "lower", recorded)
 
     native = tmp_path / "native.onnx"
-    onnx.save(_export_two(two_layers, method="native", opset_version=19, dynamo=False), str(native))
+    onnx.save(native_two, str(native))
     result = CliRunner().invoke(app, ["check", str(native), "--target", "tvm", "--runtime", "ort", "--repeat", "1"],
                                 env={"COLUMNS": "200"})  # fmt: skip
     assert result.exit_code == 1, result.output  # the file as is (DeformConv) breaks tvm's rules: said, exit 1

@@ -22,7 +22,7 @@ from contextvars import ContextVar
 
 from .registry import Lowering, resolve
 
-__all__ = ["active", "class_methods", "lowering_for"]
+__all__ = ["class_methods", "lowering_for"]
 
 _ACTIVE: ContextVar[tuple[tuple[str, str, str], ...]] = ContextVar("deform_onnx_class_methods", default=())
 
@@ -37,11 +37,6 @@ def class_methods(entries: Iterable[tuple[str, ...]]) -> Iterator[None]:
         yield
     finally:
         _ACTIVE.reset(token)
-
-
-def active() -> tuple[tuple[str, str, str], ...]:
-    """The ``(op, shape class, method)`` entries in force (empty outside :func:`class_methods`)."""
-    return _ACTIVE.get()
 
 
 def lowering_for(op: str, default: Lowering, opset: int | None, shape_class: str | None) -> Lowering:

@@ -181,6 +181,7 @@ def run_paths(
     to_lower = bool(lowered_here(parsed, method, target, force))  # the same decision as lower()'s
     lowered, lower_reason = None, None
     if to_lower:
+        label = f"lower({method or _target_method(parsed, target, force)})"
         try:
             lowered = lower(model, method=method, target=target, force=force)
         except Exception as e:  # noqa: BLE001 - reported in the table
@@ -195,7 +196,7 @@ def run_paths(
         paths: list[tuple[str, Any, str | None]] = [(as_is, model, precision)]
         if runtime == "openvino" and defaults and not missing:
             paths.append((f"{as_is}, defaults", model, None))  # OpenVINO's own choice on this CPU
-        paths += [(f"lower({method or _target_method(parsed, target, force)})", lowered, precision)] if to_lower else []
+        paths += [(label, lowered, precision)] if to_lower else []
         for path, source, hint in paths:
             result = PathResult(runtime, path, defaults=hint is None and runtime == "openvino")
             results.append(result)
