@@ -139,3 +139,71 @@ def test_tflite_msda_per_level_core_is_repaired_and_matches():
     assert "Unsqueeze" not in {n.op_type for n in proto.graph.node}
     got = run_ort(proto.SerializeToString(), {"i0": value, "i1": locations, "i2": weights})
     np.testing.assert_allclose(got, module(value, locations, weights).numpy(), rtol=0, atol=1e-5)
+
+
+class _ChunkDeform(torch.nn.Module):
+    """A DCNv2 block as model code writes it: one conv's output chunked into the offset halves and the mask."""
+
+    def __init__(self, c: int = 4):
+        super().__init__()
+        self.off = torch.nn.Conv2d(c, 27, 3, padding=1)
+        self.weight = torch.nn.Parameter(torch.randn(c, c, 3, 3) * 0.2)
+
+    def forward(self, x):
+        from torchvision.ops import deform_conv2d
+
+        o1, o2, m = torch.chunk(self.off(x), 3, dim=1)
+        return deform_conv2d(x, torch.cat((o1, o2), 1), self.weight, padding=(1, 1), mask=m.sigmoid())
+
+
+def _torchscript_chunk(model: torch.nn.Module, dynamic: bool) -> onnx.ModelProto:
+    kw = {"dynamic_axes": {"x": {0: "n"}}} if dynamic else {}
+    buf = io.BytesIO()
+    torch.onnx.export(model, (torch.randn(1, 4, 6, 5),), buf, input_names=["x"], dynamo=False, opset_version=17, **kw)
+    return onnx.load_from_string(buf.getvalue())
+
+
+class _Chunk(torch.nn.Module):
+    def forward(self, o):
+        o1, o2, m = torch.chunk(o, 3, dim=1)
+        return torch.cat((o1, o2), 1).reshape(o.shape[0], 9, 2, 6, 5) * m.sigmoid().unsqueeze(2)
+
+
+def test_static_shape_arithmetic_folds_torch_chunk_and_keeps_values():
+    """TorchScript writes torch.chunk's split points as Shape arithmetic: no shape is inferred after its Slices;
+    folded, every value is typed and the outputs are the same; a dynamic batch keeps its Shape."""
+    from deform_onnx.targets.repairs import REPAIRS
+
+    fold = REPAIRS["static shape arithmetic folded"]
+    module = torch.nn.Sequential(_ChunkDeform().off, _Chunk())
+    model = _torchscript_chunk(module, dynamic=False)
+
+    def shapes(m):
+        inferred = onnx.shape_inference.infer_shapes(m).graph.value_info
+        return {v.name: [d.dim_value or None for d in v.type.tensor_type.shape.dim] for v in inferred}
+
+    slices = [n.output[0] for n in model.graph.node if n.op_type == "Slice"]
+    assert slices and all(shapes(model).get(s) != [1, 9, 6, 5] for s in slices)  # the frontends' trouble
+    x = torch.randn(1, 4, 6, 5)
+    want = run_ort(model.SerializeToString(), {"x": x})
+    assert fold(model) and "Shape" not in {n.op_type for n in model.graph.node}
+    assert all(shapes(model).get(s) == [1, 9, 6, 5] for s in slices)
+    np.testing.assert_array_equal(run_ort(model.SerializeToString(), {"x": x}), want)
+    dynamic = _torchscript_chunk(module, dynamic=True)
+    fold(dynamic)
+    assert "Shape" in {n.op_type for n in dynamic.graph.node}  # the batch is read at run time
+    x2 = torch.cat([x, x])
+    np.testing.assert_array_equal(run_ort(dynamic.SerializeToString(), {"x": x2})[:1], want)
+
+
+def test_tvm_torchscript_export_of_torch_chunk_runs_on_tvm():
+    """target tvm, TorchScript exporter, torch.chunk in the model: the file converts in TVM and matches PyTorch
+    (before the repair TVM's frontend refused the lowering's Reshape of the unshaped Slice output)."""
+    assert "static shape arithmetic folded" in resolve_target("tvm").repairs
+    module, x = _ChunkDeform().eval(), torch.randn(1, 4, 7, 6)
+    buf = io.BytesIO()
+    deform_onnx.export(module, (x,), buf, input_names=["x"], target="tvm", dynamo=False)  # verified in TVM
+    proto = onnx.load_from_string(buf.getvalue())
+    assert "Shape" not in {n.op_type for n in proto.graph.node}
+    got = run_ort(proto.SerializeToString(), {"x": x})
+    np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-4, atol=1e-4)

@@ -166,7 +166,7 @@ def run_paths(
         ValueError: an unknown runtime name.
     """
     from ..ops.deform_conv.sources import find_nodes
-    from ..rewrite import lower, read_model
+    from ..rewrite import read_model
 
     wanted = []
     for name in runtimes:
@@ -183,7 +183,7 @@ def run_paths(
     if to_lower:
         label = f"lower({method or _target_method(parsed, target, force)})"
         try:
-            lowered = lower(model, method=method, target=target, force=force)
+            lowered, label = _lowered(model, method, target, force, label)
         except Exception as e:  # noqa: BLE001 - reported in the table
             lower_reason = f"lower() failed: {one_line(e)}"
     results = []
@@ -217,6 +217,22 @@ def run_paths(
             except Exception as e:  # noqa: BLE001 - reported in the table
                 result.reason = runtime_reason(e)
     return results
+
+
+def _lowered(model, method: str | None, target: str | None, force: bool, label: str) -> tuple[Any, str]:
+    """``lower(model, ...)``, and its path's label: with a target's per-class forms in force (no ``method``), the
+    forms the lowering wrote (another form than the target's method for some nodes or all: ``lower(gather)``,
+    ``lower(gather+grid_sample)``), read from the report of the same lowering.
+    """
+    from ..rewrite import lower, lower_model, read_model
+    from ..targets import resolve_target
+
+    lowered = lower(model, method=method, target=target, force=force)
+    if method is None and target is not None and resolve_target(target).class_methods:
+        _, report = lower_model(read_model(model), target=target, force=force)
+        forms = list(dict.fromkeys(r.lowering for r in report.replaced))
+        label = f"lower({'+'.join(forms)})" if forms else label
+    return lowered, label
 
 
 def _target_method(model, target: str | None, force: bool) -> str:

@@ -113,7 +113,9 @@ def for_check(path, target: str | Target, method: str | None, force: bool = Fals
     found = violations(model, t.rules)
     found += _native_nodes_refused(model, t, opset)
     notes = [f"{t.name}: the file as is breaks {v}" for v in found] or [f"{t.name}: the file as is passes its rules"]
-    picks = "".join(f"; {c.method} for {c.shape_class}" for c in choice.class_methods)
+    # a node takes a class form only where its shapes put it in the class (a static batch): the path's label
+    # names the forms the lowering wrote (runtimes.run_paths)
+    picks = "".join(f"; {c.method} where a node is {c.shape_class} (static shapes)" for c in choice.class_methods)
     notes.append(f"{t.name}: lowered paths use {choice.method}{picks} (target picks {t.method}@{t.opset}; {t.reason})")
     return notes, choice.method
 

@@ -29,6 +29,9 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 - ``"constant operand last"`` (:mod:`.repair_tflite`): a binary elementwise op with one constant operand
   gets the value first and the constant without leading 1-axes (onnx2tf transposes a constant added to a
   square ``[N, H, W]`` value otherwise: a flow warp's ``xs + flow[:, 0]``).
+- ``"static shape arithmetic folded"`` (:mod:`.repair_shapes`): TorchScript's ``Shape -> Gather -> ...`` chains
+  on static shapes (``torch.chunk``'s split points) as constants (TVM's frontend and ncnn's blob rule lost the
+  shapes after such a ``Slice``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import onnx
 from onnx import numpy_helper
 
 from .repair_index import index_list_as_concat, scatter_as_concat
+from .repair_shapes import static_shape_arithmetic_folded
 from .repair_stack import stack_flatten_as_concat
 from .repair_tflite import constant_operand_last
 
@@ -149,4 +153,5 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "scatter as Concat": scatter_as_concat,  # repair_index.py
     "index list as Concat": index_list_as_concat,  # repair_index.py
     "constant operand last": constant_operand_last,  # repair_tflite.py
+    "static shape arithmetic folded": static_shape_arithmetic_folded,  # repair_shapes.py
 }

@@ -1,0 +1,51 @@
+"""Repair ``"static shape arithmetic folded"``: values computed from static shapes become constants.
+
+torch's TorchScript exporter writes a model's shape arithmetic as ops, not numbers: ``torch.chunk(o, 3,
+dim=1)`` becomes ``Shape -> Gather -> Add -> Div -> Mul`` feeding each ``Slice``'s ends, even when every
+shape is static. A frontend that types the graph before running it then loses the shapes after the
+``Slice`` (measured here: TVM 0.27's relax frontend refuses the lowering's ``Reshape`` of such a value,
+"Reshape expects the input tensor to have known shape"; ncnn's blob rule sees a ``?`` batch in the same
+file). ONNX shape inference alone cannot help (a ``Slice`` with computed ends has no inferred shape).
+
+The repair folds what the shapes decide with onnxscript's constant folder (``onnxscript.optimizer``,
+ONNX shape inference per node): a ``Shape`` of a value whose shape is static, and the small computations
+on it, become constants; then ONNX shape inference types the rest. Only small values are folded (at most
+:data:`LIMIT` elements in and out; ``Shape`` reads no data), so a model's weights and the lowerings' large
+constant grids stay as written. A dynamic axis stays dynamic: its ``Shape`` does not fold.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+__all__ = ["LIMIT", "static_shape_arithmetic_folded"]
+
+#: Most elements a folded node may read or write (shape vectors, scalars, split sizes).
+LIMIT = 64
+
+
+def static_shape_arithmetic_folded(model: onnx.ModelProto) -> list[str]:
+    """Fold the main graph's small values computed from static shapes into constants (in place).
+
+    Args:
+        model: an ONNX model; its outputs, graph inputs, initializers and metadata are kept.
+
+    Returns:
+        One line naming how many nodes were folded away (empty when none).
+    """
+    import onnx_ir as ir
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+    from onnxscript.optimizer import fold_constants
+
+    if not any(n.op_type == "Shape" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return []  # nothing is computed from shapes
+    before = len(model.graph.node)
+    ir_model = ir.from_proto(model)
+    fold_constants(ir_model, onnx_shape_inference=True, input_size_limit=LIMIT, output_size_limit=LIMIT)
+    RemoveUnusedNodesPass()(ir_model)
+    folded = ir.to_proto(ir_model)
+    gone = before - len(folded.graph.node)
+    if gone <= 0:
+        return []
+    model.CopyFrom(folded)
+    return [f"static shape arithmetic folded: {gone} node(s) fewer"]
