@@ -20,7 +20,7 @@ from ..builder.forms import graph_forms
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
-from . import schedule
+from . import fast_paths, schedule
 from .torch_export import Named, eval_mode, exported, first_error, plan_sizes, prepare, prove, quiet, report_for
 
 TITLE = "ExecuTorch"
@@ -101,6 +101,7 @@ def lower(ep) -> bytes:
 
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
+    fast_paths.full_where_branches(ep)
     try:
         return _lowered(ep, [cut])
     except ExportError as exc:
