@@ -27,7 +27,7 @@ TITLE = "ExecuTorch"
 #: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
 AUTO_METHOD = "gather"
 #: The graph forms the .pte asks the lowerings for (:mod:`deform_onnx.builder.forms`): what XNNPACK takes.
-FORMS = ("four corner gathers", "whole map")
+FORMS = ("four corner gathers", "whole map", "float row index")
 #: export()'s keyword arguments a .pte takes.
 TAKEN = ("method", "dynamic_shapes", "verify", "rtol", "atol", "verify_shapes")
 
