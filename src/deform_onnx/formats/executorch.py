@@ -87,7 +87,9 @@ def lower(ep) -> bytes:
 
     The program's constant subgraphs are folded first (ExecuTorch's ``constant_prop_pass``): XNNPACK takes a
     ``mm``/``linear`` only when its weight is a constant, and the lowerings reshape and slice the layer's
-    weight per tap (measured on a DCNv2 layer: every ``mm`` ran on the portable kernels before).
+    weight per tap (measured on a DCNv2 layer: every ``mm`` ran on the portable kernels before). Then a
+    ``where`` with a one-element constant branch gets it as ``full_like`` of the other branch
+    (:func:`~deform_onnx.formats.fast_paths.full_where_branches`: the portable kernel's fast path).
 
     Measured with executorch 1.5.1: XNNPACK refuses a reshape with more than one dynamic dimension
     ("XNNPACK reshape only supports 1 dynamic dimension"; a deformable convolution with H and W both
