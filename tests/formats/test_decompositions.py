@@ -49,6 +49,33 @@ def test_deform_conv_every_attribute(cfg, method):
     assert err <= ATOL, err
 
 
+def _int64_casts(ep) -> int:
+    return sum(
+        n.target is torch.ops.aten._to_copy.default and n.meta["val"].dtype == torch.int64 for n in ep.graph.nodes
+    )
+
+
+@pytest.mark.parametrize("cfg", [SMALL, DCNV2_GROUPED, UNEVEN], ids=lambda c: c.id)
+def test_deform_conv_float_row_index(cfg, monkeypatch):
+    """The ``"float row index"`` form (the .pte's): corner rows computed in float32, cast to int64 once, the
+    same values as torchvision (offset groups, batch 2, groups, mask); where the table holds more rows than
+    float32 counts exactly (the limit planted below this layer's table) the int64 computation (two casts)."""
+    from deform_onnx.builder.forms import graph_forms
+    from deform_onnx.ops.deform_conv import lower_gather
+
+    model, inputs = DeformLayer(cfg), make_inputs(cfg)
+    args = tuple(inputs.values())
+    rows = cfg.N * (cfg.H + 3) * (cfg.W + 3) * cfg.offset_groups
+    for limit, casts in ((rows, 1), (rows - 1, 2)):
+        monkeypatch.setitem(lower_gather.FLOAT_ROWS_MAX, "float32", limit)
+        with graph_forms(["float row index"]):
+            ep = _decomposed(model, args, "gather")
+        assert _int64_casts(ep) == casts
+        with torch.no_grad():
+            err = (ep.module()(*args) - model(*args)).abs().max().item()
+        assert err <= ATOL, err
+
+
 def test_deform_conv_dynamic_sizes():
     """Dynamic H/W: "auto" takes the grid_sample lowering, which hands a map of unknown size to the gather
     lowering's exact sampler (no grid_sampler op left); method "gather" calls that lowering directly, the
@@ -123,7 +150,7 @@ def test_family_only_table():
 
 
 def test_pte_forms_one_band_four_gathers_per_tap_and_the_same_numbers():
-    """The .pte writer's forms (``"four corner gathers"``, ``"whole map"``): a map the gather form cuts in row bands
+    """The .pte writer's forms (``"four corner gathers"``, ``"whole map"``, ``"float row index"``): a map the gather form cuts in row bands
     is one piece, each tap samples its four corners by four gathers (no batched MatMul: XNNPACK takes the Mul/Add),
     a tap picked by a constant index is a slice (no index_select, which XNNPACK has no kernel for), no reshape to the
     same shape and no product with 1 (XNNPACK copies / multiplies the columns for each); same outputs."""
@@ -148,6 +175,8 @@ def test_pte_forms_one_band_four_gathers_per_tap_and_the_same_numbers():
     views = [n for n in pte.graph.nodes if n.target == torch.ops.aten.view.default]
     assert views and all(n.meta["val"].shape != n.args[0].meta["val"].shape for n in views)
     assert not [n for n in pte.graph.nodes if n.target == torch.ops.aten.mul.Tensor and 1 in n.args[1:]]
+    # "float row index": the corner rows cast to int64 once (without the forms: two casts per band)
+    assert (_int64_casts(pte), _int64_casts(plain)) == (1, 2 * len(row_bands(cfg.H, cfg.W)))
     with torch.no_grad():
         want = model(*args)
         assert (pte.module()(*args) - want).abs().max().item() <= ATOL

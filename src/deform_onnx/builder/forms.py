@@ -91,6 +91,13 @@ reach the lowerings through this context instead, set around the export by
   layer at 64x64 is two bands otherwise); the ``.pte`` writer asks for it.
   The ``mnn`` target too: with ``"taps as channels"`` MNN ran the 64x64 layer in one piece 10% faster
   than in two bands (its columns, ``C*K*Ho*Wo`` values, are then alive at once).
+- ``"float row index"``: the gather form of deformable convolution computes each sample's corner row
+  (:func:`~deform_onnx.sampler.gather.padded_channel_rows`) in the coordinate dtype and casts it to int64
+  once, where the sizes are static and every row number is a whole number that dtype holds exactly
+  (:data:`~deform_onnx.ops.deform_conv.lower_gather.FLOAT_ROWS_MAX`); otherwise in int64 as always. The
+  same indices: ExecuTorch's XNNPACK delegate takes the float products and sums, which otherwise run on
+  its portable kernels in int64 (two casts to int64 and four int64 passes instead of one cast). The
+  ``.pte`` writer asks for it.
 
 - ``"GridSample one dtype"``: a ``GridSample`` of a float16 map on the float32 grid the lowerings compute
   float16 coordinates in (:func:`~deform_onnx.sampler.coords.coordinate_dtype`) takes the map cast to float32
@@ -127,6 +134,7 @@ EMIT_FORMS = (
     "four corner gathers",
     "whole map",
     "GridSample one dtype",
+    "float row index",
 )
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 

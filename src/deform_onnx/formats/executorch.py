@@ -20,14 +20,14 @@ from ..builder.forms import graph_forms
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
-from . import schedule
+from . import fast_paths, schedule
 from .torch_export import Named, eval_mode, exported, first_error, plan_sizes, prepare, prove, quiet, report_for
 
 TITLE = "ExecuTorch"
 #: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
 AUTO_METHOD = "gather"
 #: The graph forms the .pte asks the lowerings for (:mod:`deform_onnx.builder.forms`): what XNNPACK takes.
-FORMS = ("four corner gathers", "whole map")
+FORMS = ("four corner gathers", "whole map", "float row index")
 #: export()'s keyword arguments a .pte takes.
 TAKEN = ("method", "dynamic_shapes", "verify", "rtol", "atol", "verify_shapes")
 
@@ -87,7 +87,9 @@ def lower(ep) -> bytes:
 
     The program's constant subgraphs are folded first (ExecuTorch's ``constant_prop_pass``): XNNPACK takes a
     ``mm``/``linear`` only when its weight is a constant, and the lowerings reshape and slice the layer's
-    weight per tap (measured on a DCNv2 layer: every ``mm`` ran on the portable kernels before).
+    weight per tap (measured on a DCNv2 layer: every ``mm`` ran on the portable kernels before). Then a
+    ``where`` with a one-element constant branch gets it as ``full_like`` of the other branch
+    (:func:`~deform_onnx.formats.fast_paths.full_where_branches`: the portable kernel's fast path).
 
     Measured with executorch 1.5.1: XNNPACK refuses a reshape with more than one dynamic dimension
     ("XNNPACK reshape only supports 1 dynamic dimension"; a deformable convolution with H and W both
@@ -101,6 +103,7 @@ def lower(ep) -> bytes:
 
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
+    fast_paths.full_where_branches(ep)
     try:
         return _lowered(ep, [cut])
     except ExportError as exc:

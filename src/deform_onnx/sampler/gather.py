@@ -68,12 +68,13 @@ def padded_channel_rows(b: Builder, x: Value, width: Dim) -> Value:
     return b.reshape(xt, [-1, width])
 
 
-def padded_corner(b: Builder, p: Value, size: Dim, like: Value, border_rule: bool = True):
+def padded_corner(b: Builder, p: Value, size: Dim, like: Value, border_rule: bool = True, as_float: bool = False):
     """Corner ``floor(p)`` along one axis for :func:`padded_channel_rows`, and the two bilinear weights.
 
     Returns ``(i, low_w, high_w)``: int64 index of the corner ``floor(p)`` in
     padded coordinates (``floor(p) + 1``; the other corner is ``i + 1``) and
     the weights of the corners ``floor(p)`` and ``floor(p) + 1``, in ``like``'s dtype.
+    ``as_float``: the index in ``like``'s dtype instead (a whole number, not cast to int64).
 
     ``border_rule=True`` is torchvision's (and ATen's zero padding): ``p`` is
     clamped into ``[-1, size]``, which changes no result (a sample at
@@ -95,6 +96,8 @@ def padded_corner(b: Builder, p: Value, size: Dim, like: Value, border_rule: boo
         )
         inside = b.cast_like(inside, like)
         low_w, high_w = b.op("Mul", low_w, inside), b.op("Mul", high_w, inside)
+    if as_float:
+        return b.op("Add", p0, b.float_const(float(PAD_BEFORE), like)), low_w, high_w
     return _padded_index(b, p0, like), low_w, high_w
 
 

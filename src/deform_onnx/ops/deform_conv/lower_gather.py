@@ -33,6 +33,7 @@ MatMul for rows of 32+ channels, four Gathers and a Sum for narrower ones).
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from ...builder import Builder, Value
 from ...builder.forms import wants
@@ -168,8 +169,9 @@ def _corners(
     )
     px = b.op("Add", dx, base_coords(b, spec, 1, Wo, coord, ([1, 1, 1, 1, -1], [-1, 1, 1, 1, 1])))
     border = spec.bilinear_interpolation_pad
-    iy, hy, ly = padded_corner(b, py, H, coord, border)
-    ix, hx, lx = padded_corner(b, px, W, coord, border)
+    exact = _float_rows(b, coord, N, H, W, G)
+    iy, hy, ly = padded_corner(b, py, H, coord, border, as_float=exact)
+    ix, hx, lx = padded_corner(b, px, W, coord, border, as_float=exact)
     if mask is not None:
         m = b.reshape(mask, [-1, G, K, Ho, Wo])
         m = in_coordinate_dtype(b, x, b.op("Transpose", m, perm=[2, 0, 1, 3, 4]))  # [K, N, G, Ho, Wo]
@@ -178,12 +180,40 @@ def _corners(
     # Flat row of the corner (y0, x0) = ((n*(H+3) + iy)*(W+3) + ix)*G + g; the other
     # corners are +G (next column), +row (next row) and +row+G.
     row = b.as_dim(b.mul_dim(b.add_dim(W, 3), G))
-    n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
-    n = b.op("Mul", b.reshape(n, [1, -1, 1, 1, 1]), b.as_dim(b.mul_dim(b.add_dim(H, 3), row)))
-    ng = b.op("Add", n, b.i64(np.arange(G, dtype=np.int64).reshape(G, 1, 1)))  # [1, N, G, 1, 1]
-    i00 = b.op("Add", b.op("Add", b.op("Mul", iy, row), b.op("Mul", ix, b.i64(G))), ng)
+    if exact:  # static sizes, every row number a whole number of the coordinate dtype: one Cast at the end
+        assert isinstance(N, int) and isinstance(H, int) and isinstance(W, int)
+        per_row = (W + 3) * G
+        ng = np.arange(N).reshape(1, N, 1, 1, 1) * ((H + 3) * per_row) + np.arange(G).reshape(G, 1, 1)
+        i00 = b.op("Mul", iy, b.float_const(float(per_row), coord))
+        i00 = b.op("Add", i00, ix if G == 1 else b.op("Mul", ix, b.float_const(float(G), coord)))
+        if ng.any():  # more than one image or offset group
+            i00 = b.op("Add", i00, b.float_const(ng, coord))
+        i00 = b.op("Cast", i00, to=onnx.TensorProto.INT64)
+    else:
+        n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
+        n = b.op("Mul", b.reshape(n, [1, -1, 1, 1, 1]), b.as_dim(b.mul_dim(b.add_dim(H, 3), row)))
+        ng = b.op("Add", n, b.i64(np.arange(G, dtype=np.int64).reshape(G, 1, 1)))  # [1, N, G, 1, 1]
+        i00 = b.op("Add", b.op("Add", b.op("Mul", iy, row), b.op("Mul", ix, b.i64(G))), ng)
     weights = [b.op("Mul", wy, wx) for wy in (hy, ly) for wx in (hx, lx)]  # corners 00, 01, 10, 11
     if G > 1:  # [K, N, Ho, Wo, G]: G next to the gathered C/G
         i00 = b.op("Transpose", i00, perm=[0, 1, 3, 4, 2])
         weights = [b.op("Transpose", w_, perm=[0, 1, 3, 4, 2]) for w_ in weights]
     return BilinearCorners(b, rows, Cg, i00, row, G, [in_input_dtype(b, x, w_) for w_ in weights])
+
+
+#: Largest row count (table rows, :func:`~deform_onnx.sampler.gather.padded_channel_rows`) whose row numbers
+#: the ``"float row index"`` form computes in each coordinate dtype: every integer up to it is exact there.
+FLOAT_ROWS_MAX = {"float32": 2**24, "float64": 2**53}
+
+
+def _float_rows(b: Builder, coord: Value, N, H, W, G: int) -> bool:
+    """Whether the corner rows are computed in the coordinate dtype (the ``"float row index"`` form).
+
+    Only with static sizes whose table rows (``N*(H+3)*(W+3)*G``) are at most :data:`FLOAT_ROWS_MAX` of
+    that dtype: every row number is then a whole number it holds exactly, the same as the int64 computation.
+    """
+    if not wants("float row index") or not all(isinstance(d, int) for d in (N, H, W)):
+        return False
+    dt = b.value_dtype(coord)
+    limit = FLOAT_ROWS_MAX.get(np.dtype(dt).name, 0) if dt is not None else 0
+    return limit >= N * (H + 3) * (W + 3) * G
