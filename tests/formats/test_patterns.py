@@ -46,6 +46,18 @@ def test_ops_pass_records_the_program_and_changes_nothing():
     assert ops.lacks("aten.upsample_bilinear2d.")
 
 
+def test_ops_names_edge_and_aten_overloads_alike():
+    """Planted: a raw ATen ``_softmax`` (its ``_op`` is a C++ callable) counts as holding it, as the edge op does."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    for target in (torch.ops.aten._softmax.default, exir_ops.edge.aten._softmax.default):
+        graph = torch.fx.Graph()
+        graph.output(graph.call_function(target, (graph.placeholder("x"), -1, False)))
+        ops = Ops()
+        ops(torch.fx.GraphModule(torch.nn.Module(), graph))
+        assert not ops.lacks("aten._softmax."), ops.names
+
+
 @pytest.fixture
 def stand_ins(monkeypatch):
     """ExecuTorch's getters replaced by cheap stand-ins that say they were called."""

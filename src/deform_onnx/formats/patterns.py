@@ -48,13 +48,19 @@ class Ops:
         for module in gm.modules():
             if isinstance(module, torch.fx.GraphModule):
                 calls = (n.target for n in module.graph.nodes if n.op == "call_function")
-                names.update(str(getattr(target, "_op", target)) for target in calls)
+                names.update(_name(target) for target in calls)
         self.names = names
         return PassResult(gm, False)
 
     def lacks(self, prefix: str) -> bool:
         """Whether the pass ran and saw no op whose name starts with ``prefix``."""
         return self.names is not None and not any(name.startswith(prefix) for name in self.names)
+
+
+def _name(target) -> str:
+    """An edge op's ATen overload name (``EdgeOpOverload._op``), or the target's own (an ATen overload, a function)."""
+    aten = getattr(target, "_op", None)
+    return str(aten if isinstance(aten, torch._ops.OpOverload) else target)
 
 
 _lock = threading.Lock()
