@@ -20,7 +20,8 @@ from ..builder.forms import graph_forms
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
-from . import fast_paths, schedule
+from . import fast_paths, patterns, schedule
+from .provenance import shared_provenance
 from .torch_export import Named, eval_mode, exported, first_error, plan_sizes, prepare, prove, quiet, report_for
 
 TITLE = "ExecuTorch"
@@ -91,6 +92,10 @@ def lower(ep) -> bytes:
     ``where`` with a one-element constant branch gets it as ``full_like`` of the other branch
     (:func:`~deform_onnx.formats.fast_paths.full_where_branches`: the portable kernel's fast path).
 
+    While it lowers, node provenance is shared rather than deep-copied (:mod:`~deform_onnx.formats.provenance`)
+    and XNNPACK's example subgraphs that the program cannot match are not built
+    (:mod:`~deform_onnx.formats.patterns`): the same program, written sooner.
+
     Measured with executorch 1.5.1: XNNPACK refuses a reshape with more than one dynamic dimension
     ("XNNPACK reshape only supports 1 dynamic dimension"; a deformable convolution with H and W both
     dynamic), and the same program on the portable kernels alone fails to load (its memory plan is
@@ -104,21 +109,23 @@ def lower(ep) -> bytes:
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
     fast_paths.full_where_branches(ep)
+    ops = patterns.Ops()  # the edge program's ops: XNNPACK's examples it cannot match are not built
     try:
-        return _lowered(ep, [cut])
+        with shared_provenance(), patterns.unmatchable_skipped(ops):  # shared: no deep copy of node histories
+            return _lowered(ep, [cut], [ops])
     except ExportError as exc:
         if "dynamic dimension" in str(exc):
             raise ExportError(f"{exc} (make one dimension dynamic, e.g. H only, or export to .onnx)") from None
         raise
 
 
-def _lowered(ep, partitioner: list) -> bytes:
+def _lowered(ep, partitioner: list, passes: list | None = None) -> bytes:
     with quiet() as noise:
         try:
             from executorch.exir import to_edge_transform_and_lower
 
             with torch.no_grad():  # the passes fold constants from parameters: plain tensors (deep-copied later)
-                edge = to_edge_transform_and_lower(ep, partitioner=partitioner)
+                edge = to_edge_transform_and_lower(ep, transform_passes=passes, partitioner=partitioner)
                 schedule.reorder(edge.exported_program().graph_module)
                 program = edge.to_executorch()
         except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one

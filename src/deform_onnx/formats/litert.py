@@ -17,6 +17,7 @@ from ..builder.forms import graph_forms
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
+from .provenance import shared_provenance
 from .torch_export import Named, eval_mode, exported, first_error, plan_sizes, prepare, prove, quiet, report_for
 
 TITLE = "LiteRT"
@@ -94,7 +95,7 @@ class LiteRTSession:
 
 def convert(ep, args: tuple) -> bytes:
     """The decomposed program as ``.tflite`` bytes (litert-torch)."""
-    with quiet() as noise:
+    with quiet() as noise, shared_provenance():  # its passes retrace the program: no deep copy of node histories
         try:
             import litert_torch
 

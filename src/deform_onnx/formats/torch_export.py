@@ -180,6 +180,7 @@ def exported(
 ):
     """``torch.export.export(model, args)`` with the family rewritten by :func:`deform_onnx.decompositions`.
 
+    Node provenance is shared, not deep-copied, meanwhile (:func:`.provenance.shared_provenance`).
     The model is captured by the ONNX path's strategies (:func:`.capture.capture`: non-strict with the
     size rewrites, then ``strict=True``); ``notes`` (a list) gets one line saying which strategy captured it.
     ``core``: decompose the rest into core ATen ops too; ``False`` leaves the rest to the backend's own
@@ -193,17 +194,19 @@ def exported(
     """
     from .capture import capture, drop_aliases
     from .decompose import decompositions
+    from .provenance import shared_provenance
     from .tidy import tidy
 
     table = decompositions(method, core=core)
-    captured = capture(model, args, dynamic_shapes, title)
-    if notes is not None:
-        notes.append(captured.note())
-    ep = captured.program
-    try:
-        ep = ep.run_decompositions(table)
-    except Exception as exc:
-        raise ExportError(f"decomposing the model for {title} failed: {_one_line(exc)}") from exc
+    with shared_provenance():
+        captured = capture(model, args, dynamic_shapes, title)
+        if notes is not None:
+            notes.append(captured.note())
+        ep = captured.program
+        try:
+            ep = ep.run_decompositions(table)
+        except Exception as exc:
+            raise ExportError(f"decomposing the model for {title} failed: {_one_line(exc)}") from exc
     drop_aliases(ep)
     tidy(ep)
     left = sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function" and _foreign(n.target)})
