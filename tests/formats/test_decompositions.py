@@ -150,7 +150,8 @@ def test_family_only_table():
 
 
 def test_pte_forms_one_band_four_gathers_per_tap_and_the_same_numbers():
-    """The .pte writer's forms (``"four corner gathers"``, ``"whole map"``, ``"float row index"``): a map the gather form cuts in row bands
+    """The .pte writer's forms (``"four corner gathers"``, ``"whole map"``, ``"float row index"``, ``"table by one Pad"``):
+    a map the gather form cuts in row bands
     is one piece, each tap samples its four corners by four gathers (no batched MatMul: XNNPACK takes the Mul/Add),
     a tap picked by a constant index is a slice (no index_select, which XNNPACK has no kernel for), no reshape to the
     same shape and no product with 1 (XNNPACK copies / multiplies the columns for each); same outputs."""
@@ -171,6 +172,10 @@ def test_pte_forms_one_band_four_gathers_per_tap_and_the_same_numbers():
     assert len(gathers) == 4 * taps  # one band, four corners a tap, no per-tap pick by index_select
     assert "aten.bmm.default" not in _ops(pte)
     assert "aten.bmm.default" in _ops(plain)  # without the forms: the stacked corners' batched MatMul
+    # "table by one Pad": the row table padded by one constant_pad_nd, not zero blocks concatenated twice
+    pads = [n for n in pte.graph.nodes if n.target == torch.ops.aten.constant_pad_nd.default]
+    assert len(pads) == 1 and list(pads[0].args[1]) == [1, 2, 1, 2, 0, 0, 0, 0]  # W, H, C, N
+    assert "aten.constant_pad_nd.default" not in _ops(plain) and "aten.cat.default" in _ops(plain)
     # No view to the shape it already has and no product with 1 (XNNPACK runs each as a pass over the columns)
     views = [n for n in pte.graph.nodes if n.target == torch.ops.aten.view.default]
     assert views and all(n.meta["val"].shape != n.args[0].meta["val"].shape for n in views)

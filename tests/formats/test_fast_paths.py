@@ -47,3 +47,24 @@ def test_constant_branches_become_full_like_and_the_values_stay(dynamic):
     p2[-1, 0] = float("nan")
     for got, want in zip(ep.module()(p2, row), Guard()(p2, row), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_nan_guards_test_isnan_and_select_the_same_elements():
+    """``where(p == p, ...)`` and ``where(p != p, ...)`` test ``isnan(p)`` (no ``eq``/``ne`` left); the outputs equal
+    PyTorch's exactly on NaN and numbers; with the rewritten guard's branches planted back unswapped they do not."""
+    from deform_onnx.formats.fast_paths import isnan_guards
+
+    p, row = torch.randn(3, 4) * 4, torch.randn(4)
+    p[0, 1] = p[2, 3] = float("nan")
+    ep = torch.export.export(Guard(), (p, row), strict=False).run_decompositions({})
+    assert isnan_guards(ep) == 2
+    targets = [n.target for n in ep.graph.nodes]
+    assert targets.count(torch.ops.aten.isnan.default) == 2
+    assert torch.ops.aten.eq.Tensor not in targets and torch.ops.aten.ne.Tensor not in targets
+    want = Guard()(p, row)
+    for got, w in zip(ep.module()(p, row), want, strict=True):
+        torch.testing.assert_close(got, w, rtol=0, atol=0)
+    guard = next(n for n in ep.graph.nodes if n.target is torch.ops.aten.where.self)
+    guard.args = (guard.args[0], guard.args[2], guard.args[1])  # planted: the eq guard's branches not swapped
+    ep.graph_module.recompile()
+    assert not torch.equal(ep.module()(p, row)[0], want[0])

@@ -99,6 +99,11 @@ reach the lowerings through this context instead, set around the export by
   its portable kernels in int64 (two casts to int64 and four int64 passes instead of one cast). The
   ``.pte`` writer asks for it.
 
+- ``"table by one Pad"``: the gather samplers' zero-padded row table
+  (:func:`~deform_onnx.sampler.gather.padded_channel_rows`) pads the map with one ``Pad`` instead of
+  concatenating zero blocks along H, then W: one pass over the map instead of two. ExecuTorch's XNNPACK
+  delegate takes the ``Pad``; the ONNX graphs keep the blocks (onnx's version converter, which
+  ``torch.onnx.export`` runs below opset 18, has no adapter for ``Pad``). The ``.pte`` writer asks for it.
 - ``"GridSample one dtype"``: a ``GridSample`` of a float16 map on the float32 grid the lowerings compute
   float16 coordinates in (:func:`~deform_onnx.sampler.coords.coordinate_dtype`) takes the map cast to float32
   and its result cast back to float16: ONNX lets the two dtypes differ, TVM 0.27's ONNX frontend does not
@@ -135,6 +140,7 @@ EMIT_FORMS = (
     "whole map",
     "GridSample one dtype",
     "float row index",
+    "table by one Pad",
 )
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 

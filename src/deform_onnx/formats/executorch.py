@@ -28,7 +28,7 @@ TITLE = "ExecuTorch"
 #: What ``method="auto"`` writes: the gather form, measured the faster here (BENCHMARKS.md, benchmarks/formats.py).
 AUTO_METHOD = "gather"
 #: The graph forms the .pte asks the lowerings for (:mod:`deform_onnx.builder.forms`): what XNNPACK takes.
-FORMS = ("four corner gathers", "whole map", "float row index")
+FORMS = ("four corner gathers", "whole map", "float row index", "table by one Pad")
 #: export()'s keyword arguments a .pte takes.
 TAKEN = ("method", "dynamic_shapes", "verify", "rtol", "atol", "verify_shapes")
 
@@ -90,7 +90,8 @@ def lower(ep) -> bytes:
     ``mm``/``linear`` only when its weight is a constant, and the lowerings reshape and slice the layer's
     weight per tap (measured on a DCNv2 layer: every ``mm`` ran on the portable kernels before). Then a
     ``where`` with a one-element constant branch gets it as ``full_like`` of the other branch
-    (:func:`~deform_onnx.formats.fast_paths.full_where_branches`: the portable kernel's fast path).
+    (:func:`~deform_onnx.formats.fast_paths.full_where_branches`: the portable kernel's fast path), and the NaN
+    guards' ``where(eq(p, p), ...)`` test ``isnan(p)`` instead (:func:`~deform_onnx.formats.fast_paths.isnan_guards`).
 
     While it lowers, node provenance is shared rather than deep-copied (:mod:`~deform_onnx.formats.provenance`)
     and XNNPACK's example subgraphs that the program cannot match are not built
@@ -109,6 +110,7 @@ def lower(ep) -> bytes:
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
     fast_paths.full_where_branches(ep)
+    fast_paths.isnan_guards(ep)
     ops = patterns.Ops()  # the edge program's ops: XNNPACK's examples it cannot match are not built
     try:
         with shared_provenance(), patterns.unmatchable_skipped(ops):  # shared: no deep copy of node histories

@@ -8,6 +8,10 @@ have a fast path for inputs of one shape and a slow one that broadcasts element 
   branch as ``full_like`` of the other branch. Measured with executorch 1.5.1 on a guard of 2x9x4096 values
   (ExecuTorch's etdump): the portable ``where`` ran about 14x faster with three inputs of one shape, and
   ``full_like`` costs about a fifth of that ``where``.
+- :func:`isnan_guards`: the NaN guard's ``where(eq(p, p), a, b)`` as ``where(isnan(p), b, a)``: one pass over
+  ``p`` of the portable ``isnan`` kernel instead of its ``eq`` of two inputs (the ONNX graphs keep ``Equal``:
+  MNN rejects ``IsNaN``). Measured with executorch 1.5.1 on a 64-channel DCNv2 layer at 64x64 (etdump): the
+  two guards' ``isnan`` took about 40% of the time of their ``eq``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import contextlib
 import torch
 from torch._guards import detect_fake_mode
 
-__all__ = ["full_where_branches"]
+__all__ = ["full_where_branches", "isnan_guards"]
 
 
 def _constant(ep, node) -> torch.Tensor | None:
@@ -62,6 +66,38 @@ def full_where_branches(ep) -> int:
             node.args = tuple(args)
             done += 1
             break
+    if done:
+        ep.graph_module.recompile()
+    return done
+
+
+def isnan_guards(ep) -> int:
+    """Rewrite each ``where(eq(p, p), a, b)`` of ``ep`` (a float ``p``) as ``where(isnan(p), b, a)``; how many.
+
+    ``eq(p, p)`` is false exactly where ``p`` is NaN, so each element selects the same branch; ``ne(p, p)``
+    likewise, without the swap. The test goes when nothing else reads it. In place.
+    """
+    graph = ep.graph_module.graph
+    done = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.where.self or len(node.args) != 3:
+            continue
+        cond, a, b = node.args
+        tests = (torch.ops.aten.eq.Tensor, torch.ops.aten.ne.Tensor)
+        if not (isinstance(cond, torch.fx.Node) and cond.target in tests and len(cond.args) == 2):
+            continue
+        p = cond.args[0]
+        value = p.meta.get("val") if isinstance(p, torch.fx.Node) else None
+        if cond.args[1] is not p or not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            continue
+        with graph.inserting_before(node):
+            nan = graph.call_function(torch.ops.aten.isnan.default, (p,))
+        with detect_fake_mode([value]) or contextlib.nullcontext():  # the program's fake tensors
+            nan.meta["val"] = torch.ops.aten.isnan.default(value)
+        node.args = (nan, b, a) if cond.target is torch.ops.aten.eq.Tensor else (nan, a, b)
+        if not cond.users:
+            graph.erase_node(cond)
+        done += 1
     if done:
         ep.graph_module.recompile()
     return done

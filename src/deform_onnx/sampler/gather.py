@@ -53,15 +53,20 @@ def padded_channel_rows(b: Builder, x: Value, width: Dim) -> Value:
     here) and this form does not. ONNX Runtime times are the same.
     """
     # Zero blocks concatenated, not Pad: onnx's version converter (which
-    # torch.onnx.export uses below opset 18) has no Pad 18->17 adapter.
+    # torch.onnx.export uses below opset 18) has no Pad 18->17 adapter. One Pad under the
+    # "table by one Pad" graph form (the .pte's).
     N, C, H, W = b.dim(x, 0), b.dim(x, 1), b.dim(x, 2), b.dim(x, 3)
-    zero = b.float_const(0.0, x)
-    xt = x
-    for axis, dims in ((2, [N, C, None, W]), (3, [N, C, b.add_dim(H, PAD_BEFORE + PAD_AFTER), None])):
-        before, after = (
-            b.op("Expand", zero, b.shape_vector([n if d is None else d for d in dims])) for n in (PAD_BEFORE, PAD_AFTER)
-        )
-        xt = b.op("Concat", before, xt, after, axis=axis)
+    if wants("table by one Pad"):  # one pass (the .pte's XNNPACK pads; no version converter runs there)
+        xt = b.op("Pad", x, b.i64([0, 0, PAD_BEFORE, PAD_BEFORE, 0, 0, PAD_AFTER, PAD_AFTER]))
+    else:
+        zero = b.float_const(0.0, x)
+        xt = x
+        for axis, dims in ((2, [N, C, None, W]), (3, [N, C, b.add_dim(H, PAD_BEFORE + PAD_AFTER), None])):
+            before, after = (
+                b.op("Expand", zero, b.shape_vector([n if d is None else d for d in dims]))
+                for n in (PAD_BEFORE, PAD_AFTER)
+            )
+            xt = b.op("Concat", before, xt, after, axis=axis)
     # [N, C, pixels] -> [N, pixels, C]: a 3-D transpose. -1 for N, which may be 0 (C * pixels is not)
     pixels = b.mul_dim(b.add_dim(H, PAD_BEFORE + PAD_AFTER), b.add_dim(W, PAD_BEFORE + PAD_AFTER))
     xt = b.op("Transpose", b.reshape(xt, [-1, C, pixels]), perm=[0, 2, 1])
