@@ -214,6 +214,20 @@ def test_two_nodes_sharing_input_keep_everything_else():
     assert_close(run_feeds(lowered, feeds), two_node_reference(model, x), what="vs torchvision")
 
 
+def test_a_static_map_without_value_info_takes_the_grid_sample_form():
+    """The DeformConv nodes' input is a Relu's output with no value_info (as a TorchScript export writes it): lower
+    types the file first, so the static 2x6x8x9 map takes the grid_sample form asked for, not the gather sampler
+    that a map of unknown size takes (and a target's class form sees the batch)."""
+    model = two_node_model(batch=2)
+    assert "xr" not in {v.name for v in model.graph.value_info}
+    lowered = deform_onnx.lower(model, method="grid_sample")
+    standard_only(lowered)
+    assert "GridSample" in op_types(lowered)
+    assert_untouched(model, lowered, {"dc1", "dc2"})  # the shapes inferred to pick the form are not written
+    x = np.random.default_rng(2).standard_normal((2, 6, 8, 9)).astype(np.float32)
+    assert_close(run_feeds(lowered, {"x": torch.from_numpy(x)}), two_node_reference(model, x), what="vs torchvision")
+
+
 def test_external_data_is_kept(tmp_path):
     model = two_node_model()
     src_dir, dst_dir = tmp_path / "src", tmp_path / "dst"

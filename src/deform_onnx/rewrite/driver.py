@@ -24,7 +24,7 @@ from ..builder import written
 from ..core.atomic_io import atomic_path
 from ..ops import file_nodes
 from ..ops.registry import check_method, file_node_domains, model_method, sources
-from .graph import all_names, infer_shapes, unique_name, used_domains
+from .graph import all_names, forget_shapes, infer_shapes, unique_name, used_domains
 from .model_io import _check_structure, _from_proto, _keep_value_info, default_opset, read_model
 from .opset import REPAIRS, _convert
 
@@ -132,12 +132,17 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
         found = _found(model, method, to_opset)  # the converted model's nodes
     names = all_names(model)
     written_at: dict[str, str] = {}  # output value -> form written
+    typed: list = []  # the shapes inference set, taken back after (the file's value_info is kept as it was)
+    untyped = {v.name for _, nodes in found for n in nodes for v in n.outputs if v.shape is None}  # and theirs
     for module, nodes in found:
         if any(file_nodes.needs_shapes(module, node) for node in nodes):
-            infer_shapes(model)
+            typed += infer_shapes(model)
         replaced = file_nodes.replace_nodes(module, nodes, method, to_opset, lambda base: unique_name(base, names))
         report.replaced += [Replacement(name, kind, form) for name, kind, form, _ in replaced]
         written_at.update((output, form) for _, _, form, output in replaced if output)
+    if typed:
+        outputs = {v.name: v for n in model.graph for v in n.outputs if v.name in untyped and v.shape is not None}
+        forget_shapes(typed + [(v, True) for v in outputs.values()])
     written.refresh(model.metadata_props, written_at)  # an export's record of its calls stays true
     used = used_domains(model)
     for domain in sorted(file_node_domains() - used):

@@ -6,19 +6,22 @@ import onnx
 import onnx_ir as ir
 
 
-def infer_shapes(model: ir.Model) -> None:
+def infer_shapes(model: ir.Model) -> list[tuple[ir.Value, bool]]:
     """Fill unknown shapes from ONNX shape inference with data propagation.
 
     A weight computed in the graph (``ConstantOfShape`` of a ``Shape``-built
     vector, a ``Reshape`` to constant sizes) has no value_info; ONNX's shape
     inference with ``data_prop`` follows such shape computations. Only shapes
     missing in ``model`` are set; nothing else changes.
+
+    Returns:
+        Each value given a shape, and whether its type was set too (:func:`forget_shapes` undoes them).
     """
     proto = ir.to_proto(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is best effort; the spec check then names the problem
-        return
+        return []
     shapes = {}
     for vi in inferred.graph.value_info:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
@@ -27,13 +30,24 @@ def infer_shapes(model: ir.Model) -> None:
                 vi.type.tensor_type.elem_type,
                 [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims],
             )
+    typed = []
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         for value in node.outputs:
             if value.shape is None and value.name in shapes:
                 elem, dims = shapes[value.name]
-                if value.type is None and elem:
+                typed.append((value, value.type is None and bool(elem)))
+                if typed[-1][1]:
                     value.type = ir.TensorType(ir.DataType(elem))
                 value.shape = ir.Shape(dims)
+    return typed
+
+
+def forget_shapes(typed: list[tuple[ir.Value, bool]]) -> None:
+    """Take back what :func:`infer_shapes` set, so the file's ``value_info`` stays as it was."""
+    for value, type_set in typed:
+        value.shape = None
+        if type_set:
+            value.type = None
 
 
 def unique_name(name: str, names: set[str]) -> str:

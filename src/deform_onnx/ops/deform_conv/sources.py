@@ -161,11 +161,20 @@ def spec_for_node(node: ir.Node, src: SourceOp) -> tuple[DeformConvSpec, dict[st
 
 
 def needs_shapes(node: ir.Node) -> bool:
-    """Whether a node's weight has no static shape in the file (e.g. computed by other nodes)."""
-    i = _kind(node).role_index("weight")
-    value = node.inputs[i] if i is not None and i < len(node.inputs) else None
-    shape = static_shape(value)
-    return value is not None and (shape is None or None in shape)
+    """Whether a node's weight has no static shape in the file (e.g. computed by other nodes), or its input no shape.
+
+    The input's shape picks the form (a map of unknown size takes the gather sampler under ``grid_sample``, and a
+    target's class form needs the batch): a file without ``value_info`` (a TorchScript export) is typed first.
+    """
+    src = _kind(node)
+
+    def role(name: str) -> ir.Value | None:
+        i = src.role_index(name)
+        return node.inputs[i] if i is not None and i < len(node.inputs) else None
+
+    weight, x = role("weight"), role("input")
+    shape = static_shape(weight)
+    return (weight is not None and (shape is None or None in shape)) or (x is not None and static_shape(x) is None)
 
 
 def builder(node: ir.Node, opset: int, prefix: str) -> TapeBuilder:
