@@ -300,6 +300,9 @@ def test_check_target_lowers_with_the_class_forms(native_two, tmp_path, monkeypa
     result = CliRunner().invoke(app, ["check", str(native), "--target", "tvm", "--runtime", "ort", "--repeat", "1"],
                                 env={"COLUMNS": "200"})  # fmt: skip
     assert result.exit_code == 1, result.output  # the file as is (DeformConv) breaks tvm's rules: said, exit 1
+    assert "`deform-onnx lower native.onnx --target tvm -o OUT.onnx` writes a file that follows" in " ".join(
+        result.output.split()
+    )  # the fix, as a command to run
     out = " ".join(result.stdout.split())
     assert "tvm: lowered paths use grid_sample; gather where a node is batch 1, one offset group" in out
     assert "lower(gather+grid_sample)" in out and forms and set(forms) == {(False, True, True)}

@@ -122,8 +122,8 @@ def check_command(
     broken = [n for n in rule_notes if BREAKS in n]
     if broken:  # the file as given does not suit the target, whatever its rows say
         err_console.print(f"[red]error:[/] {model_path.name} breaks {len(broken)} rule(s) of target {target!r}: "
-                          f"{escape(broken[0].partition(BREAKS)[2].strip())} (lower --target {target} writes a file that "
-                          "keeps them, where it can)", highlight=False, soft_wrap=True)  # fmt: skip
+                          f"{escape(broken[0].partition(BREAKS)[2].strip())} (`deform-onnx lower {escape(model_path.name)} --target "
+                          f"{target} -o OUT.onnx` writes a file that follows the target's rules, where it can)", highlight=False, soft_wrap=True)  # fmt: skip
         raise typer.Exit(CHECK_FAILED)
     if want is None:
         console.print(ref_label, highlight=False, soft_wrap=True)
