@@ -200,7 +200,8 @@ def reference_outputs(
     path: Path, feeds: dict[str, np.ndarray], model: Any = None, args: tuple | None = None
 ) -> list[tuple[str, np.ndarray]]:
     """Every reference output, ``(the file's output name, array)`` in the file's order: ``model(*args)`` in PyTorch
-    (flattened as the exporters flatten it; bfloat16 as ``ml_dtypes.bfloat16``) when a model is given, else the
+    (flattened as the exporters flatten it; bfloat16 as ``ml_dtypes.bfloat16``; a float16/bfloat16 output is the
+    model's float32 copy on upcast inputs, rounded to the output's dtype) when a model is given, else the
     file on ONNX Runtime (CPU). When the model returns another number of outputs than the file holds, they keep
     PyTorch's names (the comparison then refuses the pairing).
     """
@@ -213,9 +214,19 @@ def reference_outputs(
         from ..sessions import _feed, output_tensors
 
         call = args if args is not None else tuple(torch.from_numpy(a) for a in feeds.values())
+        call = tuple(call) if isinstance(call, tuple | list) else (call,)
         with torch.no_grad():
-            out = model(*(call if isinstance(call, tuple | list) else (call,)))
-        pairs = [(p, _feed(t)) for p, t in output_tensors(out)]
+            own = output_tensors(model(*call))
+        pairs = [(p, _feed(t)) for p, t in own]
+        if any(t.dtype in (torch.float16, torch.bfloat16) for _, t in own):
+            # As export's own check (docs/verification.md): PyTorch's low-precision output is no trustworthy
+            # reference on CPU (a float16 DCNv2 is ~2e-2 off its float32 model), its float32 copy is.
+            from ...exporting.verification import upcast_run
+
+            copy32, _ = upcast_run(model, call, torch.float32)
+            if copy32 is not None and len(copy32) == len(own):
+                pairs = [(p, _feed(c.to(t.dtype)) if t.dtype in (torch.float16, torch.bfloat16) else a)
+                         for (p, t), c, (_, a) in zip(own, copy32, pairs)]  # fmt: skip
         if len(pairs) == len(names):
             return [(n, a) for n, (_, a) in zip(names, pairs)]
         return [(p or f"output {i}", a) for i, (p, a) in enumerate(pairs)]
