@@ -192,6 +192,8 @@ def test_static_shape_arithmetic_folds_torch_chunk_and_keeps_values():
     dynamic = _torchscript_chunk(module, dynamic=True)
     fold(dynamic)
     assert "Shape" in {n.op_type for n in dynamic.graph.node}  # the batch is read at run time
+    constants = [n for n in dynamic.graph.node if n.op_type == "Constant"]
+    assert constants and all([a.name for a in n.attribute] == ["value"] for n in constants)  # TVM reads `value` only
     x2 = torch.cat([x, x])
     np.testing.assert_array_equal(run_ort(dynamic.SerializeToString(), {"x": x2})[:1], want)
 
@@ -207,3 +209,33 @@ def test_tvm_torchscript_export_of_torch_chunk_runs_on_tvm():
     assert "Shape" not in {n.op_type for n in proto.graph.node}
     got = run_ort(proto.SerializeToString(), {"x": x})
     np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_partly_static_shapes_fold_to_constants_tvm_reads():
+    """Two DCN layers, TorchScript, dynamic batch: the folder writes partly static shapes as Constant(value_ints),
+    which TVM's frontend cannot read ("no value in Constant"); the repair writes them with ``value``, same values."""
+    from torchvision.ops import DeformConv2d
+
+    from deform_onnx.targets.repairs import REPAIRS
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.off1, self.dcn1 = torch.nn.Conv2d(3, 18, 3, padding=1), DeformConv2d(3, 4, 3, padding=1)
+            self.off2, self.dcn2 = torch.nn.Conv2d(4, 18, 3, padding=1), DeformConv2d(4, 4, 3, padding=1)
+
+        def forward(self, x):
+            x = self.dcn1(x, self.off1(x))
+            return self.dcn2(x, self.off2(x))
+
+    module, x = Two().eval(), torch.randn(1, 3, 8, 7)
+    buf = io.BytesIO()
+    deform_onnx.export(module, (x,), buf, dynamo=False, method="grid_sample", input_names=["x"],
+                       dynamic_axes={"x": {0: "n"}}, verify=False)  # fmt: skip
+    model = onnx.load_from_string(buf.getvalue())
+    x2 = torch.randn(2, 3, 8, 7)
+    want = run_ort(model.SerializeToString(), {"x": x2})
+    assert REPAIRS["static shape arithmetic folded"](model)
+    constants = [n for n in model.graph.node if n.op_type == "Constant"]
+    assert constants and all([a.name for a in n.attribute] == ["value"] for n in constants)
+    np.testing.assert_array_equal(run_ort(model.SerializeToString(), {"x": x2}), want)

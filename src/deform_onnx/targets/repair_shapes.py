@@ -12,6 +12,10 @@ ONNX shape inference per node): a ``Shape`` of a value whose shape is static, an
 on it, become constants; then ONNX shape inference types the rest. Only small values are folded (at most
 :data:`LIMIT` elements in and out; ``Shape`` reads no data), so a model's weights and the lowerings' large
 constant grids stay as written. A dynamic axis stays dynamic: its ``Shape`` does not fold.
+
+The folder writes a partly static shape (a ``Gather`` of static axes of a ``Shape`` whose other axis is
+dynamic) as ``Constant(value_ints=...)``; TVM 0.27's frontend reads only a ``Constant``'s ``value`` ("no value
+in Constant"), so every numeric ``Constant`` of the result carries ``value`` (the same numbers, as a tensor).
 """
 
 from __future__ import annotations
@@ -47,5 +51,31 @@ def static_shape_arithmetic_folded(model: onnx.ModelProto) -> list[str]:
     gone = before - len(folded.graph.node)
     if gone <= 0:
         return []
+    _constants_as_value(folded.graph)
     model.CopyFrom(folded)
     return [f"static shape arithmetic folded: {gone} node(s) fewer"]
+
+
+#: A ``Constant``'s shorthand attributes and the element type of the tensor each one stands for (ONNX ``Constant``).
+_SHORTHAND = {
+    "value_int": onnx.TensorProto.INT64,
+    "value_ints": onnx.TensorProto.INT64,
+    "value_float": onnx.TensorProto.FLOAT,
+    "value_floats": onnx.TensorProto.FLOAT,
+}
+
+
+def _constants_as_value(graph: onnx.GraphProto) -> None:
+    """Write each ``Constant(value_int[s] / value_float[s])`` of ``graph`` as ``Constant(value=tensor)`` (in place)."""
+    for node in graph.node:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+            continue
+        attr = node.attribute[0]
+        if attr.name not in _SHORTHAND:
+            continue
+        values = onnx.helper.get_attribute_value(attr)
+        scalar = attr.name in ("value_int", "value_float")
+        dims = [] if scalar else [len(values)]
+        tensor = onnx.helper.make_tensor("value", _SHORTHAND[attr.name], dims, [values] if scalar else values)
+        del node.attribute[:]
+        node.attribute.append(onnx.helper.make_attribute("value", tensor))
