@@ -206,7 +206,7 @@ def _user_error(result, *expected: str) -> str:
         (["--precision", "int4"], ["unknown --precision 'int4'"]),
         (["--input-shape", "x=1,3"], ["input 'x' has rank 4", "gives 2 dims [1, 3]"]),
         (["--input-shape", "x=1,3,65,64"], ["axis 2 is fixed at 64"]),
-        (["--input-shape", "1,3,64,64"], ["give NAME=D1,D2"]),
+        (["--input-shape", "1,3,64,64"], ["give NAME=D1,D2", "e.g. x=1,3,32,32 (the file's inputs: x, offset"]),
         (["--input-shape", "x=1,3,64,64:float16"], ["dtype from the model"]),
         (["--runtime", "tensorrt"], ["unknown runtime 'tensorrt'"]),
         (["--method", "bilinear"], ["unknown method 'bilinear'"]),
@@ -232,3 +232,19 @@ def test_check_directory_and_bad_npz(tmp_path):
     other = tmp_path / "m.onnx"
     other.write_bytes(b"")
     _user_error(invoke(other, "--inputs", bad), "not a readable .npz file")
+
+
+def test_check_a_nameless_shape_is_the_only_inputs(tmp_path):
+    """A one-input file: ``--input-shape 1,3,8,6`` (no NAME=) is that input's shape, whatever its name."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["input"], ["y"])], "g",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    path = tmp_path / "one.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    result = invoke(path, "--input-shape", "1,3,8,6", "--runtime", "ort")
+    assert result.exit_code == 0, result.output
+    _user_error(invoke(path, "--input-shape", "1,3,8"), "input 'input' has rank 4")  # it was given to `input`

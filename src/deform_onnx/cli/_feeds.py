@@ -9,23 +9,29 @@ from ._inputs import parse_specs
 OFFSET_SCALE = 2.0
 
 
-def parse_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
+def parse_shapes(specs: list[str], inputs: list[str] | None = None) -> dict[str, tuple[int, ...]]:
     """``["x=1,3,32,32", ...]`` -> ``{"x": (1, 3, 32, 32)}`` (dims may also be separated by ``x``).
 
+    ``inputs``: the file's graph input names; a spec without ``NAME=`` is the shape of the only one.
+
     Raises:
-        UserError: a spec without ``NAME=``, a bad dimension, a repeated name,
-            or a ``:dtype`` (check reads dtypes from the model).
+        UserError: a spec without ``NAME=`` for a file with several inputs (the message names them), a bad
+            dimension, a repeated name, or a ``:dtype`` (check reads dtypes from the model).
     """
     parsed = parse_specs(specs)
     shapes: dict[str, tuple[int, ...]] = {}
+    inputs = list(inputs or [])
     for spec, text in zip(parsed, specs):
-        if spec.name is None:
-            raise UserError(f"--input-shape {text!r}: give NAME=D1,D2,..., e.g. x=1,3,32,32")
+        name = spec.name if spec.name is not None or len(inputs) != 1 else inputs[0]
+        if name is None:
+            named = f" (the file's inputs: {', '.join(inputs)})" if inputs else ""
+            example = inputs[0] if inputs else "x"
+            raise UserError(f"--input-shape {text!r}: give NAME=D1,D2,..., e.g. {example}=1,3,32,32{named}")
         if spec.dtype is not None:
             raise UserError(
                 f"--input-shape {text!r}: check takes each input's dtype from the model; drop ':{spec.dtype}'"
             )
-        shapes[spec.name] = spec.shape
+        shapes[name] = spec.shape
     return shapes
 
 

@@ -206,13 +206,14 @@ def _read(a: CheckArgs) -> _Read:
         rule_notes, method = target_hooks.for_check(a.model_path, a.target, method, a.force)
     runtimes = [r.strip() for spec in a.runtime for r in spec.split(",") if r.strip()]
     _check_precision(a.precision, runtimes)
-    shapes = parse_shapes(a.input_shape)
-    npz = load_npz(a.inputs) if a.inputs is not None else None
     from ..rewrite import read_model
     from ._deployed import split_runtimes
 
-    runtimes, deployed = split_runtimes(runtimes)
     model = read_model(a.model_path)
+    initialized = set(model.graph.initializers)
+    shapes = parse_shapes(a.input_shape, [v.name for v in model.graph.inputs if v.name not in initialized])
+    npz = load_npz(a.inputs) if a.inputs is not None else None
+    runtimes, deployed = split_runtimes(runtimes)
     feeds = make_feeds(model, shapes, npz, a.seed)
     return _Read(model, feeds, runtimes, method or "auto", rule_notes, deployed)
 

@@ -41,7 +41,8 @@ def static_height_and_width(model: onnx.ModelProto) -> list[str]:
         return []
     return [
         f"deform_conv2d with a dynamic height or width ({', '.join(dynamic[:3])}): TVM 0.27's frontend converts "
-        "no lowering of it; export with static sizes (CLI: without --dynamic) or a dynamic batch only"
+        "no lowering of it; export with static sizes (CLI: without --dynamic) or only the batch dynamic (Python: "
+        "dynamic_axes / dynamic_shapes on axis 0)"
     ]
 
 
