@@ -210,11 +210,11 @@ def _read(a: CheckArgs) -> _Read:
     from ._deployed import split_runtimes
 
     npz = load_npz(a.inputs) if a.inputs is not None else None
+    runtimes, deployed = split_runtimes(runtimes)
     model = read_model(a.model_path)
     initialized = set(model.graph.initializers)
     names = [v.name for v in model.graph.inputs if v.name is not None and v.name not in initialized]
     shapes = parse_shapes(a.input_shape, names)
-    runtimes, deployed = split_runtimes(runtimes)
     feeds = make_feeds(model, shapes, npz, a.seed)
     return _Read(model, feeds, runtimes, method or "auto", rule_notes, deployed)
 

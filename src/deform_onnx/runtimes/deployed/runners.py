@@ -229,8 +229,11 @@ work = meta["out"] + ".pnnx"
 os.makedirs(work, exist_ok=True)
 model = os.path.join(work, "m.onnx")
 shutil.copy(meta["model"], model)
-# pnnx checks each input's type against the file's: bfloat16 ones are named so (ncnn itself takes float32 Mats)
-shapes = ",".join("[" + ",".join(map(str, feeds[n].shape)) + "]" + ("bf16" if n in bf16 else "") for n in meta["inputs"])
+# pnnx checks each input's type against the file's: bfloat16 and float16 ones are named so (without the suffix a
+# float16 file wrote no model: measured here); ncnn itself takes float32 Mats
+def typed(n):
+    return "bf16" if n in bf16 else ("f16" if feeds[n].dtype == np.float16 else "")
+shapes = ",".join("[" + ",".join(map(str, feeds[n].shape)) + "]" + typed(n) for n in meta["inputs"])
 # fp16=0: pnnx writes float16 weights by default (the bundled example then ends 8.7e-3 off PyTorch, measured here)
 # the wheel's own binary (its `pnnx` script imports the package, which imports torch: not installed here)
 import importlib.util
@@ -264,7 +267,8 @@ try:
     def run():
         ex = net.create_extractor()
         for i, n in enumerate(meta["inputs"]):
-            ex.input(f"in{i}", ncnn.Mat(np.ascontiguousarray(feeds[n][0])))
+            fed = feeds[n][0]
+            ex.input(f"in{i}", ncnn.Mat(np.ascontiguousarray(fed, np.float32 if fed.dtype == np.float16 else fed.dtype)))
         ys = []
         for i in range(len(out_names)):  # pnnx names the file's outputs out0, out1, ... in order
             ret, y = ex.extract(f"out{i}")
