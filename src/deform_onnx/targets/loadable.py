@@ -92,7 +92,9 @@ def source_of(node: onnx.NodeProto) -> str:
     from ..exporting.frozen import _origin
 
     text = _origin(node)  # " (...)" or ""
-    return text[2:-1] if text else "source line unknown: the file records none (TorchScript export or a rewritten node)"
+    # dynamo files record a line for most nodes, not for nodes a lowering or rewrite wrote
+    unknown = "source line unknown: the file records none for it (a TorchScript export, or a node a lowering wrote)"
+    return text[2:-1] if text else unknown
 
 
 def _rule(runtime: str):
