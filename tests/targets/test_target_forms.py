@@ -271,3 +271,13 @@ def test_tvm_refuses_native_before_exporting(layer):
     with pytest.raises(ValueError, match="use method grid_sample or gather") as info:
         _export(layer, target="tvm", method="native")
     assert "\n" not in str(info.value)
+
+
+def test_ncnn_refuses_a_float16_model_naming_float32(layer):
+    """target ncnn, a float16 layer: refused by the rule before pnnx runs (pnnx leaves a float16 Conv unconverted)."""
+    module, inputs, _ = layer
+    half = {k: v.half() for k, v in inputs.items()}
+    buf = io.BytesIO()
+    with pytest.raises(ValueError, match="target 'ncnn': ncnn float32: a float16 model.*export in float32"):
+        deform_onnx.export(DeformLayer(CFG).eval().half(), tuple(half.values()), buf, input_names=list(half),
+                           target="ncnn")  # fmt: skip

@@ -122,6 +122,22 @@ NCNN_UNLOADABLE = {
 }
 
 
+def ncnn_float32(model: onnx.ModelProto) -> list[str]:
+    """No float16 graph input or initializer: pnnx 20261020 leaves a float16 model's ``Conv`` unconverted and ncnn
+    refuses the file ("layer Conv not exists or registered", measured here on an mmcv-style DCNv2 block).
+    """
+    half = onnx.TensorProto.FLOAT16
+    inputs = [v.name for v in model.graph.input if v.type.tensor_type.elem_type == half]
+    weights = [t.name for t in model.graph.initializer if t.data_type == half]
+    if not inputs and not weights:
+        return []
+    named = ", ".join((inputs or weights)[:3])
+    return [
+        f"a float16 model ({named}): pnnx leaves its float16 Conv unconverted and ncnn does not load it; export "
+        "in float32 (ncnn stores and computes in float16 itself where the CPU has it)"
+    ]
+
+
 def ncnn_loadable(model: onnx.ModelProto) -> list[str]:
     """No node of an op ncnn does not load (:data:`NCNN_UNLOADABLE`), after the target's repairs; each
     violation names the op, its node, the model's source line where the exporter recorded it
@@ -192,6 +208,7 @@ GENERAL_RULES: dict[str, RuleFn] = {
     "no Reshape allowzero": no_reshape_allowzero,
     "ncnn blobs": ncnn_blobs,
     "ncnn loadable ops": ncnn_loadable,
+    "ncnn float32": ncnn_float32,
     "static shapes": static_shapes,
     "integer-only shape tensors": integer_shape_tensors,
     "rknn ops": _npu.rknn_ops,

@@ -211,7 +211,14 @@ TABLE: tuple[Target, ...] = (
         source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: pnnx 20261020 -> ncnn 1.0.20261020 "
         "Python bindings; cubic and 5-D within 5.6e-6 for every padding and align_corners; "
         "scripts/repro/ncnn_rank5.py)",
-        options=("no NaN guard", "ncnn blobs", "ncnn loadable ops", "GridSample batch 1", "static shapes"),
+        options=(
+            "no NaN guard",
+            "ncnn blobs",
+            "ncnn loadable ops",
+            "GridSample batch 1",
+            "static shapes",
+            "ncnn float32",
+        ),
         # measured here (case c38, voxelmorph): ncnn does not load ScatterElements / GatherND
         # measured here: TorchScript's torch.chunk left a '?' batch that the blob rule refused; folded, it loads
         repairs=("scatter as Concat", "index list as Concat", "static shape arithmetic folded"),
