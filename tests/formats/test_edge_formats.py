@@ -361,3 +361,7 @@ def test_float16_pte_within_the_float16_rule(tmp_path):
     refuses float16 here ("failed to legalize operation 'tfl.pad'"), a one-line ExportError."""
     report = deform_onnx.export(Neck().eval().half(), (torch.randn(1, 4, 6, 7).half(),), tmp_path / "neck.pte")
     assert report.verified and report.tolerances["output_0"].dtype == "float16"
+    if importlib.util.find_spec("litert_torch") is not None:  # the refusal names the fix; nothing written
+        with pytest.raises(deform_onnx.ExportError, match="float16 model does not convert here: write the float32"):
+            deform_onnx.export(Neck().eval().half(), (torch.randn(1, 4, 6, 7).half(),), tmp_path / "neck.tflite")
+        assert not (tmp_path / "neck.tflite").exists()
