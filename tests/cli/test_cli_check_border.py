@@ -99,12 +99,14 @@ def test_border_offsets_put_every_sample_in_the_band(files):
 
 def test_check_shows_a_border_rule_mismatch_that_a_normal_input_hides(files, tmp_path, monkeypatch):
     path, openvino_rule, weight = files
-    real_lower = deform_onnx.rewrite.lower
+    import onnx_ir as ir
 
-    def lower_like_openvino(model, *, method=None, **kw):  # the lower() path: OpenVINO's border rule
-        return real_lower(model, method=method, **kw) if method == "native" else openvino_rule
+    from deform_onnx.rewrite import LowerReport
 
-    monkeypatch.setattr(deform_onnx.rewrite, "lower", lower_like_openvino)
+    def lower_like_openvino(*args, **kw):  # the lower() path (the reference's lower(native) is left alone)
+        return ir.from_proto(openvino_rule), LowerReport()
+
+    monkeypatch.setattr(deform_onnx.rewrite, "lower_model", lower_like_openvino)
     result = runner.invoke(app, ["check", str(path), "--runtime", "ort", "--repeat", "0",
                                  "--inputs", _inside_inputs(tmp_path)])  # fmt: skip
     assert result.exit_code == 1, result.output

@@ -75,14 +75,10 @@ def test_timed_out_paths_fail_the_check(two, monkeypatch):
 
 
 def test_a_failed_lower_fails_the_check(two, monkeypatch):
-    real = deform_onnx.rewrite.lower
+    def failing(*args, **kw):  # the lowered paths' lowering (the reference's re-stamp, lower(native), still works)
+        raise ValueError("planted lowering failure")
 
-    def failing(model, method="auto", **kw):  # the reference's re-stamp (native) still works
-        if method != "native":
-            raise ValueError("planted lowering failure")
-        return real(model, method=method, **kw)
-
-    monkeypatch.setattr(deform_onnx.rewrite, "lower", failing)
+    monkeypatch.setattr(deform_onnx.rewrite, "lower_model", failing)
     result, text = check(two)
     assert result.exit_code == 1, result.output
     assert "lower() failed: planted lowering failure" in rows(result)["openvino lower(auto)"]

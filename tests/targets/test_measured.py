@@ -280,20 +280,21 @@ def test_tvm_takes_each_layers_class_form(two_layers, native_two):
 def test_check_target_lowers_with_the_class_forms(native_two, tmp_path, monkeypatch):
     """``deform-onnx check --target tvm`` without ``--method``: its lowered path is ``lower(target="tvm")``'s file,
     the class forms included (the note names them, the path's label the forms written)."""
+    import onnx_ir as ir
     from typer.testing import CliRunner
 
     import deform_onnx.rewrite
     from deform_onnx.cli import app
 
-    forms, lower = [], deform_onnx.rewrite.lower
+    forms, lower_model = [], deform_onnx.rewrite.lower_model
 
     def recorded(*args, **kw):
-        out = lower(*args, **kw)
-        first, second = layer_ops(out)
+        out = lower_model(*args, **kw)
+        first, second = layer_ops(ir.to_proto(out[0]))
         forms.append(("GridSample" in first, bool(gathers(first)), "GridSample" in second))
         return out
 
-    monkeypatch.setattr(deform_onnx.rewrite, "lower", recorded)
+    monkeypatch.setattr(deform_onnx.rewrite, "lower_model", recorded)
 
     native = tmp_path / "native.onnx"
     onnx.save(native_two, str(native))

@@ -150,14 +150,22 @@ def test_ncnn_refuses_a_graph_no_ncnn_blob_holds(layer):
 
 def test_check_with_target_lowers_in_the_targets_form(native_file, layer, monkeypatch):
     """``check --target ncnn``'s lower() rows run the ncnn form (per-group GridSample, no NaN test), not the default."""
+    import onnx_ir as ir
+
     import deform_onnx.rewrite as rewrite
     from deform_onnx.runtimes import run_paths
 
     _, inputs, want = layer
     native = native_file
     seen = []
-    real_lower = rewrite.lower
-    monkeypatch.setattr(rewrite, "lower", lambda *a, **kw: seen.append(real_lower(*a, **kw)) or seen[-1])
+    real_lower = rewrite.lower_model
+
+    def recorded(*a, **kw):
+        out = real_lower(*a, **kw)
+        seen.append(ir.to_proto(out[0]))
+        return out
+
+    monkeypatch.setattr(rewrite, "lower_model", recorded)
     feeds = {k: v.numpy() for k, v in inputs.items()}
     for target in (None, "ncnn"):
         results = run_paths(native, feeds, runtimes=["ort"], method="grid_sample", target=target, repeat=0)

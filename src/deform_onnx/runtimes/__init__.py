@@ -220,19 +220,18 @@ def run_paths(
 
 
 def _lowered(model, method: str | None, target: str | None, force: bool, label: str) -> tuple[Any, str]:
-    """``lower(model, ...)``, and its path's label: with a target's per-class forms in force (no ``method``), the
-    forms the lowering wrote (another form than the target's method for some nodes or all: ``lower(gather)``,
-    ``lower(gather+grid_sample)``), read from the report of the same lowering.
+    """``lower(model, ...)`` as a proto, and its path's label: with a target's per-class forms in force (no
+    ``method``), the forms the lowering wrote (another form than the target's method for some nodes or all:
+    ``lower(gather)``, ``lower(gather+grid_sample)``), read from the same lowering's report.
     """
-    from ..rewrite import lower, lower_model, read_model
-    from ..targets import resolve_target
+    import onnx_ir as ir
 
-    lowered = lower(model, method=method, target=target, force=force)
-    if method is None and target is not None and resolve_target(target).class_methods:
-        _, report = lower_model(read_model(model), target=target, force=force)
-        forms = list(dict.fromkeys(r.lowering for r in report.replaced))
-        label = f"lower({'+'.join(forms)})" if forms else label
-    return lowered, label
+    from ..rewrite import lower_model, read_model
+
+    lowered, report = lower_model(read_model(model), method=method, target=target, force=force)
+    ir.external_data.load_to_model(lowered)  # as lower(): the proto holds its data
+    forms = list(dict.fromkeys(r.lowering for r in report.replaced))
+    return ir.to_proto(lowered), (f"lower({'+'.join(forms)})" if forms and method is None else label)
 
 
 def _target_method(model, target: str | None, force: bool) -> str:

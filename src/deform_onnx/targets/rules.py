@@ -154,13 +154,20 @@ def ncnn_loadable(model: onnx.ModelProto) -> list[str]:
     ]
 
 
+def dynamic_axes(model: onnx.ModelProto) -> list[tuple[str, int]]:
+    """``(graph input name, axis)`` of every input dimension without a fixed size."""
+    return [
+        (v.name, axis)
+        for v in model.graph.input
+        if v.type.HasField("tensor_type")
+        for axis, d in enumerate(v.type.tensor_type.shape.dim)
+        if not d.HasField("dim_value")
+    ]
+
+
 def static_shapes(model: onnx.ModelProto) -> list[str]:
     """Graph inputs with a dynamic dimension: runtimes that compile for one size refuse them."""
-    dynamic = [
-        v.name
-        for v in model.graph.input
-        if v.type.HasField("tensor_type") and any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
-    ]
+    dynamic = list(dict.fromkeys(name for name, _ in dynamic_axes(model)))
     return [f"dynamic input shape(s): {', '.join(dynamic)}"] if dynamic else []
 
 

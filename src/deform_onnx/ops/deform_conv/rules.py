@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import onnx
 
-from ...targets.rules import RuleFn, _nodes  # the rules' own graph reader
+from ...targets.rules import RuleFn, _nodes, dynamic_axes  # the rules' own graph readers
 
 
 def no_deformconv(model: onnx.ModelProto) -> list[str]:
@@ -30,13 +30,7 @@ def static_height_and_width(model: onnx.ModelProto) -> list[str]:
 
     if not any(c.op == "deform_conv2d" for c in written.read(model)):
         return []
-    dynamic = [
-        f"{v.name} axis {axis}"
-        for v in model.graph.input
-        if v.type.HasField("tensor_type")
-        for axis, d in enumerate(v.type.tensor_type.shape.dim)
-        if axis > 0 and not d.HasField("dim_value")
-    ]
+    dynamic = [f"{name} axis {axis}" for name, axis in dynamic_axes(model) if axis > 0]
     if not dynamic:
         return []
     return [
