@@ -211,30 +211,51 @@ def test_tvm_torchscript_export_of_torch_chunk_runs_on_tvm():
     np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_partly_static_shapes_fold_to_constants_tvm_reads():
-    """Two DCN layers, TorchScript, dynamic batch: the folder writes partly static shapes as Constant(value_ints),
-    which TVM's frontend cannot read ("no value in Constant"); the repair writes them with ``value``, same values."""
-    from torchvision.ops import DeformConv2d
+class _Two(torch.nn.Module):
+    def __init__(self):
+        from torchvision.ops import DeformConv2d
 
+        super().__init__()
+        self.off1, self.dcn1 = torch.nn.Conv2d(3, 18, 3, padding=1), DeformConv2d(3, 4, 3, padding=1)
+        self.off2, self.dcn2 = torch.nn.Conv2d(4, 18, 3, padding=1), DeformConv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        x = self.dcn1(x, self.off1(x))
+        return self.dcn2(x, self.off2(x))
+
+
+def test_tvm_torchscript_dynamic_batch_two_layers():
+    """target tvm, TorchScript, dynamic batch, two DCN layers: TorchScript's shape inference left the first
+    lowering's output untyped, so the second layer took the dynamic-map sampler, which TVM refused ("Reshape
+    expects the input tensor to have known shape"). The lowering types its output: both layers take grid_sample
+    and the file runs in TVM at a second batch (export's check) and in ONNX Runtime."""
+    module, x = _Two().eval(), torch.randn(1, 3, 8, 7)
+    buf = io.BytesIO()
+    report = deform_onnx.export(module, (x,), buf, input_names=["x"], target="tvm", dynamo=False,
+                                dynamic_axes={"x": {0: "n"}})  # fmt: skip
+    assert report.method == "grid_sample"
+    x2 = torch.randn(2, 3, 8, 7)
+    got = run_ort(buf.getvalue(), {"x": x2})
+    np.testing.assert_allclose(got, module(x2).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_partly_static_shapes_fold_to_constants_tvm_reads():
+    """onnxscript's folder writes a partly static shape (static axes of a ``Shape`` whose batch is dynamic) as
+    ``Constant(value_ints)``, which TVM's frontend cannot read ("no value in Constant"): every numeric Constant
+    of the repaired model carries ``value``, with the same numbers (a ``value_ints`` Constant planted in a
+    dynamic-batch torch.chunk graph)."""
     from deform_onnx.targets.repairs import REPAIRS
 
-    class Two(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.off1, self.dcn1 = torch.nn.Conv2d(3, 18, 3, padding=1), DeformConv2d(3, 4, 3, padding=1)
-            self.off2, self.dcn2 = torch.nn.Conv2d(4, 18, 3, padding=1), DeformConv2d(4, 4, 3, padding=1)
-
-        def forward(self, x):
-            x = self.dcn1(x, self.off1(x))
-            return self.dcn2(x, self.off2(x))
-
-    module, x = Two().eval(), torch.randn(1, 3, 8, 7)
-    buf = io.BytesIO()
-    deform_onnx.export(module, (x,), buf, dynamo=False, method="grid_sample", input_names=["x"],
-                       dynamic_axes={"x": {0: "n"}}, verify=False)  # fmt: skip
-    model = onnx.load_from_string(buf.getvalue())
-    x2 = torch.randn(2, 3, 8, 7)
+    module = torch.nn.Sequential(_ChunkDeform().off, _Chunk())
+    model = _torchscript_chunk(module, dynamic=True)
+    x2 = torch.randn(2, 4, 6, 5)
     want = run_ort(model.SerializeToString(), {"x": x2})
+    vectors = [n for n in model.graph.node if n.op_type == "Constant" and len(n.attribute[0].t.dims) == 1]
+    planted = vectors[0]
+    ints = numpy_helper.to_array(planted.attribute[0].t)
+    assert ints.dtype == np.int64
+    planted.ClearField("attribute")
+    planted.attribute.append(helper.make_attribute("value_ints", ints.tolist()))
     assert REPAIRS["static shape arithmetic folded"](model)
     constants = [n for n in model.graph.node if n.op_type == "Constant"]
     assert constants and all([a.name for a in n.attribute] == ["value"] for n in constants)

@@ -68,6 +68,13 @@ class Builder:
             )
         return out
 
+    def declare_shape(self, value: Value, shape: tuple[int | None, ...], like: Value) -> None:
+        """Tell the exporter ``value``'s shape (``None`` per dimension not known statically) and ``like``'s dtype.
+
+        A no-op where the exporter types values itself; the TorchScript adapter overrides it (its per-node
+        shape inference can lose a lowering's output shape, and the next call then sees an unknown map).
+        """
+
     def value_dtype(self, value: Value) -> np.dtype | None:
         """:meth:`dtype`, or the target type of a Cast this builder emitted."""
         dt = self.dtype(value)

@@ -6,6 +6,8 @@ with the helpers the symbolics share.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -52,6 +54,19 @@ class TorchScriptBuilder(Builder):
         if sizes is None:
             return None
         return tuple(sizes)
+
+    def declare_shape(self, value, shape, like):
+        """Type ``value`` as ``like``'s dtype with ``shape`` where the exporter's inference left it less known.
+
+        ``torch.onnx``'s per-node ONNX shape inference can leave a lowering's output untyped (a value it could
+        not infer upstream), and the next ``deform_conv2d`` of the model then saw a map of unknown size and took
+        the dynamic-map sampler (the ``tvm`` target refuses that, TorchScript, dynamic batch, two layers).
+        """
+        known = self.static_shape(value)
+        if known is not None and len(known) == len(shape) and sum(k is None for k in known) <= shape.count(None):
+            return
+        with contextlib.suppress(RuntimeError, TypeError, AttributeError):  # ``like`` not a complete tensor type
+            value.setType(like.type().with_sizes(list(shape)))
 
     def dtype(self, value):
         """The traced value's numpy dtype, or ``None`` for a type ONNX lowering does not take."""

@@ -77,6 +77,9 @@ def emit_deform_conv2d(
     roles = {"input": input, "offset": offset, "mask": mask if use_mask else None} if named else {}
     with written.call("deform_conv2d", dataclasses.asdict(spec), **roles) as record:
         out = lowering.fn(b, spec, input, weight, offset, mask if use_mask else None, bias)
+        if input_shape is not None and len(input_shape) == 4:
+            ho, wo = (None if s is None else spec.out_len(axis, s) for axis, s in enumerate(input_shape[2:]))
+            b.declare_shape(out, (batch, spec.out_channels, ho, wo), like=input)
         if record is not None and named:
             record.handles["output"] = out
     return out

@@ -38,7 +38,11 @@ def emit_grid_sampler(
         # in Hugging Face's Deformable DETR), which ONNX Runtime's GridSample has no kernel for.
         grid = b.cast_like(grid, input)
     with written.call("grid_sample"):  # the form written (.written): a 5-D call below opset 20 is gather
-        return lowering.fn(b, spec, input, grid)
+        out = lowering.fn(b, spec, input, grid)
+    xs, gs = b.static_shape(input), b.static_shape(grid)
+    if xs is not None and gs is not None and len(xs) == len(gs):  # [N, C, *grid's spatial sizes]
+        b.declare_shape(out, (xs[0] if xs[0] is not None else gs[0], xs[1], *gs[1:-1]), like=input)
+    return out
 
 
 def make_symbolic(method: str = "auto"):
