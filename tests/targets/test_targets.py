@@ -196,6 +196,25 @@ def test_explicit_method_and_opset_win(layer_inputs):
     assert (report.method, report.opset, report.exporter) == ("gather", 11, "torchscript")
 
 
+def test_an_opset_below_the_targets_method_takes_a_method_that_holds_there(layer_inputs):
+    """Only an opset asked (the mission: any opset from 11): a target whose method needs more takes the first of
+    auto's methods that holds there and that the target runs; an explicit method is still refused."""
+    from deform_onnx.targets import hooks
+
+    assert (hooks.for_export("tvm", None, 11, True).method, hooks.for_export("tvm", None, 11, True).opset) == (
+        "gather",
+        11,
+    )
+    assert hooks.for_lower("tvm", None, 11, 19).method == "gather"
+    assert hooks.for_export("onnxruntime>=1.25", None, 17, True).method == "grid_sample"
+    with pytest.raises(ValueError, match="needs opset >= 16"):
+        hooks.for_export("tvm", "grid_sample", 11, True)
+    _, inputs, want = layer_inputs
+    proto, data, report = export(layer_inputs, target="onnxruntime>=1.25", opset_version=13)
+    assert (report.method, report.opset) == ("gather", 13) and "DeformConv" not in op_types(proto)
+    assert_close(run_ort(data, inputs), want, what="onnxruntime>=1.25 at opset 13")
+
+
 def test_lower_with_target(tmp_path, layer_inputs):
     _, inputs, want = layer_inputs
     native, data, _ = export(layer_inputs, method="native", opset_version=20)

@@ -33,6 +33,21 @@ def _lowest_opset(method: str) -> int:
     return lowest_opset(method) if method in METHODS else 0
 
 
+def _method_at(target: Target, method: str | None, opset: int | None) -> str:
+    """``method``, or the target's method; where the user asked only an opset below what the target's method
+    needs (``target="tvm", opset_version=11``: grid_sample needs 16), the first of ``auto``'s methods that
+    holds at that opset and that the target does not mishandle (gather there).
+    """
+    from ..ops.registry import AUTO_METHODS
+
+    if method is not None or opset is None or _lowest_opset(target.method) <= opset:
+        return method or target.method
+    for candidate in AUTO_METHODS:
+        if _lowest_opset(candidate) <= opset and not any(_hits(f, candidate, opset) for f in target.all_faults):
+            return candidate
+    return target.method  # none holds: the target's own, refused with its reason
+
+
 def for_export(
     target: str | Target | None, method: str | None, opset: int | None, dynamo: bool, force: bool = False
 ) -> Choice:
@@ -50,7 +65,7 @@ def for_export(
 
     t = resolve_target(target)
     chosen_opset = opset if opset is not None else (t.opset if method is None or method == t.method else None)
-    chosen_method = method or t.method
+    chosen_method = _method_at(t, method, opset)
     if chosen_opset is None:  # the user's method with the target's opset when that holds it
         chosen_opset = max(t.opset, _lowest_opset(chosen_method))
     if opset is None and dynamo:
@@ -76,7 +91,7 @@ def for_lower(
     from . import resolve_target
 
     t = resolve_target(target)
-    chosen_method = method or t.method
+    chosen_method = _method_at(t, method, opset)
     chosen_opset = opset
     if chosen_opset is None:
         from ..ops.registry import METHODS
