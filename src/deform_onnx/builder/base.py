@@ -68,12 +68,14 @@ class Builder:
             )
         return out
 
-    def declare_shape(self, value: Value, shape: tuple[int | None, ...], like: Value) -> None:
-        """Tell the exporter ``value``'s shape (``None`` per dimension not known statically) and ``like``'s dtype.
+    def declare_shape(self, value: Value, shape: tuple[int | None, ...], like: Value) -> Value:
+        """``value``, told to the exporter as ``shape`` (``None`` per dimension not known statically) of ``like``'s dtype.
 
-        A no-op where the exporter types values itself; the TorchScript adapter overrides it (its per-node
-        shape inference can lose a lowering's output shape, and the next call then sees an unknown map).
+        Returns the value to use in its place: ``value`` itself where the exporter types values itself; the
+        TorchScript adapter overrides it (its per-node shape inference loses a lowering's output shape, and the
+        model's next deformable call then saw a map of unknown size).
         """
+        return value
 
     def value_dtype(self, value: Value) -> np.dtype | None:
         """:meth:`dtype`, or the target type of a Cast this builder emitted."""

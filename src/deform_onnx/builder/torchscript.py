@@ -6,8 +6,6 @@ with the helpers the symbolics share.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 
@@ -56,17 +54,23 @@ class TorchScriptBuilder(Builder):
         return tuple(sizes)
 
     def declare_shape(self, value, shape, like):
-        """Type ``value`` as ``like``'s dtype with ``shape`` where the exporter's inference left it less known.
+        """An ``Identity`` of ``value`` typed as ``like``'s dtype with ``shape``, where the exporter knows less.
 
-        ``torch.onnx``'s per-node ONNX shape inference can leave a lowering's output untyped (a value it could
-        not infer upstream), and the next ``deform_conv2d`` of the model then saw a map of unknown size and took
-        the dynamic-map sampler (the ``tvm`` target refuses that, TorchScript, dynamic batch, two layers).
+        ``torch.onnx``'s per-node shape inference loses static sizes through a ``Reshape`` to ``-1`` of a map
+        with a dynamic batch, so a lowering's output came out with no known size, and so did the ops after it
+        (its own inference reads the sizes it recorded, not a value's type): the model's next
+        ``deform_conv2d`` then took the dynamic-map sampler (target ``tvm`` refused that file). An
+        ``Identity`` is inferred from its typed input and records the sizes; the export drops it again
+        (:func:`drop_identities`).
         """
         known = self.static_shape(value)
         if known is not None and len(known) == len(shape) and sum(k is None for k in known) <= shape.count(None):
-            return
-        with contextlib.suppress(RuntimeError, TypeError, AttributeError):  # ``like`` not a complete tensor type
+            return value
+        try:
             value.setType(like.type().with_sizes(list(shape)))
+        except (RuntimeError, TypeError, AttributeError):  # ``like`` is not a complete tensor type: leave it
+            return value
+        return self.g.op("Identity", value)
 
     def dtype(self, value):
         """The traced value's numpy dtype, or ``None`` for a type ONNX lowering does not take."""
@@ -125,3 +129,58 @@ def _keep_error_one_line(exc: BaseException, g) -> None:
             lines.append(str(producer).rstrip())
     lines.append(str(node).rstrip())
     exc.add_note("TorchScript IR around the deformable op:\n" + "\n".join(dict.fromkeys(lines)))
+
+
+def drop_identities(proto) -> None:
+    """Remove the main graph's ``Identity`` nodes (in place): each copies a value and does nothing else.
+
+    :meth:`TorchScriptBuilder.declare_shape` adds them only to carry sizes through the exporter's shape
+    inference. Consumers (in subgraphs too) read the copied value instead; an ``Identity`` that writes a
+    graph output gives that name to the node that computed its input (when that value is no graph input,
+    initializer or other output, and not read in a subgraph), else it stays.
+    """
+    graph = proto.graph
+    outputs = {o.name for o in graph.output}
+    fixed = outputs | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    produced = {name for node in graph.node for name in node.output}
+    in_subgraphs = {name for node in graph.node for name in _subgraph_inputs(node)}
+    rename: dict[str, str] = {}
+    kept = []
+    for node in graph.node:
+        if node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
+            kept.append(node)
+            continue
+        src, dst = rename.get(node.input[0], node.input[0]), node.output[0]
+        if dst not in outputs:
+            rename[dst] = src
+        elif src in produced and src not in fixed and src not in in_subgraphs and src not in rename.values():
+            rename[src] = dst  # the producer writes the output itself
+        else:
+            kept.append(node)
+    if not rename:
+        return
+
+    def apply(nodes) -> None:
+        for node in nodes:
+            node.input[:] = [rename.get(name, name) for name in node.input]
+            node.output[:] = [rename.get(name, name) for name in node.output]
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    apply(sub.node)
+
+    del graph.node[:]
+    graph.node.extend(kept)
+    apply(graph.node)
+    info = [v for v in graph.value_info if v.name not in rename]
+    del graph.value_info[:]
+    graph.value_info.extend(info)
+
+
+def _subgraph_inputs(node) -> set[str]:
+    names: set[str] = set()
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            for inner in sub.node:
+                names.update(inner.input)
+                names |= _subgraph_inputs(inner)
+    return names

@@ -15,6 +15,7 @@ import onnx
 import torch
 
 from ..builder import written
+from ..builder.torchscript import drop_identities
 from ..conversion import Repair, convert_down
 from ..exporting import output_names as _output_names
 from . import dynamo as _dynamo
@@ -288,6 +289,7 @@ def export_torchscript(model, args, opts: ExportOptions, sink=None) -> onnx.Mode
             dynamic_axes=opts.dynamic_axes,
         )
     proto = sink.load_torchscript(path) if path is not None else onnx.load_from_string(buffer.getvalue())
+    drop_identities(proto)  # the typing copies of TorchScriptBuilder.declare_shape
     if opts.output_names is None and seen:  # hook (issue 30): the model's own output names (exporting/output_names.py)
         _output_names.rename_proto(proto, seen[-1])
     written.stamp(proto, calls)  # each call's form (TorchScript renames every value: no names)

@@ -79,7 +79,7 @@ def emit_deform_conv2d(
         out = lowering.fn(b, spec, input, weight, offset, mask if use_mask else None, bias)
         if input_shape is not None and len(input_shape) == 4:
             ho, wo = (None if s is None else spec.out_len(axis, s) for axis, s in enumerate(input_shape[2:]))
-            b.declare_shape(out, (batch, spec.out_channels, ho, wo), like=input)
+            out = b.declare_shape(out, (batch, spec.out_channels, ho, wo), like=input)
         if record is not None and named:
             record.handles["output"] = out
     return out

@@ -41,7 +41,7 @@ def emit_grid_sampler(
         out = lowering.fn(b, spec, input, grid)
     xs, gs = b.static_shape(input), b.static_shape(grid)
     if xs is not None and gs is not None and len(xs) == len(gs):  # [N, C, *grid's spatial sizes]
-        b.declare_shape(out, (xs[0] if xs[0] is not None else gs[0], xs[1], *gs[1:-1]), like=input)
+        out = b.declare_shape(out, (xs[0] if xs[0] is not None else gs[0], xs[1], *gs[1:-1]), like=input)
     return out
 
 
