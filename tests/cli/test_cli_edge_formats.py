@@ -1,11 +1,19 @@
-"""``deform-onnx export -o model.pte / .tflite / .mlpackage``: one export to that format, run in its runtime."""
+"""``deform-onnx export -o model.pte / .tflite / .mlpackage``: one export to that format, run in its runtime.
+
+The dynamic ``.pte`` (``--dynamic``: H from half to twice the example's) is a DCN layer whose plain convolution
+input crosses PyTorch's fake-convolution kernel test (``N*C*H*W > 20480``, :mod:`deform_onnx.formats.plan_bounds`)
+between the example (1x16x32x32) and the upper bound (1x16x64x32): before the memory plan was sized from the
+declared range, it held H up to 40 and the CLI's ``--dynamic`` refused its own upper bound.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import textwrap
 
+import numpy as np
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from deform_onnx.cli import app
@@ -20,6 +28,66 @@ WARP = textwrap.dedent(
             return F.grid_sample(x, g, align_corners=False, padding_mode="border")
     """
 )
+
+DCN = textwrap.dedent(
+    """
+    import torch, torchvision
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.offsets = torch.nn.Conv2d(16, 18, 3, padding=1)
+            self.dcn = torchvision.ops.DeformConv2d(16, 4, 3, padding=1)
+
+        def forward(self, x):
+            return self.dcn(x, self.offsets(x) * 4)
+    """
+)
+needs_executorch = pytest.mark.skipif(
+    importlib.util.find_spec("executorch") is None, reason="executorch is not installed"
+)
+
+
+@pytest.fixture(scope="module")
+def dynamic_pte(tmp_path_factory):
+    """``export dcn.py:Net -s 1,16,32,32 --dynamic -o m.pte`` (H 16..64): the CLI's result, the file, the model."""
+    import importlib.machinery
+
+    root = tmp_path_factory.mktemp("dynamic_pte")
+    (root / "dcn.py").write_text(DCN)
+    out = root / "m.pte"
+    result = runner.invoke(app, ["export", f"{root / 'dcn.py'}:Net", "-s", "1,16,32,32", "--dynamic", "-o", str(out)])
+    module = importlib.machinery.SourceFileLoader("dynamic_pte_dcn", str(root / "dcn.py")).load_module()
+    return result, out, module.Net().eval()
+
+
+@needs_executorch
+def test_dynamic_pte_is_written_and_checked_at_both_bounds(dynamic_pte):
+    result, out, _ = dynamic_pte
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # the note as one line (the console wraps it)
+    assert out.is_file() and "ExecuTorch" in text
+    # checked at both bounds before it was written (the upper one is the second size here: twice the example's H)
+    checked = text.split("checked in ExecuTorch (XNNPACK) at the example's size and at:")[1].split("note:")[0]
+    assert "1,16,16,32" in checked and "1,16,64,32" in checked
+
+
+@needs_executorch
+@pytest.mark.parametrize("H", [16, 64])
+def test_dynamic_pte_runs_at_its_bounds_in_executorch(dynamic_pte, H):
+    """The written file, loaded again in ExecuTorch's runtime: its plan holds the bound and it matches PyTorch."""
+    from executorch.runtime import Runtime
+
+    _, out, model = dynamic_pte
+    program = Runtime.get().load_program(out.read_bytes())
+    method = program.load_method("forward")
+    assert list(method.metadata.input_tensor_meta(0).sizes()) == [1, 16, 64, 32]
+    x = torch.randn(1, 16, H, 32, generator=torch.Generator().manual_seed(H))
+    with torch.no_grad():
+        want = model(x).numpy()
+    (got,) = method.execute([x])
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("litert_torch") is None, reason="litert-torch is not installed")

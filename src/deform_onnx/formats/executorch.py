@@ -21,6 +21,7 @@ from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
 from . import fast_paths, patterns, schedule
+from .plan_bounds import declared_bounds
 from .provenance import shared_provenance
 from .torch_export import Named, eval_mode, exported, first_error, plan_sizes, prepare, prove, quiet, report_for
 
@@ -52,8 +53,8 @@ class ExecuTorchSession:
         counts = [meta.num_inputs, meta.num_outputs]
         n_in, n_out = (c() if callable(c) else c for c in counts)
         self._inputs = [Named(f"input_{i}") for i in range(n_in)]
-        #: the largest input sizes ExecuTorch's memory plan holds (per input; a dynamic one may be
-        #: below its declared bound: measured 160 for a bound of 256 on the bundled example's H).
+        #: the largest input sizes ExecuTorch's memory plan holds (per input; a dynamic one at its declared
+        #: bound, :mod:`.plan_bounds`: 160 of 256 on the bundled example's H before the plan was sized so).
         self.planned = [list(meta.input_tensor_meta(i).sizes()) for i in range(n_in)]
         self._outputs = [Named(f"output_{i}") for i in range(n_out)]
 
@@ -93,9 +94,10 @@ def lower(ep) -> bytes:
     (:func:`~deform_onnx.formats.fast_paths.full_where_branches`: the portable kernel's fast path), and the NaN
     guards' ``where(eq(p, p), ...)`` test ``isnan(p)`` instead (:func:`~deform_onnx.formats.fast_paths.isnan_guards`).
 
-    While it lowers, node provenance is shared rather than deep-copied (:mod:`~deform_onnx.formats.provenance`)
-    and XNNPACK's example subgraphs that the program cannot match are not built
-    (:mod:`~deform_onnx.formats.patterns`): the same program, written sooner.
+    The memory plan is sized from the declared ``Dim`` ranges (:mod:`~deform_onnx.formats.plan_bounds`: a
+    backend retrace's fake convolution narrowed them). While it lowers, node provenance is shared rather than
+    deep-copied (:mod:`~deform_onnx.formats.provenance`) and XNNPACK's example subgraphs that the program cannot
+    match are not built (:mod:`~deform_onnx.formats.patterns`): the same program, written sooner.
 
     Measured with executorch 1.5.1: XNNPACK refuses a reshape with more than one dynamic dimension
     ("XNNPACK reshape only supports 1 dynamic dimension"; a deformable convolution with H and W both
@@ -122,14 +124,15 @@ def lower(ep) -> bytes:
 
 
 def _lowered(ep, partitioner: list, passes: list | None = None) -> bytes:
+    declared = dict(ep.range_constraints)  # the Dim ranges: what the memory plan must hold (plan_bounds)
     with quiet() as noise:
         try:
-            from executorch.exir import to_edge_transform_and_lower
+            from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
             with torch.no_grad():  # the passes fold constants from parameters: plain tensors (deep-copied later)
                 edge = to_edge_transform_and_lower(ep, transform_passes=passes, partitioner=partitioner)
                 schedule.reorder(edge.exported_program().graph_module)
-                program = edge.to_executorch()
+                program = edge.to_executorch(ExecutorchBackendConfig(sym_shape_eval_pass=declared_bounds(declared)))
         except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
             line = " ".join(str(exc).strip().split())[:200] or type(exc).__name__
             raise ExportError(f"ExecuTorch could not lower the program: {first_error(noise) or line}") from None
