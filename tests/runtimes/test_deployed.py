@@ -267,3 +267,37 @@ def test_a_float16_models_reference_is_its_float32_copy(tmp_path):
     assert name == "y" and ref.dtype == np.float16
     np.testing.assert_array_equal(ref, copy32.half().numpy())
     assert not np.array_equal(ref, own.numpy())  # the model's own float16 output is not what is compared with
+
+
+@needs_registry
+@pytest.mark.slow
+def test_tvm_runner_grid_sample_matches_pytorch(tmp_path: Path) -> None:
+    """TVM's runner samples GridSample bilinear with zeros padding with its own kernel
+    (``tvm_build.grid_sample_legalize``: corners once per output pixel, then every channel), align_corners 0 and
+    1, a batch of 2 and a quarter of the points off the map; border padding keeps TOPI's kernel. Every output
+    matches PyTorch's ``F.grid_sample`` on the same tensors."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    gen = torch.Generator().manual_seed(0)
+    x, grid = torch.randn(2, 3, 5, 7, generator=gen), torch.rand(2, 4, 6, 2, generator=gen) * 2.6 - 1.3
+    cases = {"zeros": (0, "zeros"), "zeros_corners": (1, "zeros"), "border": (0, "border")}
+    nodes = [helper.make_node("GridSample", ["x", "grid"], [name], mode="bilinear", padding_mode=padding,
+                              align_corners=corners) for name, (corners, padding) in cases.items()]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape)),
+         helper.make_tensor_value_info("grid", TensorProto.FLOAT, list(grid.shape))],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 3, 4, 6]) for name in cases],
+    )  # fmt: skip
+    path = tmp_path / "grid_sample.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    fam = family("tvm")
+    run = deployed.run_file(fam, interpreter(fam), path, {"x": x.numpy(), "grid": grid.numpy()},
+                            [[2, 3, 4, 6]] * 3, tmp_path, repeats=1)  # fmt: skip
+    assert run.error is None, run.error
+    assert [name for name, _ in run.outputs] == list(cases)
+    for name, got in run.outputs:
+        corners, padding = cases[name]
+        want = F.grid_sample(x, grid, padding_mode=padding, align_corners=bool(corners)).numpy()
+        assert np.abs(got - want).max() <= 1e-5, name
