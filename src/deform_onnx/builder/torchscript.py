@@ -6,6 +6,9 @@ with the helpers the symbolics share.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 import torch
 
@@ -61,7 +64,8 @@ class TorchScriptBuilder(Builder):
         (its own inference reads the sizes it recorded, not a value's type): the model's next
         ``deform_conv2d`` then took the dynamic-map sampler (target ``tvm`` refused that file). An
         ``Identity`` is inferred from its typed input and records the sizes; the export drops it again
-        (:func:`drop_identities`).
+        (:func:`drop_identities`). Outside :func:`typing_copies` (``torch.onnx.export`` after
+        :func:`deform_onnx.register`) only the value's type is set: the graph is the one written before.
         """
         known = self.static_shape(value)
         if known is not None and len(known) == len(shape) and sum(k is None for k in known) <= shape.count(None):
@@ -70,7 +74,7 @@ class TorchScriptBuilder(Builder):
             value.setType(like.type().with_sizes(list(shape)))
         except (RuntimeError, TypeError, AttributeError):  # ``like`` is not a complete tensor type: leave it
             return value
-        return self.g.op("Identity", value)
+        return self.g.op("Identity", value) if _COPIES.get() else value
 
     def dtype(self, value):
         """The traced value's numpy dtype, or ``None`` for a type ONNX lowering does not take."""
@@ -129,6 +133,22 @@ def _keep_error_one_line(exc: BaseException, g) -> None:
             lines.append(str(producer).rstrip())
     lines.append(str(node).rstrip())
     exc.add_note("TorchScript IR around the deformable op:\n" + "\n".join(dict.fromkeys(lines)))
+
+
+#: Whether :meth:`TorchScriptBuilder.declare_shape` may add its typing ``Identity``: only inside
+#: :func:`typing_copies` (deform_onnx's own TorchScript export, which drops them again), so that a user's own
+#: ``torch.onnx.export`` after :func:`deform_onnx.register` writes the graph it always did.
+_COPIES: contextvars.ContextVar[bool] = contextvars.ContextVar("deform_onnx_typing_copies", default=False)
+
+
+@contextlib.contextmanager
+def typing_copies():
+    """Within the block, lowerings type their outputs with an ``Identity`` (:func:`drop_identities` after)."""
+    token = _COPIES.set(True)
+    try:
+        yield
+    finally:
+        _COPIES.reset(token)
 
 
 def drop_identities(proto) -> None:

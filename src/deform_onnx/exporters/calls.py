@@ -15,7 +15,7 @@ import onnx
 import torch
 
 from ..builder import written
-from ..builder.torchscript import drop_identities
+from ..builder.torchscript import drop_identities, typing_copies
 from ..conversion import Repair, convert_down
 from ..exporting import output_names as _output_names
 from . import dynamo as _dynamo
@@ -277,6 +277,7 @@ def export_torchscript(model, args, opts: ExportOptions, sink=None) -> onnx.Mode
         bound(model, args),
         _output_names.recording(model) as seen,
         dead_nodes_dropped(),  # a model's try: Function.apply(...) except: fallback (function_fallbacks.py)
+        typing_copies(),  # lowerings type their outputs (dropped below)
     ):
         torch.onnx.export(
             model,
