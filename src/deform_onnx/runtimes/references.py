@@ -12,6 +12,9 @@ In order of preference:
    node evaluated by torchvision's ``deform_conv2d`` (the oracle of this
    package) instead of onnx's pure-Python loops, which took 89 s on a 16x16
    input. It shows progress node by node and stops at the deadline.
+4. For a file with OpenVINO's own nodes (``org.openvinotoolkit::DeformableConv2D``, whose border rule
+   ``DeformConv`` cannot express, so 2 and 3 cannot run): OpenVINO on the file as it is (f32), the
+   runtime that defines that node.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ Progress = Callable[[str, int, "int | None"], None]
 ORT_AS_IS = "onnxruntime as is"
 ORT_RESTAMPED = "onnxruntime DeformConv kernel (re-stamped at opset {opset})"
 EVALUATOR = "onnx.reference with torchvision's deform_conv2d"
+OPENVINO_AS_IS = "openvino as is (the runtime of the file's org.openvinotoolkit nodes)"
 
 
 def _no_progress(description: str, completed: int, total: int | None) -> None:
@@ -66,8 +70,13 @@ def reference(
     from ..rewrite import default_opset, lower, read_model
 
     reasons = []
+    ir_model = read_model(model)
+    if any(node.domain == "org.openvinotoolkit" for node in ir_model.graph):
+        for r in results:  # OpenVINO's own node: OpenVINO is the reference (f32, not its bf16 defaults row)
+            if r.runtime == "openvino" and r.path in ("as is", "extension") and r.ran and not r.defaults:
+                return r.outputs, OPENVINO_AS_IS
     try:
-        opset = max(default_opset(read_model(model)) or 19, 19)
+        opset = max(default_opset(ir_model) or 19, 19)
         native = lower(model, method="native", opset=opset)
     except Exception as e:  # noqa: BLE001 - reported as the reason
         return None, f"no reference: lower(method='native') failed: {one_line(e)}"
@@ -157,4 +166,4 @@ def _deform_conv_op():
     return DeformConv
 
 
-__all__ = ["reference", "ORT_AS_IS", "ORT_RESTAMPED", "EVALUATOR"]
+__all__ = ["reference", "ORT_AS_IS", "ORT_RESTAMPED", "EVALUATOR", "OPENVINO_AS_IS"]
