@@ -198,13 +198,16 @@ def test_row_that_fails_the_cli_check_leaves_no_file(models, tmp_path):
 
 
 # -- item 3: a target's graph refusal ------------------------------------------------------------
-def test_target_refusal_is_exit_2_one_line_no_retry(models, tmp_path):
+@pytest.mark.parametrize("target", ["ncnn", "hailo"])
+def test_target_refusal_is_exit_2_one_line_no_retry(models, tmp_path, target):
+    """ncnn: a graph rule (6-D values); hailo: a model feature its runtime lacks (deformable sampling), refused
+    before the export: that one was a failed row ("1 of 1 exports failed the check", exit code 1)."""
     out = tmp_path / "out"
-    result = export(f"{models}:sixd", "-s", "1,3,16,16", "--target", "ncnn", "--no-verify-runtime", "-o", str(out))
+    result = export(f"{models}:sixd", "-s", "1,3,16,16", "--target", target, "--no-verify-runtime", "-o", str(out))
     no_traceback(result)
     assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: target 'ncnn'"), result.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: target '{target}'"), result.stderr
     assert "--force" in lines[0] and "force=True" not in lines[0], lines[0]
     assert "TorchScript" not in result.output and "┃" not in result.stdout, result.output
     assert not out.exists(), onnx_files(out)  # nothing written, not even the folder
