@@ -364,6 +364,7 @@ ARG_ERRORS = [
     ["export", "m.py:build", "-s", "1,a,8,8"],
     ["export", "m.py:build", "-s", "1,3,8,8", "--dtype", "int8"],
     ["export", "m.py:build", "-s", "1,3,8,8", "-o", "missing/x.onnx"],
+    ["export", "m.py:build", "-s", "1,3,8,8", "-o", "m.txt"],  # was a folder "m.txt" with the files in it
     ["check", "nosuch.onnx"],
     ["lower", "nosuch.onnx", "-o", "x.onnx"],
 ]
@@ -383,6 +384,17 @@ def test_argument_errors_do_not_import_torch(arg_errors, index):
     assert result["code"] == 2, output
     assert "error:" in output and "Traceback" not in output, output
     assert not {"torch", "torchvision"} & set(result["heavy"]), (result, output)
+
+
+@pytest.mark.parametrize(("output", "hint"), [("m.txt", None), ("m.ONNX", "m.onnx")])
+def test_an_output_suffix_no_format_has_is_refused_not_made_a_folder(tmp_path, monkeypatch, output, hint):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text("import torch\n\ndef build():\n    return torch.nn.Identity()\n")
+    result = export("m.py:build", "-s", "1,3,8,8", "-o", output)
+    assert result.exit_code == 2 and not (tmp_path / output).exists(), result.output
+    line = " ".join(result.stderr.split())
+    assert f"-o {output}: " in line and ".onnx, .xml, .pte, .tflite, .mlpackage" in line, line
+    assert (f"lower case: {hint}" in line) == (hint is not None), line
 
 
 def test_cli_limits_are_the_exporters():
