@@ -65,6 +65,8 @@ def shape_of(i):
     return out_shapes[i] if i < len(out_shapes) and out_shapes[i] is not None else None
 def first_line(exc):
     text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, LookupError):  # a KeyError's text is only the key: "'conv.bias'" said nothing
+        text = f"{type(exc).__name__}: {text}"
     # OpenVINO and others put the location first ("Exception from ...", "Check '...' failed at ..."): skip it
     skip = ("Exception from", "Check '")
     lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith(skip)]
