@@ -70,12 +70,12 @@ def reference(
     from ..rewrite import default_opset, lower, read_model
 
     reasons = []
-    ir_model = read_model(model)
-    if any(node.domain == "org.openvinotoolkit" for node in ir_model.graph):
-        for r in results:  # OpenVINO's own node: OpenVINO is the reference (f32, not its bf16 defaults row)
-            if r.runtime == "openvino" and r.path in ("as is", "extension") and r.ran and not r.defaults:
-                return r.outputs, OPENVINO_AS_IS
     try:
+        ir_model = read_model(model)
+        if any(node.domain == "org.openvinotoolkit" for node in ir_model.graph):
+            for r in results:  # OpenVINO's own node: OpenVINO is the reference (f32, not its bf16 defaults row)
+                if r.runtime == "openvino" and r.path in ("as is", "extension") and r.ran and not r.defaults:
+                    return r.outputs, OPENVINO_AS_IS
         opset = max(default_opset(ir_model) or 19, 19)
         native = lower(model, method="native", opset=opset)
     except Exception as e:  # noqa: BLE001 - reported as the reason
