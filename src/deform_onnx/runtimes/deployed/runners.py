@@ -175,7 +175,10 @@ if not os.path.isfile(target) or os.path.getsize(target) == 0:
 try:
     net = nn.load_module_from_file(target, meta["inputs"], out_names)
     def run():
-        xs = [F.const(feeds[n], list(feeds[n].shape), F.NCHW) for n in meta["inputs"]]
+        # MNN's const takes no float16 array ("numpy type does not match", printed without a newline); a float16
+        # file's input is float32 in MNN, as in ncnn
+        xs = [F.const(feeds[n].astype(np.float32) if feeds[n].dtype == np.float16 else feeds[n],
+                      list(feeds[n].shape), F.NCHW) for n in meta["inputs"]]
         ys = net.forward(xs)
         if not ys:  # MNN prints why on the C stdout (e.g. "Compute Shape Error for val_36")
             raise RuntimeError("MNN's forward gave no output (its shape computation failed)")
