@@ -312,3 +312,15 @@ def test_a_trtdcnv3_files_reference_is_dcnv3_core(tmp_path):
     text = " ".join(result.stdout.split())
     assert f"reference = {ref_mod.PLUGIN_EVALUATOR}" in text, result.output
     assert "1 of 2 paths did not run (onnxruntime as is)" in text, result.output  # the lowered row matched it
+
+
+def test_an_openvino_refusal_names_what_it_could_not_convert(tmp_path):
+    """OpenVINO's message starts with where it was raised: the row read "Exception from
+    src/inference/src/cpp/core.cpp:84:" and nothing else. It names the unconverted op now."""
+    pytest.importorskip("openvino")
+    path = tmp_path / "trt_msda.onnx"
+    _msda_plugin_file(path, "", "MultiscaleDeformableAttnPlugin_TRT", flat=False)
+    result = runner.invoke(app, ["check", str(path), "-r", "openvino", "--repeat", "0"], env={"COLUMNS": "300"})
+    text = " ".join(result.stdout.split())
+    assert "No conversion rule found for operations: MultiscaleDeformableAttnPlugin_TRT" in text, result.output
+    assert "core.cpp" not in text, result.output
