@@ -180,18 +180,16 @@ def test_target_onnx2torch_native_runs_there(tmp_path: Path) -> None:
     assert next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) == 19
 
 
-@needs_registry
 def test_a_converter_key_error_is_named_as_such(tmp_path: Path) -> None:
     """onnx2torch reads a Conv's bias from the initializers only; the TorchScript exporter writes two equal biases
     as one initializer and an Identity (the CLI's gather@11 row of an mmdet-style DCN), and the runtime's row said
-    only "'b2'": it names the KeyError now."""
-    w = numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w")
-    b = numpy_helper.from_array(np.zeros(2, np.float32), "b")
-    nodes = [helper.make_node("Identity", ["b"], ["b2"]), helper.make_node("Conv", ["x", "w", "b2"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3, 3])], [w, b])  # fmt: skip
-    path = tmp_path / "identity_bias.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), path)
-    fam = family("onnx2torch")
-    run = run_file(fam, interpreter(fam), path, {"x": np.ones((1, 2, 3, 3), np.float32)}, [], tmp_path, repeats=1)
-    assert run.error == "KeyError: 'b2'", run.error
+    only "'layer.2.conv2.conv_offset.bias'" (a KeyError's text). The runners' ``first_line`` names the KeyError now
+    (run here as a runner that raises one, in this interpreter: the same code, without a venv's start-up)."""
+    from deform_onnx.runtimes.deployed import Family, runners
+    from deform_onnx.runtimes.deployed.families import run_meta
+
+    np.savez(tmp_path / "feeds.npz", x=np.zeros(1, np.float32))
+    script = runners._HEAD + "try:\n    {}['conv.bias']\nexcept Exception as exc:\n    done('1', error=first_line(exc))\n"
+    meta = {"feeds": str(tmp_path / "feeds.npz"), "outputs": ["y"], "out": str(tmp_path / "out.npz")}
+    run = run_meta(Family("key-error-test", "key", script), Path(sys.executable), meta, tmp_path / "out", timeout=60)
+    assert run.error == "KeyError: 'conv.bias'", run.error
