@@ -189,7 +189,9 @@ def test_a_converter_key_error_is_named_as_such(tmp_path: Path) -> None:
     from deform_onnx.runtimes.deployed.families import run_meta
 
     np.savez(tmp_path / "feeds.npz", x=np.zeros(1, np.float32))
-    script = runners._HEAD + "try:\n    {}['conv.bias']\nexcept Exception as exc:\n    done('1', error=first_line(exc))\n"
+    script = (
+        runners._HEAD + "try:\n    {}['conv.bias']\nexcept Exception as exc:\n    done('1', error=first_line(exc))\n"
+    )
     meta = {"feeds": str(tmp_path / "feeds.npz"), "outputs": ["y"], "out": str(tmp_path / "out.npz")}
     run = run_meta(Family("key-error-test", "key", script), Path(sys.executable), meta, tmp_path / "out", timeout=60)
     assert run.error == "KeyError: 'conv.bias'", run.error

@@ -34,8 +34,9 @@ def lower_for_quantization(
 
     opset = default_opset(model)
     native_below = opset is not None and opset < 19 and any(n.op_type in NATIVE_OPS for n in model.graph.node)
-    if method == "native":
-        return (lower(model, method="native", opset=19) if native_below else model), None
+    if method == "native":  # mmcv nodes become DeformConv at any opset (ONNX Runtime has no kernel for them)
+        plugin = any(n.op_type in NATIVE_OPS[1:] for n in model.graph.node)
+        return (lower(model, method="native", opset=max(opset or 19, 19)) if native_below or plugin else model), None
 
     if method is None:
         method = resolve_target("tensorrt").method if target == "tensorrt" else "grid_sample"
@@ -80,7 +81,7 @@ def opset_note(model: onnx.ModelProto, lowered: onnx.ModelProto) -> str | None:
     if old == new:
         return None
     if any(n.op_type == "DeformConv" for n in lowered.graph.node) and new is not None and new >= 19:
-        why = "ONNX Runtime's DeformConv sampler needs 19"
+        why = "DeformConv needs 19"
     elif new == QDQ_OPSET:
         why = f"per-channel DequantizeLinear needs {QDQ_OPSET}"
     else:
