@@ -209,11 +209,11 @@ def _plugin_ops() -> list:
             return (out.reshape(n, -1, m, d).numpy(),)  # the plugin's [N, Lq, M, D]
 
     class TRTDCNv3(OpRun):
-        def _run(self, input, offset, mask, kernel_h=None, kernel_w=None, stride_h=None, stride_w=None, pad_h=None,
-                 pad_w=None, dilation_h=None, dilation_w=None, group=None, group_channels=None, offset_scale=None,
-                 im2col_step=None, remove_center=0):  # fmt: skip
-            y = dcnv3_core(t(input), t(offset), t(mask), kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w,
-                           dilation_h, dilation_w, group, group_channels, offset_scale, bool(remove_center))  # fmt: skip
+        def _run(self, input, offset, mask, **attrs):  # the node's attributes, as OpRun passes them
+            names = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w",
+                     "group", "group_channels", "offset_scale")  # fmt: skip
+            kw = {name: attrs[name] for name in names}
+            y = dcnv3_core(t(input), t(offset), t(mask), **kw, remove_center=bool(attrs.get("remove_center") or 0))
             return (y.numpy(),)
 
     ops = []
