@@ -225,7 +225,12 @@ def test_layers_name_no_op(layer):
 
 
 #: The package's top level: layers (folders) and these modules only.
-TOP_LEVEL_MODULES = {"__init__.py", "openvino.py", "onnx2torch.py"}  # the runtimes' public paths (re-exports)
+TOP_LEVEL_MODULES = {
+    "__init__.py",
+    "__main__.py",
+    "openvino.py",
+    "onnx2torch.py",
+}  # the public paths (re-exports; python -m)
 
 
 def test_top_level_holds_layers_not_loose_modules():

@@ -248,3 +248,79 @@ def test_check_a_nameless_shape_is_the_only_inputs(tmp_path):
     result = invoke(path, "--input-shape", "1,3,8,6", "--runtime", "ort")
     assert result.exit_code == 0, result.output
     _user_error(invoke(path, "--input-shape", "1,3,8"), "input 'input' has rank 4")  # it was given to `input`
+
+
+def _msda_plugin_file(path, domain: str, op_type: str, flat: bool) -> dict[str, np.ndarray]:
+    """One MSDA plugin node (mmdeploy's, or TensorRT's with int32 shapes), two levels; returns random feeds."""
+    rng = np.random.default_rng(3)
+    n, m, d, lq, levels, p = 1, 2, 4, 5, 2, 3
+    ints = np.int64 if domain == "mmdeploy" else np.int32
+    feeds = {"value": rng.standard_normal((n, 30, m, d)).astype(np.float32),
+             "loc": (rng.random((n, lq, m, levels, p, 2)) * 1.2 - 0.1).astype(np.float32),
+             "w": rng.random((n, lq, m, levels, p)).astype(np.float32)}  # fmt: skip
+    inits = [numpy_helper.from_array(np.array([[4, 6], [2, 3]], ints), "shapes"),
+             numpy_helper.from_array(np.array([0, 24], ints), "starts")]  # fmt: skip
+    node = helper.make_node(op_type, ["value", "shapes", "starts", "loc", "w"], ["y"], domain=domain)
+    graph = helper.make_graph(
+        [node], "msda", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, lq, m * d] if flat else [n, lq, m, d])], inits,
+    )  # fmt: skip
+    imports = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    onnx.save(helper.make_model(graph, opset_imports=imports), path)
+    return feeds
+
+
+@pytest.mark.parametrize(("domain", "op_type", "flat"), [("mmdeploy", "MMCVMultiScaleDeformableAttention", True),
+                                                         ("", "MultiscaleDeformableAttnPlugin_TRT", False)])  # fmt: skip
+def test_an_msda_plugin_files_reference_is_not_the_lowering_under_test(tmp_path, monkeypatch, domain, op_type, flat):
+    """The reference of an MSDA plugin file was its "DeformConv re-stamp", which for these nodes is the same fused
+    lowering as the lower() rows (0.00e+00 every time): a fault in that lowering could not show. The file is now
+    evaluated with the node computed by Deformable DETR's PyTorch core; a planted fault in the lowering fails."""
+    import deform_onnx.ops.msda.sources as msda_sources
+
+    path = tmp_path / "msda_plugin.onnx"
+    _msda_plugin_file(path, domain, op_type, flat)
+    good = invoke(path, "-r", "ort", "--repeat", "0")
+    text = " ".join(good.stdout.split())
+    assert f"reference = {ref_mod.PLUGIN_EVALUATOR}" in text, good.output
+    assert "1 of 2 paths did not run (onnxruntime as is)" in text, good.output  # the lowered row matched it
+    real = msda_sources.lower_node
+
+    def planted(node, b, method, opset):  # every output 1.5 times too large
+        out, name = real(node, b, method, opset)
+        return b.op("Mul", out, b.float_const([1.5], out)), name
+
+    monkeypatch.setattr(msda_sources, "lower_node", planted)
+    bad = invoke(path, "-r", "ort", "--repeat", "0")
+    assert bad.exit_code == 1 and "exceeded the tolerance" in " ".join(bad.stdout.split()), bad.output
+
+
+def test_a_trtdcnv3_files_reference_is_dcnv3_core(tmp_path):
+    """mmdeploy's TRTDCNv3 (InternImage's DCNv3 plugin): the reference is ``dcnv3_core`` on the node, not the
+    lowering; the lowered row matches it."""
+    shapes = {"x": [1, 5, 6, 8], "offset": [1, 5, 6, 36], "mask": [1, 5, 6, 18]}
+    node = helper.make_node("TRTDCNv3", list(shapes), ["y"], domain="mmdeploy", kernel_h=3, kernel_w=3, stride_h=1,
+                            stride_w=1, pad_h=1, pad_w=1, dilation_h=1, dilation_w=1, group=2, group_channels=4,
+                            offset_scale=1.0, im2col_step=64)  # fmt: skip
+    graph = helper.make_graph([node], "dcnv3", [helper.make_tensor_value_info(k, TensorProto.FLOAT, s)
+                                                for k, s in shapes.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 6, 8])])  # fmt: skip
+    path = tmp_path / "dcnv3_plugin.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("mmdeploy", 1)]),
+              path)  # fmt: skip
+    result = invoke(path, "-r", "ort", "--repeat", "0")
+    text = " ".join(result.stdout.split())
+    assert f"reference = {ref_mod.PLUGIN_EVALUATOR}" in text, result.output
+    assert "1 of 2 paths did not run (onnxruntime as is)" in text, result.output  # the lowered row matched it
+
+
+def test_an_openvino_refusal_names_what_it_could_not_convert(tmp_path):
+    """OpenVINO's message starts with where it was raised: the row read "Exception from
+    src/inference/src/cpp/core.cpp:84:" and nothing else. It names the unconverted op now."""
+    pytest.importorskip("openvino")
+    path = tmp_path / "trt_msda.onnx"
+    _msda_plugin_file(path, "", "MultiscaleDeformableAttnPlugin_TRT", flat=False)
+    result = runner.invoke(app, ["check", str(path), "-r", "openvino", "--repeat", "0"], env={"COLUMNS": "300"})
+    text = " ".join(result.stdout.split())
+    assert "No conversion rule found for operations: MultiscaleDeformableAttnPlugin_TRT" in text, result.output
+    assert "core.cpp" not in text, result.output

@@ -55,6 +55,7 @@ def files(tmp_path_factory):
     ov = helper.make_node("DeformableConv2D", ["x", "offset", "W", "mask"], ["y"], domain="org.openvinotoolkit",
                           strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], group=1, deformable_groups=1)  # fmt: skip
     ov_model = _graph_model(ov, weight, [helper.make_opsetid("", 17), helper.make_opsetid("org.openvinotoolkit", 1)])
+    onnx.save(ov_model, path.parent / "ov.onnx")
     return path, deform_onnx.lower(ov_model, method="gather"), weight
 
 
@@ -135,6 +136,19 @@ def test_check_border_rows_pass_for_torchvisions_rule(files):
     rows = _rows(result.stdout, "lower(")
     assert rows["border"] <= 1e-4 and rows["normal"] <= 1e-4, rows
     assert "border input, every sample in the 1-pixel band" in " ".join(result.stdout.split())
+
+
+def test_check_of_an_openvino_node_file_takes_openvino_as_the_reference(files):
+    """A file with OpenVINO's own DeformableConv2D had no reference (ONNX Runtime cannot run it, and DeformConv
+    cannot express its border rule): every row was n/a. OpenVINO, the runtime that defines the node, is the
+    reference now, and the lowered file (which reproduces OpenVINO's rule) matches it, on the border input too."""
+    pytest.importorskip("openvino")
+    ov_path = files[0].parent / "ov.onnx"
+    result = runner.invoke(app, ["check", str(ov_path), "--runtime", "ort,openvino", "--repeat", "0"],
+                           env={"COLUMNS": "300"})  # fmt: skip
+    assert "reference = openvino as is" in result.stdout, result.output
+    rows = _rows(result.stdout, "lower(")
+    assert rows["border"] <= 1e-4 and rows["normal"] <= 1e-4, rows
 
 
 def test_check_says_why_without_a_steerable_offset(tmp_path):

@@ -198,13 +198,16 @@ def test_row_that_fails_the_cli_check_leaves_no_file(models, tmp_path):
 
 
 # -- item 3: a target's graph refusal ------------------------------------------------------------
-def test_target_refusal_is_exit_2_one_line_no_retry(models, tmp_path):
+@pytest.mark.parametrize("target", ["ncnn", "hailo"])
+def test_target_refusal_is_exit_2_one_line_no_retry(models, tmp_path, target):
+    """ncnn: a graph rule (6-D values); hailo: a model feature its runtime lacks (deformable sampling), refused
+    before the export: that one was a failed row ("1 of 1 exports failed the check", exit code 1)."""
     out = tmp_path / "out"
-    result = export(f"{models}:sixd", "-s", "1,3,16,16", "--target", "ncnn", "--no-verify-runtime", "-o", str(out))
+    result = export(f"{models}:sixd", "-s", "1,3,16,16", "--target", target, "--no-verify-runtime", "-o", str(out))
     no_traceback(result)
     assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: target 'ncnn'"), result.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: target '{target}'"), result.stderr
     assert "--force" in lines[0] and "force=True" not in lines[0], lines[0]
     assert "TorchScript" not in result.output and "┃" not in result.stdout, result.output
     assert not out.exists(), onnx_files(out)  # nothing written, not even the folder
@@ -361,6 +364,7 @@ ARG_ERRORS = [
     ["export", "m.py:build", "-s", "1,a,8,8"],
     ["export", "m.py:build", "-s", "1,3,8,8", "--dtype", "int8"],
     ["export", "m.py:build", "-s", "1,3,8,8", "-o", "missing/x.onnx"],
+    ["export", "m.py:build", "-s", "1,3,8,8", "-o", "m.txt"],  # was a folder "m.txt" with the files in it
     ["check", "nosuch.onnx"],
     ["lower", "nosuch.onnx", "-o", "x.onnx"],
 ]
@@ -380,6 +384,17 @@ def test_argument_errors_do_not_import_torch(arg_errors, index):
     assert result["code"] == 2, output
     assert "error:" in output and "Traceback" not in output, output
     assert not {"torch", "torchvision"} & set(result["heavy"]), (result, output)
+
+
+@pytest.mark.parametrize(("output", "hint"), [("m.txt", None), ("m.ONNX", "m.onnx")])
+def test_an_output_suffix_no_format_has_is_refused_not_made_a_folder(tmp_path, monkeypatch, output, hint):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text("import torch\n\ndef build():\n    return torch.nn.Identity()\n")
+    result = export("m.py:build", "-s", "1,3,8,8", "-o", output)
+    assert result.exit_code == 2 and not (tmp_path / output).exists(), result.output
+    line = " ".join(result.stderr.split())
+    assert f"-o {output}: " in line and ".onnx, .xml, .pte, .tflite, .mlpackage" in line, line
+    assert (f"lower case: {hint}" in line) == (hint is not None), line
 
 
 def test_cli_limits_are_the_exporters():

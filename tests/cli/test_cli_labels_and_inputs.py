@@ -134,7 +134,14 @@ def files(tmp_path_factory):
         [helper.make_tensor_value_info("x", f, [1, 2, 5, 5])],
         [helper.make_tensor_value_info("y", f, [1, 2, 5, 5])],
     )
-    return {"gs": grid, "plain": plain}
+    trt = _file(  # TensorRT's own ModulatedDeformConv2d plugin (onnx-tensorrt's DeformConv importer): not lowered
+        root / "trt.onnx",
+        [helper.make_node("ModulatedDeformConv2d", ["x", "off", "mask", "w"], ["y"], stride=[1, 1], padding=[1, 1])],
+        [helper.make_tensor_value_info(n, f, s) for n, s in
+         (("x", [1, 2, 5, 5]), ("off", [1, 18, 5, 5]), ("mask", [1, 9, 5, 5]), ("w", [2, 2, 3, 3]))],
+        [helper.make_tensor_value_info("y", f, [1, 2, 5, 5])],
+    )  # fmt: skip
+    return {"gs": grid, "plain": plain, "trt": trt}
 
 
 @pytest.mark.parametrize("name", ["gs", "plain"])
@@ -148,6 +155,16 @@ def test_lower_and_check_word_nothing_to_lower_alike(files, tmp_path, name):
     checked = runner.invoke(app, ["check", path, "--method", "auto", "-r", "ort", "--repeat", "0"], env=WIDE)
     assert checked.exit_code == 0 and f"{line}: lower() would not change" in checked.stdout, checked.output
     assert "deformable-convolution nodes found" not in lowered.stdout + checked.stdout
+
+
+def test_nothing_to_lower_names_a_plugin_node_lower_does_not_know(files, tmp_path):
+    """A file whose only deformable node is a plugin lower does not rewrite read "the file has no deformable
+    convolution ... node": the line names that node and the nodes lower knows instead."""
+    line = nothing_to_lower(read_model(files["trt"]), "auto")
+    assert "ModulatedDeformConv2d x1 are not ONNX ops" in line and "mmcv::MMCVModulatedDeformConv2d" in line, line
+    assert "has no" not in line and "\n" not in line
+    lowered = runner.invoke(app, ["lower", files["trt"], "-o", str(tmp_path / "l.onnx")], env={"COLUMNS": "400"})
+    assert lowered.exit_code == 0 and line in lowered.stdout, lowered.output
 
 
 def test_export_times_a_file_that_dropped_an_input_by_name(tmp_path):

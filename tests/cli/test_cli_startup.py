@@ -54,6 +54,23 @@ def test_fast_paths_import_nothing_heavy(probed, index):
         assert f"deform-onnx {__version__}" in output
 
 
+def test_python_dash_m_runs_the_cli(tmp_path):
+    """``python -m deform_onnx`` is the console script (it said "'deform_onnx' is a package and cannot be
+    directly executed")."""
+    import os
+    import subprocess
+    import sys
+
+    from util import SRC
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "deform_onnx", "--version"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120)  # fmt: skip
+    from deform_onnx import __version__
+
+    assert done.returncode == 0 and f"deform-onnx {__version__}" in done.stdout, done.stdout + done.stderr
+
+
 def test_probe_sees_torch_when_a_command_runs(tmp_path):
     """The probe itself can fail: a command that reads a model does import onnx."""
     (tmp_path / "empty.onnx").write_bytes(b"")

@@ -152,6 +152,24 @@ def test_nothing_captures_names_every_strategy():
     assert all(s.name in str(info.value) for s in STRATEGIES)
 
 
+def test_a_dynamic_size_the_model_fixes_is_named_with_its_value(capfd):
+    """torch.export's first line ("Constraints violated (H)! For more information, run with TORCH_LOGS=...") was
+    all the error said (an RT-DETR-style encoder to .pte with --dynamic), after a traceback per strategy from
+    torch's guard logger on stderr; the line that says why is kept now, and the logger is quiet."""
+
+    class FixesH(torch.nn.Module):
+        def forward(self, x):
+            return x.view(1, 3, 16, 16) * 2  # fixes H (and W) at 16
+
+    dims = ({2: torch.export.Dim("H", min=8, max=32)},)
+    with pytest.raises(deform_onnx.ExportError, match="could not export the model for ExecuTorch") as info:
+        capture(FixesH(), (torch.randn(1, 3, 16, 16),), dims, "ExecuTorch")
+    text = str(info.value)
+    assert "Constraints violated (H): " in text and re.search(r"specialized .*\b16\b", text) and "\n" not in text, text
+    assert "make that dimension static" in text and "TORCH_LOGS" not in text, text
+    assert "Error while creating guard" not in capfd.readouterr().err
+
+
 def test_static_size_tensor_changed_in_place_reads_its_new_values():
     """A recorded size tensor changed in place is read from the tensor again, not from the record."""
     with while_exporting():

@@ -503,3 +503,61 @@ def test_rebuild_reads_each_layers_weights_back_from_its_subgraph(example, from_
         None, {native.graph.input[0].name: photo.numpy()}
     )[0]
     assert np.abs(got - want).max() <= 1e-4
+
+
+def _mmcv_file(path, opset: int) -> tuple[np.ndarray, ...]:
+    """mmcv's ``MMCVDeformConv2d`` (DCNv1, offsets from a Conv) plus a 1x1 shortcut, at ``opset``: an
+    mmdeploy export as ``onnx.helper`` writes it. Returns its weights (offset, deformable, shortcut, bias)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w_off, w, w_skip = (rng.standard_normal(s).astype(np.float32) * k for s, k in
+                        (((18, 4, 3, 3), 0.2), ((8, 4, 3, 3), 0.3), ((8, 4, 1, 1), 0.3)))  # fmt: skip
+    bias = rng.standard_normal(8).astype(np.float32) * 0.1
+    nodes = [
+        helper.make_node("Conv", ["x", "w_off"], ["offset"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "MMCVDeformConv2d",
+            ["x", "offset", "w"],
+            ["d"],
+            domain="mmcv",
+            stride=[1, 1],
+            padding=[1, 1],
+            dilation=[1, 1],
+            groups=1,
+            deform_groups=1,
+        ),
+        helper.make_node("Conv", ["x", "w_skip", "bias"], ["s"]),
+        helper.make_node("Add", ["d", "s"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w_off, "w_off"), (w, "w"), (w_skip, "w_skip"), (bias, "bias"))]
+    graph = helper.make_graph(nodes, "mmcv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("mmcv", 1)])
+    proto.ir_version = 6
+    onnx.save(proto, str(path))
+    return w_off, w, w_skip, bias
+
+
+@pytest.mark.parametrize(("opset", "method"), [(11, None), (13, None), (11, "gather"), (19, "native")])
+def test_a_file_below_the_forms_opset_is_converted_up_not_refused(tmp_path, opset, method):
+    """An opset-11/13 mmcv file failed: the default grid_sample lowering needs 16, and the error named an
+    ``--opset`` option that quantize does not have; an opset-11 file (e.g. the CLI's own gather@11 export)
+    came out with a per-channel DequantizeLinear ``axis`` that opset 11 lacks (an onnx.checker traceback); with
+    ``method="native"`` an opset-19 mmcv file kept its mmcv node (ONNX Runtime failed inside the quantizer)."""
+    from torchvision.ops import deform_conv2d
+
+    src, dst = tmp_path / "mmcv.onnx", tmp_path / "mmcv_int8.onnx"
+    w_off, w, w_skip, bias = (torch.from_numpy(a) for a in _mmcv_file(src, opset))
+    xs = [np.random.default_rng(i).standard_normal((1, 4, 8, 8)).astype(np.float32) for i in range(4)]
+    report = deform_onnx.quantize(src, dst, xs[:3], eval_inputs=xs[3], method=method)
+    written = onnx.load(str(dst))
+    onnx.checker.check_model(written)
+    got_opset = next(o.version for o in written.opset_import if o.domain == "")
+    assert got_opset >= 13 and "MMCVDeformConv2d" not in {n.op_type for n in written.graph.node}
+    if got_opset != opset:
+        assert f"the INT8 file is at opset {got_opset} (the file's: {opset})" in " ".join(report.notes)
+    x = torch.from_numpy(xs[3])
+    want = deform_conv2d(x, torch.nn.functional.conv2d(x, w_off, padding=1), w, padding=1)
+    want = want + torch.nn.functional.conv2d(x, w_skip, bias)
+    assert cosine(run(dst, xs[3]), want.numpy()) >= MIN_COSINE

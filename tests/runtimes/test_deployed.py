@@ -301,3 +301,36 @@ def test_tvm_runner_grid_sample_matches_pytorch(tmp_path: Path) -> None:
         corners, padding = cases[name]
         want = F.grid_sample(x, grid, padding_mode=padding, align_corners=bool(corners)).numpy()
         assert np.abs(got - want).max() <= 1e-5, name
+
+
+@needs_registry
+def test_mnn_runs_a_float16_file(tmp_path):
+    """MNN's ``const`` takes no float16 array: it printed "numpy type does not match" without a newline onto the
+    runner's status line, and every float16 file's row read "runner exited 0: no output". MNN takes the float16
+    file's input as float32 now (as ncnn does) and its output is held to the float16 rule."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array((np.arange(32, dtype=np.float32).reshape(4, 8, 1, 1) / 32).astype(np.float16), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 8, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4, 4, 4])], [w])  # fmt: skip
+    path = tmp_path / "half.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    (row,) = deform_onnx.check_runtimes(path, ["mnn"], repeats=1)
+    assert row.error is None, row.error
+    assert row.ok, row.failure
+
+
+def test_a_status_line_a_runtime_printed_onto_is_still_read(tmp_path):
+    """A runtime that prints without a newline (MNN's "numpy type does not match") shares the runner's status line;
+    the row said "runner exited 0: no output" instead of the runner's error."""
+    import sys
+
+    from deform_onnx.runtimes.deployed.families import run_meta
+
+    script = ("import json, sys; sys.stdout.write('a runtime says this without a newline'); "
+              "print(json.dumps({'version': '1', 'error': 'the runner caught it', 'ms': None, 'outputs': []}))")  # fmt: skip
+    fam = Family("status-test", "status", script)
+    run = run_meta(fam, Path(sys.executable), {}, tmp_path / "out", timeout=60)
+    assert (run.version, run.error) == ("1", "the runner caught it")

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -177,3 +178,20 @@ def test_target_onnx2torch_native_runs_there(tmp_path: Path) -> None:
     model = onnx.load(path)
     assert [n.op_type for n in model.graph.node].count("DeformConv") == 1
     assert next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) == 19
+
+
+def test_a_converter_key_error_is_named_as_such(tmp_path: Path) -> None:
+    """onnx2torch reads a Conv's bias from the initializers only; the TorchScript exporter writes two equal biases
+    as one initializer and an Identity (the CLI's gather@11 row of an mmdet-style DCN), and the runtime's row said
+    only "'layer.2.conv2.conv_offset.bias'" (a KeyError's text). The runners' ``first_line`` names the KeyError now
+    (run here as a runner that raises one, in this interpreter: the same code, without a venv's start-up)."""
+    from deform_onnx.runtimes.deployed import Family, runners
+    from deform_onnx.runtimes.deployed.families import run_meta
+
+    np.savez(tmp_path / "feeds.npz", x=np.zeros(1, np.float32))
+    script = (
+        runners._HEAD + "try:\n    {}['conv.bias']\nexcept Exception as exc:\n    done('1', error=first_line(exc))\n"
+    )
+    meta = {"feeds": str(tmp_path / "feeds.npz"), "outputs": ["y"], "out": str(tmp_path / "out.npz")}
+    run = run_meta(Family("key-error-test", "key", script), Path(sys.executable), meta, tmp_path / "out", timeout=60)
+    assert run.error == "KeyError: 'conv.bias'", run.error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,37 @@ def test_target_given_takes_the_onnx_files_ir(tmp_path: Path) -> None:
     with torch.no_grad():
         want = model(x).numpy()
     assert float(np.abs(ov.Core().compile_model(str(tmp_path / "g.xml"), "CPU")([x.numpy()])[0] - want).max()) < 1e-4
+
+
+class TinyDCNLinear(torch.nn.Module):
+    """TinyDCN followed by a channels-last Linear (InternImage's projections): OpenVINO's CPU plugin makes a
+    FullyConnected of it while compiling, which carries no f32 mark."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dcn, self.proj = TinyDCN(), torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.dcn(x).permute(0, 2, 3, 1))
+
+
+def test_a_refused_ir_names_the_layers_that_ran_below_f32(tmp_path: Path) -> None:
+    """InternImage's DCNv3 layer (Linear projections) could not be written as .xml on a CPU with bf16 by any target
+    or method, and the refusal advised "use the default target openvino-extension", the one in use. It now names the
+    layers the plain Core ran below f32 and the ways out that exist. Without bf16 the IR is written and within 1e-4."""
+    model, x = TinyDCNLinear().eval(), torch.randn(1, 4, 16, 16, generator=torch.Generator().manual_seed(3))
+    try:
+        deform_onnx.export(model, (x,), tmp_path / "l.xml")
+    except deform_onnx.VerificationError as exc:
+        text = str(exc)
+        assert "whose default on this CPU is" in text and "default target" not in text, text
+        assert re.search(r"here [A-Za-z, ]*FullyConnected[A-Za-z, ]* ran \w+;", text), text
+        assert list(tmp_path.iterdir()) == []
+        return
+    with torch.no_grad():
+        want = model(x).numpy()
+    got = ov.Core().compile_model(str(tmp_path / "l.xml"), "CPU")([x.numpy()])[0]
+    assert np.all(np.abs(got - want) <= 1e-4 + 1e-4 * np.abs(want))
 
 
 class WithIndex(torch.nn.Module):

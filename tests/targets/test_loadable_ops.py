@@ -67,6 +67,16 @@ def test_onnx2torch_converts_by_op_version():
     assert len(found) == 1 and found[0].startswith("onnx2torch loadable ops: Pad-18 "), found
 
 
+def test_onnx2torch_native_names_the_onnx2torch_target_for_an_op_version_it_lacks():
+    """Target onnx2torch-native (opset 19) refused a model's own Reshape-19 / Split-18 naming only --force (a file
+    that does not load); the line names target onnx2torch, whose opset 17 onnx2torch converts (docs/targets.md)."""
+    found = violations(_graph("Pad", 19), ("onnx2torch-native loadable ops",))
+    assert len(found) == 1 and found[0].startswith("onnx2torch-native loadable ops: Pad-19 "), found
+    assert found[0].endswith("use target onnx2torch (gather at opset 17), whose ops onnx2torch converts"), found
+    (mish,) = violations(_graph("Mish", 19), ("onnx2torch-native loadable ops",))
+    assert "use target onnx2torch" not in mish  # no version of Mish converts: the target would not help
+
+
 class InPlace(torch.nn.Module):
     def forward(self, x):
         y = x * 2

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+import torchvision
 from onnx import TensorProto, helper, numpy_helper
 
 import deform_onnx
@@ -262,3 +263,81 @@ def test_partly_static_shapes_fold_to_constants_tvm_reads():
     constants = [n for n in model.graph.node if n.op_type == "Constant"]
     assert constants and all([a.name for a in n.attribute] == ["value"] for n in constants)
     np.testing.assert_array_equal(run_ort(model.SerializeToString(), {"x": x2}), want)
+
+
+def _split_file(n: str = "5", split: list[int] | None = None, opset: int = 19) -> onnx.ModelProto:
+    """``x [1, n, 3]`` split on axis 1: by ``num_outputs=3`` (Split-18), or by a ``split`` input (``split`` given)."""
+    dim = int(n) if n.isdigit() else n
+    outs = [f"y{i}" for i in range(3)]
+    inputs, inits, attrs = ["x"], [], {"axis": 1}
+    if split is None:
+        attrs["num_outputs"] = 3
+    else:
+        inputs.append("split")
+        inits.append(numpy_helper.from_array(np.array(split, np.int64), "split"))
+    graph = helper.make_graph(
+        [helper.make_node("Split", inputs, outs, **attrs)], "split",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, dim, 3])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, [1, f"p{o}", 3]) for o in outs], inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _run_all(proto: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+
+
+@pytest.mark.parametrize("split", [None, [1, 3, 1]])
+def test_split_as_slice_gives_the_same_pieces(split):
+    """onnx2torch has no Split-18 (every Split at opset 19); the repair writes Slice-13 pieces, torch.chunk's too:
+    5 in 3 pieces is 2, 2, 1 (ONNX Split-18's num_outputs rule)."""
+    from deform_onnx.targets.repair_split import split_as_slice
+
+    proto = _split_file(split=split)
+    x = np.arange(15, dtype=np.float32).reshape(1, 5, 3)
+    want = _run_all(proto, x)
+    assert split_as_slice(proto) == ["Split written as Slice on 1 node(s)"]
+    assert {n.op_type for n in proto.graph.node} == {"Slice"}
+    onnx.checker.check_model(proto)
+    got = _run_all(proto, x)
+    assert [g.shape for g in got] == [w.shape for w in want] == [(1, s, 3) for s in (split or [2, 2, 1])]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_split_of_a_dynamic_size_is_left():
+    from deform_onnx.targets.repair_split import split_as_slice
+
+    proto = _split_file(n="C")
+    assert split_as_slice(proto) == [] and [n.op_type for n in proto.graph.node] == ["Split"]
+
+
+class _Pack(torch.nn.Module):
+    """mmdet's ModulatedDeformConv2dPack on torchvision: the offset predictor's output split by torch.chunk."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv_offset = torch.nn.Conv2d(4, 27, 3, padding=1)
+        self.weight = torch.nn.Parameter(torch.randn(6, 4, 3, 3) * 0.2)
+
+    def forward(self, x):
+        o1, o2, mask = torch.chunk(self.conv_offset(x), 3, dim=1)
+        return torchvision.ops.deform_conv2d(x, torch.cat((o1, o2), 1), self.weight, padding=1, mask=mask.sigmoid())
+
+
+def test_onnx2torch_native_takes_mmdets_dcnv2_pack():
+    """It was refused ("Split-18 is not among the ops onnx2torch converts"): the layer the target is for."""
+    target = resolve_target("onnx2torch-native")
+    assert "Split as Slice" in target.repairs
+    buf, x = io.BytesIO(), torch.randn(1, 4, 8, 8)
+    deform_onnx.export(_Pack().eval(), (x,), buf, input_names=["x"], target="onnx2torch-native", verify_runtimes=())
+    proto = onnx.load_from_string(buf.getvalue())
+    ops = {n.op_type for n in proto.graph.node}
+    assert "DeformConv" in ops and "Split" not in ops and "Slice" in ops, ops
+    assert not violations(proto, target.rules)
+    with torch.no_grad():
+        want = _Pack().eval()(x).numpy()
+    np.testing.assert_allclose(run_ort(buf.getvalue(), {"x": x}), want, rtol=0, atol=1e-4)

@@ -111,12 +111,30 @@ def check_arguments(a: ExportArgs) -> Asked:
     if a.output.suffix == ".onnx":
         check_output_folder(a.output.parent, "-o")
     else:
+        _check_suffix(a.output)
         _check_creatable(a.output)
     if kind == "example":
         check_example_deps()
     if not a.no_verify:
         _check_onnxruntime()
     return asked
+
+
+def _check_suffix(output: Path) -> None:
+    """A ``-o`` that is neither a file kind deform-onnx writes nor an existing folder, but has a suffix (``m.txt``,
+    ``m.ONNX``), is refused: it was taken for a folder to create and the files went inside it.
+    """
+    if not output.suffix or output.is_dir():
+        return
+    from ..formats import FORMATS
+
+    known = [s for f in FORMATS.values() for s in f.suffixes]
+    near = next((s for s in known if s == output.suffix.lower()), None)
+    hint = f" (suffixes are lower case: {output.with_suffix(near).name})" if near else ""
+    raise UserError(
+        f"-o {output}: {output.suffix} is not a file deform-onnx writes ({', '.join(known)}){hint}; give one of "
+        "those, or a folder (one that exists is used whatever its name)"
+    )
 
 
 def _check_example_inputs(a: ExportArgs, asked: Asked) -> None:

@@ -85,7 +85,9 @@ def check_command(
     deform-onnx extension; OpenVINO after lower() (a file without deformable
     nodes has no lower() rows). Reference: ONNX Runtime as is when it runs,
     else ONNX Runtime's DeformConv kernel on the file re-stamped at opset 19,
-    else onnx.reference with torchvision's deform_conv2d. Inputs are random
+    else onnx.reference with torchvision's deform_conv2d; for MSDA / DCNv3
+    plugin nodes, onnx.reference with their PyTorch references; for OpenVINO's
+    own DeformableConv2D nodes, OpenVINO on the file (f32). Inputs are random
     (offsets randn*2, masks rand) unless --inputs is given; a second input
     (rows "..., border input") moves every sample into the 1-pixel band around the image,
     where border rules differ (OpenVINO's bilinear_interpolation_pad=false:

@@ -13,6 +13,15 @@ class MissingKernelError(ExportError):
     """ONNX Runtime has no kernel for a node of the exported model at its dtype, so it cannot be verified."""
 
 
+class TargetLacksError(MissingKernelError, ValueError):
+    """The target's runtime has no kernels for a feature of the model (``Target.lacks``: deformable sampling on
+    ``hailo``, bfloat16 on ``onnxruntime``); raised before any export.
+
+    A :class:`MissingKernelError` and a ``ValueError``: a refusal of the target, as its faults and rules are, so
+    the CLI answers it as a user error (one line, exit code 2), not as a failed export row.
+    """
+
+
 class BadModuleInput(ValueError):
     """A module of the model got arguments or tensors its op cannot take (an op's ``module_checks``).
 

@@ -16,6 +16,7 @@ report's notes say which one did (:func:`Captured.note`).
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -83,6 +84,7 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
     failed: list[str] = []
     for strategy in STRATEGIES:
         with contextlib.ExitStack() as stack:
+            stack.enter_context(_quiet_guards())
             mode = stack.enter_context(while_exporting()) if strategy.rewrites else None
             try:
                 program = torch.export.export(model, tuple(args), dynamic_shapes=dynamic_shapes, strict=strategy.strict)
@@ -90,7 +92,24 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
                 failed.append(f"{strategy.name}: {_one_line(exc)}")
                 continue
         return Captured(program, strategy, list(mode.applied) if mode is not None else [], failed)
-    raise ExportError(f"torch.export could not export the model for {title}: " + "; ".join(failed))
+    fix = ""
+    if any("Constraints violated" in f for f in failed):  # a dynamic dimension the model's code fixes or bounds
+        fix = "; make that dimension static (no --dynamic / dynamic_shapes) or give its Dim the range the model allows"
+    raise ExportError(f"torch.export could not export the model for {title}: " + "; ".join(failed) + fix)
+
+
+@contextlib.contextmanager
+def _quiet_guards():
+    """Silence ``torch._guards``' logger: it prints a traceback per strategy on a dynamic dimension the model
+    fixes ("Error while creating guard"), whose reason the ``ExportError`` already gives in one line.
+    """
+    logger = logging.getLogger("torch._guards")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def drop_aliases(ep) -> int:

@@ -162,16 +162,34 @@ def _verify(xml: Path, model, args: tuple, report, rtol: float | None, atol: flo
 
 
 def _precision_note(compiled) -> str:
-    """``", which runs bf16 here ..."`` when the plain Core's default precision is not f32, else ``""``."""
+    """``", whose default on this CPU is bf16: ..."`` naming the layers that ran below f32, when the plain Core's
+    default precision is not f32, else ``""``.
+    """
     from ..runtimes.openvino import inference_precision
 
     used = inference_precision(compiled)
     if used in ("f32", "float32", "default"):
         return ""
-    return (f", whose default on this CPU is {used}: OpenVINO's CPU plugin keeps the IR's f32 marks (pin_f32) only "
-            "on the nodes the file holds, not on nodes it creates while compiling (measured: the grid_sample form's "
-            "grouped Slices, a float64 model's nodes); compile with INFERENCE_PRECISION_HINT=f32, use the default "
-            "target openvino-extension, or pass rtol/atol for that precision")  # fmt: skip
+    layers = _layers_at(compiled, used)
+    which = f"; here {', '.join(layers)} ran {used}" if layers else ""
+    return (f", whose default on this CPU is {used}: the IR's f32 marks (pin_f32) hold only on the nodes the file "
+            "holds, not on nodes OpenVINO's CPU plugin creates while compiling (FullyConnected from a Linear's MatMul, "
+            f"fused norms and softmax, the grid_sample form's grouped Slices){which}; write the .onnx file instead and "
+            "compile it with INFERENCE_PRECISION_HINT=f32, or pass rtol/atol for that precision (Python)")  # fmt: skip
+
+
+def _layers_at(compiled, precision: str) -> list[str]:
+    """The layer types of ``compiled``'s runtime model that ran at ``precision`` (``[]`` where it cannot tell)."""
+    try:
+        found = set()
+        for op in compiled.get_runtime_model().get_ordered_ops():
+            info = op.get_rt_info()
+            kind, ran = info["layerType"].astype(str), info["runtimePrecision"].astype(str)
+            if ran == precision and kind not in ("Reorder", "Const", "Input", "Output"):
+                found.add(kind)
+        return sorted(found)
+    except Exception:  # noqa: BLE001 - an OpenVINO without these rt_info keys: the note stays general
+        return []
 
 
 def _compare(got: np.ndarray, want: np.ndarray, tol) -> tuple[bool, float]:

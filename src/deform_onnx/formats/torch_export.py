@@ -171,8 +171,17 @@ def first_error(lines: list[str]) -> str | None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines() or [type(exc).__name__])[0][:300]
+    """The first line of ``exc``; for torch.export's "Constraints violated (H)!" (whose first line says only "run
+    with TORCH_LOGS") the line that says why: the constant the code fixes ``H`` to, else the first guard it breaks.
+    """
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    first = lines[0]
+    if first.startswith("Constraints violated"):
+        why = [line.strip(" -") for line in lines[1:] if line.strip().startswith("- ")]
+        why.sort(key=lambda line: "specialized" not in line)  # "... specialized it to be a constant (16)" first
+        if why:
+            first = f"{first.split('!')[0]}: {why[0]}"
+    return first[:300]
 
 
 def exported(

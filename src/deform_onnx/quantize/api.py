@@ -15,7 +15,7 @@ from ..core.atomic_io import check_output_path, commit_copies
 from .calibration import Preprocess, Reader, eval_feeds, feeds
 from .from_model import is_module
 from .gate import DEFAULT_MAX_ERROR, DEFAULT_MIN_COSINE, Bound, enforce
-from .lowering import check_lowering, lower_for_quantization, pre_process, skipped_note
+from .lowering import check_lowering, lower_for_quantization, opset_note, pre_process, raise_to_qdq_opset, skipped_note
 from .measure import measure
 from .placement import LAYOUT_OPS, LINEAR_OPS, Placement, place
 from .rebuild import rebuild_deform_convs, rebuilt_note
@@ -248,7 +248,9 @@ def _quantize_onnx(job: _Job) -> QuantizeReport:
     # A lowered file that recorded its layers (deform_onnx.export): each back as DeformConv first (.rebuild).
     source, rebuilt, rebuild_notes = rebuild_deform_convs(job.model, job.evaluations[0])
     lowered, used = lower_for_quantization(source, job.method, job.target)
-    checked = used is not None or bool(rebuilt)
+    lowered = raise_to_qdq_opset(lowered)
+    moved = opset_note(job.model, lowered)
+    checked = used is not None or bool(rebuilt) or moved is not None
     if checked and not job.skip_lowering_check:
         check_lowering(job.src, job.model, lowered, job.evaluations)
     with tempfile.TemporaryDirectory(prefix="deform_onnx_quantize_") as tmp:
@@ -273,6 +275,8 @@ def _quantize_onnx(job: _Job) -> QuantizeReport:
         )  # fmt: skip
         if rebuilt:
             report.notes.append(rebuilt_note(rebuilt, job.model, lowered))
+        elif moved is not None:
+            report.notes.append(moved)
         report.notes += _notes(job, used, lowered, placement)
         if checked and job.skip_lowering_check:
             report.notes.append(skipped_note(job.src))

@@ -8,6 +8,13 @@ import onnx
 #: Deformable-convolution node kinds that :func:`lower_for_quantization` lowers (the rewriter's known nodes).
 DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "DeformableConv2D", "TRTDCNv3",
               "DCNv4_Plugin")  # fmt: skip
+#: The node kinds with torchvision's sampling, which ``method="native"`` writes as ``DeformConv`` (OpenVINO's
+#: ``DeformableConv2D`` has its own border rule; DCNv3 / DCNv4 are other ops).
+NATIVE_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d")
+#: The lowest default-domain opset of a quantized file: per-channel ``DequantizeLinear`` (its ``axis``) is opset 13.
+QDQ_OPSET = 13
+#: The lowest opset of each method's lowering.
+METHOD_OPSET = {"grid_sample": 16, "gather": 11}
 
 
 def lower_for_quantization(
@@ -15,8 +22,9 @@ def lower_for_quantization(
 ) -> tuple[onnx.ModelProto, str | None]:
     """``model`` with its deformable nodes lowered in the integer-contraction form (or as it is).
 
-    ``DeformConv`` nodes of a file below opset 19 (a lowered file rebuilt by :mod:`.rebuild`) take the
-    model to opset 19 where they stay ``DeformConv`` (``method="native"``) or become its sampler.
+    ``DeformConv`` and mmcv nodes of a file below opset 19 (a lowered file rebuilt by :mod:`.rebuild`, an
+    mmdeploy export) take the model to opset 19 where they stay ``DeformConv`` (``method="native"``) or become
+    its sampler; a file below the method's own opset (grid_sample: 16) is taken to it.
     """
     if not any(n.op_type in DEFORM_OPS for n in model.graph.node):
         return model, None
@@ -24,10 +32,11 @@ def lower_for_quantization(
     from ..rewrite import lower
     from ..targets import resolve_target
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    native_below = opset is not None and opset < 19 and any(n.op_type == "DeformConv" for n in model.graph.node)
-    if method == "native":
-        return (lower(model, method="native", opset=19) if native_below else model), None
+    opset = default_opset(model)
+    native_below = opset is not None and opset < 19 and any(n.op_type in NATIVE_OPS for n in model.graph.node)
+    if method == "native":  # mmcv nodes become DeformConv at any opset (ONNX Runtime has no kernel for them)
+        plugin = any(n.op_type in NATIVE_OPS[1:] for n in model.graph.node)
+        return (lower(model, method="native", opset=max(opset or 19, 19)) if native_below or plugin else model), None
 
     if method is None:
         method = resolve_target("tensorrt").method if target == "tensorrt" else "grid_sample"
@@ -38,11 +47,46 @@ def lower_for_quantization(
     if target == "onnxruntime":
         forms += ["weight first"] + (["DeformConv sampler"] if sampler else [])
     # The DeformConv sampler needs opset 19: a rebuilt opset-17 file is converted (onnx's version converter).
-    up = 19 if sampler and native_below else None
+    up = 19 if sampler and native_below and method != "gather" else None  # gather samples with its own Gathers
+    if up is None and opset is not None and opset < METHOD_OPSET.get(method, 0):
+        up = METHOD_OPSET[method]  # e.g. an opset-13 mmdeploy file: grid_sample needs 16 (quantize takes no opset)
     with graph_forms(forms):
         lowered = lower(model, method=method, opset=up, target="tensorrt" if target == "tensorrt" else None)
     _drop_unused_initializers(lowered)
     return lowered, method
+
+
+def default_opset(model: onnx.ModelProto) -> int | None:
+    """The model's default-domain opset (``None``: no import of it)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def raise_to_qdq_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` at opset :data:`QDQ_OPSET` when it is below (onnx's version converter, through ``lower``).
+
+    ONNX Runtime's quantizer writes per-channel ``DequantizeLinear`` with an ``axis`` at any opset, which
+    is invalid below 13 (an opset-11 gather export failed ``onnx.checker`` after quantizing).
+    """
+    opset = default_opset(model)
+    if opset is None or opset >= QDQ_OPSET:
+        return model
+    from ..rewrite import lower
+
+    return lower(model, opset=QDQ_OPSET)
+
+
+def opset_note(model: onnx.ModelProto, lowered: onnx.ModelProto) -> str | None:
+    """The report's note when the INT8 file's opset is not ``model``'s, saying what needed it (``None``: the same)."""
+    old, new = default_opset(model), default_opset(lowered)
+    if old == new:
+        return None
+    if any(n.op_type == "DeformConv" for n in lowered.graph.node) and new is not None and new >= 19:
+        why = "DeformConv needs 19"
+    elif new == QDQ_OPSET:
+        why = f"per-channel DequantizeLinear needs {QDQ_OPSET}"
+    else:
+        why = "the lowering's GridSample needs 16"
+    return f"the INT8 file is at opset {new} (the file's: {old}): {why}"
 
 
 def _drop_unused_initializers(model: onnx.ModelProto) -> None:

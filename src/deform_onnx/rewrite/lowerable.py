@@ -40,8 +40,30 @@ def nothing_to_lower(model: ir.Model, method: str) -> str:
         others = []
     head = f"no node that lower(method={method!r}) replaces"
     if not others:
+        foreign = _not_onnx_ops(model)
+        if foreign:  # e.g. TensorRT's own ModulatedDeformConv2d plugin: a deformable node, but not one lower knows
+            known = sorted(
+                {f"{d}::{op}" if d not in ("", "ai.onnx") else op for e in OPS.values() for d, op in e.onnx_nodes}
+            )
+            return (f"{head} (nor would any method: its node(s) {', '.join(foreign)} are not ONNX ops and not "
+                    f"among the nodes lower knows: {', '.join(known)})")  # fmt: skip
         titles = [entry.title for entry in OPS.values() if entry.onnx_nodes]
         kinds = ", ".join(titles[:-1]) + f" or {titles[-1]}" if len(titles) > 1 else "".join(titles)
         return f"{head} (nor would any method: the file has no {kinds} node)"
     kinds = ", ".join(sorted({n.op_type for n in others}))
     return f"{head} (method 'gather' would replace {len(others)}: {kinds})"
+
+
+def _not_onnx_ops(model: ir.Model) -> list[str]:
+    """The kinds of ``model``'s graph nodes that are not ONNX ops (a custom domain, or an op type the default
+    domain lacks), as ``domain::op x count``: a plugin node ``lower`` does not know reads as such, not as none.
+    """
+    import onnx.defs
+
+    counts: dict[str, int] = {}
+    for node in model.graph:
+        if node.domain in ("", "ai.onnx") and onnx.defs.has(node.op_type):
+            continue
+        name = f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+        counts[name] = counts.get(name, 0) + 1
+    return [f"{name} x{n}" for name, n in counts.items()]

@@ -95,11 +95,18 @@ def ov_infer(request, args, deadline: Deadline) -> None:
 
 
 def one_line(e: BaseException) -> str:
-    """The first non-empty line of an exception's message (with its type when the line is short)."""
-    for line in str(e).strip().splitlines():
-        line = line.strip()
-        if line:
-            return f"{type(e).__name__}: {line}" if len(line) < 20 else line
+    """The first non-empty line of an exception's message (with its type when the line is short).
+
+    OpenVINO's messages start with where they were raised ("Exception from src/inference/src/cpp/core.cpp:84:",
+    "Check 'false' failed at ..."): those lines are skipped, and its summary of unconverted ops ("-- No conversion
+    rule found for operations: ...") is the line, as the deployed runners read it.
+    """
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith(("Exception from", "Check '"))] or lines
+    said = [line for line in said if line.startswith("-- No conversion rule")][:1] or said
+    if said:
+        line = said[0]
+        return f"{type(e).__name__}: {line}" if len(line) < 20 else line
     return type(e).__name__
 
 

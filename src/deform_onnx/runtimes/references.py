@@ -12,6 +12,15 @@ In order of preference:
    node evaluated by torchvision's ``deform_conv2d`` (the oracle of this
    package) instead of onnx's pure-Python loops, which took 89 s on a 16x16
    input. It shows progress node by node and stops at the deadline.
+   For a file with MSDA or DCNv3 plugin nodes (mmdeploy's ``MMCVMultiScaleDeformableAttention``,
+   TensorRT's ``MultiscaleDeformableAttnPlugin_TRT``, ``TRTDCNv3``) 2 would run the lowering under test
+   itself (``lower(method="native")`` writes them in the same standard ops as every method): the file is
+   evaluated as it is instead, each plugin node computed by the package's PyTorch references
+   (:func:`~deform_onnx.ops.msda.op.ms_deform_attn_reference`, Deformable DETR's per-level
+   ``F.grid_sample`` core; :func:`~deform_onnx.dcnv3_core`), not by a lowering.
+4. For a file with OpenVINO's own nodes (``org.openvinotoolkit::DeformableConv2D``, whose border rule
+   ``DeformConv`` cannot express, so 2 and 3 cannot run): OpenVINO on the file as it is (f32), the
+   runtime that defines that node.
 """
 
 from __future__ import annotations
@@ -30,6 +39,12 @@ Progress = Callable[[str, int, "int | None"], None]
 ORT_AS_IS = "onnxruntime as is"
 ORT_RESTAMPED = "onnxruntime DeformConv kernel (re-stamped at opset {opset})"
 EVALUATOR = "onnx.reference with torchvision's deform_conv2d"
+OPENVINO_AS_IS = "openvino as is (the runtime of the file's org.openvinotoolkit nodes)"
+PLUGIN_EVALUATOR = "onnx.reference with the PyTorch references of the file's plugin nodes"
+#: Plugin nodes whose ``lower(method="native")`` is the same standard-op lowering as every method's.
+PLUGIN_NODES = {("mmdeploy", "MMCVMultiScaleDeformableAttention"), ("mmcv", "MMCVMultiScaleDeformableAttention"),
+                ("", "MultiscaleDeformableAttnPlugin_TRT"), ("trt", "MultiscaleDeformableAttnPlugin_TRT"),
+                ("mmdeploy", "TRTDCNv3")}  # fmt: skip
 
 
 def _no_progress(description: str, completed: int, total: int | None) -> None:
@@ -67,7 +82,15 @@ def reference(
 
     reasons = []
     try:
-        opset = max(default_opset(read_model(model)) or 19, 19)
+        ir_model = read_model(model)
+        if any(node.domain == "org.openvinotoolkit" for node in ir_model.graph):
+            for r in results:  # OpenVINO's own node: OpenVINO is the reference (f32, not its bf16 defaults row)
+                if r.runtime == "openvino" and r.path in ("as is", "extension") and r.ran and not r.defaults:
+                    return r.outputs, OPENVINO_AS_IS
+        if any((node.domain, node.op_type) in PLUGIN_NODES for node in ir_model.graph):
+            progress("reference: the plugin nodes' PyTorch references", 0, None)
+            return _evaluate(str(model), feeds, Deadline(timeout), progress, _plugin_ops()), PLUGIN_EVALUATOR
+        opset = max(default_opset(ir_model) or 19, 19)
         native = lower(model, method="native", opset=opset)
     except Exception as e:  # noqa: BLE001 - reported as the reason
         return None, f"no reference: lower(method='native') failed: {one_line(e)}"
@@ -91,11 +114,13 @@ def _ort(model, feeds: dict[str, np.ndarray], deadline: Deadline) -> list[np.nda
     return [np.asarray(a) for a in ort_run(sess, names, feeds, deadline)]
 
 
-def _evaluate(model, feeds: dict[str, np.ndarray], deadline: Deadline, progress: Progress) -> list[np.ndarray]:
-    """``ReferenceEvaluator`` with torchvision's DeformConv, checking the deadline before each node."""
+def _evaluate(
+    model, feeds: dict[str, np.ndarray], deadline: Deadline, progress: Progress, more: Sequence = ()
+) -> list[np.ndarray]:
+    """``ReferenceEvaluator`` with torchvision's DeformConv (and ``more`` ops), checking the deadline before each node."""
     from onnx.reference import ReferenceEvaluator
 
-    evaluator = ReferenceEvaluator(model, new_ops=[_deform_conv_op()])
+    evaluator = ReferenceEvaluator(model, new_ops=[_deform_conv_op(), *more])
     nodes = list(getattr(evaluator, "rt_nodes_", []))  # onnx >= 1.13; without it: no per-node progress
     for index, node in enumerate(nodes):
         node.run = _watched(node.run, f"reference: {node.op_type}", index, len(nodes), deadline, progress)
@@ -157,4 +182,46 @@ def _deform_conv_op():
     return DeformConv
 
 
-__all__ = ["reference", "ORT_AS_IS", "ORT_RESTAMPED", "EVALUATOR"]
+def _plugin_ops() -> list:
+    """``OpRun`` classes for :data:`PLUGIN_NODES`, each computed by the package's PyTorch reference of its op."""
+    import torch
+    from onnx.reference.op_run import OpRun
+
+    from ..ops.dcnv3.reference import dcnv3_core
+    from ..ops.msda.op import ms_deform_attn_reference
+
+    def t(a):
+        return torch.from_numpy(np.array(a))  # a copy: the evaluator's arrays are read-only
+
+    def msda(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
+        return ms_deform_attn_reference(t(value), t(spatial_shapes).long(), t(sampling_locations), t(attention_weights))
+
+    class MMCVMultiScaleDeformableAttention(OpRun):
+        def _run(
+            self, value, spatial_shapes, level_start_index, sampling_locations, attention_weights, im2col_step=None
+        ):
+            return (msda(value, spatial_shapes, level_start_index, sampling_locations, attention_weights).numpy(),)
+
+    class MultiscaleDeformableAttnPlugin_TRT(OpRun):  # noqa: N801 - the node's op type
+        def _run(self, value, spatial_shapes, level_start_index, sampling_locations, attention_weights):
+            n, _, m, d = value.shape
+            out = msda(value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
+            return (out.reshape(n, -1, m, d).numpy(),)  # the plugin's [N, Lq, M, D]
+
+    class TRTDCNv3(OpRun):
+        def _run(self, input, offset, mask, **attrs):  # the node's attributes, as OpRun passes them
+            names = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w",
+                     "group", "group_channels", "offset_scale")  # fmt: skip
+            kw = {name: attrs[name] for name in names}
+            y = dcnv3_core(t(input), t(offset), t(mask), **kw, remove_center=bool(attrs.get("remove_center") or 0))
+            return (y.numpy(),)
+
+    ops = []
+    for cls in (MMCVMultiScaleDeformableAttention, MultiscaleDeformableAttnPlugin_TRT, TRTDCNv3):
+        for domain, op_type in PLUGIN_NODES:
+            if op_type == cls.__name__:
+                ops.append(type(cls.__name__, (cls,), {"op_domain": domain}))
+    return ops
+
+
+__all__ = ["reference", "ORT_AS_IS", "ORT_RESTAMPED", "EVALUATOR", "OPENVINO_AS_IS", "PLUGIN_EVALUATOR"]

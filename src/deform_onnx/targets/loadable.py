@@ -77,10 +77,13 @@ def unloadable(model: onnx.ModelProto, runtime: str) -> list[str]:
         if missing:
             seen.add(node.op_type)
             count = sum(n.op_type == node.op_type and n.domain in ("", "ai.onnx") for n in model.graph.node)
-            lines.append(
+            line = (
                 f"{what} ({count} node(s), first {node.name or node.output[0]}, {source_of(node)}) is not among "
                 f"the ops {version} converts ({TABLES[runtime]['source']})"
             )
+            if added and what != node.op_type:  # an older version converts: the gather target's opset 17 has it
+                line += "; use target onnx2torch (gather at opset 17), whose ops onnx2torch converts"
+            lines.append(line)
     return lines
 
 

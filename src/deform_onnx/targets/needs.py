@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from ..core.errors import ExportError, MissingKernelError
+from ..core.errors import ExportError, TargetLacksError
 from .base import Choice
 
 
@@ -135,7 +135,8 @@ def for_model(
     A model with a feature of :attr:`Target.lacks` (a bfloat16 model for ``onnxruntime``) is refused.
 
     Raises:
-        MissingKernelError: the model has a feature the target's runtime has no kernels for (without ``force``).
+        TargetLacksError: the model has a feature the target's runtime has no kernels for (without ``force``;
+            a ``MissingKernelError`` and a ``ValueError``).
         ExportError: an explicit ``opset_version`` below a feature's opset (one line naming it).
         ValueError: the target mishandles the new combination (without ``force``).
     """
@@ -145,7 +146,7 @@ def for_model(
         return
     for feature, why, fix in target.lacks:
         if not choice.force and FEATURES[feature](model, args):
-            raise MissingKernelError(
+            raise TargetLacksError(
                 f"target {target.name!r} cannot run a {feature} model ({why}): {fix}; force=True writes it anyway"
             )
     opset = choice.opset if choice.opset is not None else target.opset

@@ -32,6 +32,9 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 - ``"static shape arithmetic folded"`` (:mod:`.repair_shapes`): TorchScript's ``Shape -> Gather -> ...`` chains
   on static shapes (``torch.chunk``'s split points) as constants (TVM's frontend and ncnn's blob rule lost the
   shapes after such a ``Slice``).
+- ``"Split as Slice"`` (:mod:`.repair_split`): a ``Split`` with pieces known before run time as ``Slice`` nodes
+  (onnx2torch converts no ``Split``-18, the version of every ``Split`` at the opset 19 of target
+  ``onnx2torch-native``: mmdet's DCNv2 ``torch.chunk``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from onnx import numpy_helper
 
 from .repair_index import index_list_as_concat, scatter_as_concat
 from .repair_shapes import static_shape_arithmetic_folded
+from .repair_split import split_as_slice
 from .repair_stack import stack_flatten_as_concat
 from .repair_tflite import constant_operand_last
 
@@ -154,4 +158,5 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "index list as Concat": index_list_as_concat,  # repair_index.py
     "constant operand last": constant_operand_last,  # repair_tflite.py
     "static shape arithmetic folded": static_shape_arithmetic_folded,  # repair_shapes.py
+    "Split as Slice": split_as_slice,  # repair_split.py
 }

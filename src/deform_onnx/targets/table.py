@@ -314,10 +314,12 @@ TABLE: tuple[Target, ...] = (
         opset=19,
         reason="register() converts DeformConv to one torchvision.ops.deform_conv2d call, where the gather form is "
         "~270 small torch ops; DeformConv needs opset 19, where onnx2torch 1.5.15 lacks some ops' newer versions "
-        "(Pad-18, Reshape-19, Split-18, Reduce*-18: named by the loadable-ops rule; target onnx2torch then)",
+        "(Pad-18, Reshape-19, Reduce*-18: named by the loadable-ops rule; target onnx2torch then; a Split with "
+        "static pieces is written as Slice, repair 'Split as Slice')",
         source="measured here (tests/runtimes/test_onnx2torch.py; scripts/runner_builds.py onnx2torch)",
         options=("no GridSample", "no Reshape allowzero", "onnx2torch-native loadable ops"),
-        repairs=("Reshape allowzero 0",),
+        # onnx2torch has no Split-18 (every Split at opset 19): mmdet's DCNv2 torch.chunk, as Slice-13
+        repairs=("Reshape allowzero 0", "Split as Slice"),
         faults=(
             _no_grid_sample(
                 _ONNX2TORCH_NO_GRID_SAMPLE,

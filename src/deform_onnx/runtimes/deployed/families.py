@@ -210,8 +210,9 @@ def run_meta(fam: Family, python: Path, meta: dict, out: Path, timeout: float) -
         )
     except subprocess.TimeoutExpired:
         return Run(None, f"timed out after {timeout:g} s")
-    try:
-        status = json.loads(done.stdout.strip().splitlines()[-1])
+    try:  # the status is the last line; a runtime may have printed to it without a newline (MNN does)
+        last = done.stdout.strip().splitlines()[-1]
+        status = json.loads(last[last.rindex('{"version"') :] if '{"version"' in last else last)
     except (IndexError, json.JSONDecodeError):  # the runtime crashed (a segfault, an abort)
         return Run(None, f"runner exited {done.returncode}: {first_line(done.stderr or 'no output')}")
     run = Run(status["version"], status["error"], status["ms"])

@@ -65,6 +65,8 @@ def shape_of(i):
     return out_shapes[i] if i < len(out_shapes) and out_shapes[i] is not None else None
 def first_line(exc):
     text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, LookupError):  # a KeyError's text is only the key: "'conv.bias'" said nothing
+        text = f"{type(exc).__name__}: {text}"
     # OpenVINO and others put the location first ("Exception from ...", "Check '...' failed at ..."): skip it
     skip = ("Exception from", "Check '")
     lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith(skip)]
@@ -173,7 +175,10 @@ if not os.path.isfile(target) or os.path.getsize(target) == 0:
 try:
     net = nn.load_module_from_file(target, meta["inputs"], out_names)
     def run():
-        xs = [F.const(feeds[n], list(feeds[n].shape), F.NCHW) for n in meta["inputs"]]
+        # MNN's const takes no float16 array ("numpy type does not match", printed without a newline); a float16
+        # file's input is float32 in MNN, as in ncnn
+        xs = [F.const(feeds[n].astype(np.float32) if feeds[n].dtype == np.float16 else feeds[n],
+                      list(feeds[n].shape), F.NCHW) for n in meta["inputs"]]
         ys = net.forward(xs)
         if not ys:  # MNN prints why on the C stdout (e.g. "Compute Shape Error for val_36")
             raise RuntimeError("MNN's forward gave no output (its shape computation failed)")
