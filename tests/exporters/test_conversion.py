@@ -150,6 +150,24 @@ def test_batchnormalization_15_14_mixed_types():
     np.testing.assert_allclose(_run(converted, feeds)[0], _run(proto, feeds)[0], rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("target", [12, 11])
+def test_concat_13_12(target):
+    """onnx's converter has no Concat 13 -> 12 adapter (an mmdeploy file at opset 13 lowered to 11 failed)."""
+    a, b = h.make_tensor_value_info("a", T.FLOAT, [2, 3]), h.make_tensor_value_info("b", T.FLOAT, [2, 4])
+    proto = _model([h.make_node("Concat", ["a", "b"], ["y"], axis=1)], [a, b],
+                   [h.make_tensor_value_info("y", T.FLOAT, None)], opset=13)  # fmt: skip
+    feeds = {"a": RNG.standard_normal((2, 3)).astype(np.float32), "b": RNG.standard_normal((2, 4)).astype(np.float32)}
+    _check(proto, target, feeds, "concat_13_12")
+
+
+def test_concat_13_of_bfloat16_is_unrepairable():
+    a = h.make_tensor_value_info("a", T.BFLOAT16, [2, 3])
+    proto = _model([h.make_node("Concat", ["a", "a"], ["y"], axis=1)], [a],
+                   [h.make_tensor_value_info("y", T.BFLOAT16, None)], opset=13)  # fmt: skip
+    with pytest.raises(ConversionError, match="bfloat16"):
+        convert_down(proto, 12)
+
+
 def test_missing_adapter_names_the_op(monkeypatch):
     monkeypatch.setattr("deform_onnx.conversion.ADAPTERS", {})
     x = h.make_tensor_value_info("x", T.FLOAT, [2, 6])

@@ -8,7 +8,7 @@ opset 18's ``num_outputs`` (an invalid node, found only by the checker), and
 when the converter fails outright torch silently keeps opset 18. Called
 directly, onnx's converter refuses such models by name ("No Adapter From
 Version $18 for Split"; also ``Pad`` 18->17, ``Shape`` 15->14, ``Identity``
-16->15, ``BatchNormalization`` 15->14, ``LayerNormalization`` below 17), and it turns the opset-18 reductions
+16->15, ``Concat`` 13->12, ``BatchNormalization`` 15->14, ``LayerNormalization`` below 17), and it turns the opset-18 reductions
 (``ReduceMean``, ``ReduceMax``, ...) into invalid nodes that keep
 ``noop_with_empty_axes``. So :func:`convert_down` takes the opset-18 build itself:
 

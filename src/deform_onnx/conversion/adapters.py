@@ -215,6 +215,19 @@ def identity_16_15(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[i
     return _clone(node, tape, [x])
 
 
+@register(
+    "Concat",
+    13,
+    "Concat-13 adds bfloat16 to Concat-11 (onnx's converter has no adapter for it): for other types the same op",
+)
+def concat_13_12(node: ir.Node, tape: ir_tape.Tape, target: int) -> Sequence[ir.Value]:
+    """``Concat`` 13 -> 12: the same op for every type Concat-11 takes (bfloat16 is refused)."""
+    inputs = [_given(node, x, "inputs") for x in node.inputs]
+    if any(x.dtype == ir.DataType.BFLOAT16 for x in inputs):
+        raise Unrepairable("Concat of bfloat16 tensors (Concat-11 takes no bfloat16)")
+    return _clone(node, tape, inputs)
+
+
 _REDUCE_18 = (
     "ReduceL1",
     "ReduceL2",
