@@ -287,11 +287,12 @@ class _DCNv3Blocks(torch.nn.Module):
 
 
 def test_tvm_torchscript_dcnv3_blocks_dynamic_batch():
-    """target tvm, TorchScript, dynamic batch, two DCNv3 blocks: torch's F.pad writes its pads as
-    ``Concat(pads, ConstantOfShape(...))`` and more, which onnxscript's folder keeps ("Dynamic pads are not
-    supported yet" in TVM), and a Range of run-time length then stopped the TVM build's constant folding ("int()
-    argument ... not 'Var'"). Every Pad's pads fold to a constant, each block takes GridSample, and the file runs
-    in TVM at a second batch (export's check) and matches PyTorch there in ONNX Runtime."""
+    """target tvm, TorchScript, dynamic batch, two DCNv3 blocks: torch's F.pad symbolic wrote its pads as
+    ``Concat(pads, ConstantOfShape(...))`` and more ("Dynamic pads are not supported yet" in TVM; now
+    exporters/aten_pad.py writes a constant), and a Range of run-time length then stopped the TVM build's
+    constant folding ("int() argument ... not 'Var'"). Every Pad's pads are constant, each block takes
+    GridSample, and the file runs in TVM at a second batch (export's check) and matches PyTorch there in ONNX
+    Runtime."""
     torch.manual_seed(0)
     module, x = _DCNv3Blocks().eval(), torch.randn(1, 5, 6, 8)
     buf = io.BytesIO()
