@@ -341,3 +341,80 @@ def test_onnx2torch_native_takes_mmdets_dcnv2_pack():
     with torch.no_grad():
         want = _Pack().eval()(x).numpy()
     np.testing.assert_allclose(run_ort(buf.getvalue(), {"x": x}), want, rtol=0, atol=1e-4)
+
+
+class _DCNv3Blocks(torch.nn.Module):
+    """Two InternImage blocks (LN -> DCNv3 -> residual, LN -> MLP -> residual), channels last."""
+
+    def __init__(self, c=8):
+        from deform_onnx.ops.dcnv3 import DCNv3
+
+        super().__init__()
+
+        def block():
+            mlp = torch.nn.Sequential(torch.nn.Linear(c, 2 * c), torch.nn.GELU(), torch.nn.Linear(2 * c, c))
+            norms = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
+            return torch.nn.ModuleDict({"n1": norms[0], "dcn": DCNv3(c, group=2), "n2": norms[1], "mlp": mlp})
+
+        self.blocks = torch.nn.ModuleList([block(), block()])
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = x + blk["dcn"](blk["n1"](x))
+            x = x + blk["mlp"](blk["n2"](x))
+        return x
+
+
+def test_tvm_torchscript_dcnv3_blocks_dynamic_batch():
+    """target tvm, TorchScript, dynamic batch, two DCNv3 blocks: torch's F.pad symbolic wrote its pads as
+    ``Concat(pads, ConstantOfShape(...))`` and more ("Dynamic pads are not supported yet" in TVM; now
+    exporters/aten_pad.py writes a constant), and a Range of run-time length then stopped the TVM build's
+    constant folding ("int() argument ... not 'Var'"). Every Pad's pads are constant, each block takes
+    GridSample, and the file runs in TVM at a second batch (export's check) and matches PyTorch there in ONNX
+    Runtime."""
+    torch.manual_seed(0)
+    module, x = _DCNv3Blocks().eval(), torch.randn(1, 5, 6, 8)
+    buf = io.BytesIO()
+    report = deform_onnx.export(module, (x,), buf, input_names=["x"], target="tvm", dynamo=False,
+                                dynamic_axes={"x": {0: "n"}})  # fmt: skip
+    assert report.forms == {"grid_sample": "grid_sample"} and [s[0][0] for s in report.checked_shapes] == [1, 2]
+    assert any(r.startswith("tvm ") for r in report.runtimes), report.runtimes
+    proto = onnx.load_from_string(buf.getvalue())
+    made = {o: n.op_type for n in proto.graph.node for o in n.output}
+    pads = [made.get(n.input[1], "initializer") for n in proto.graph.node if n.op_type == "Pad"]
+    assert len(pads) == 2 and set(pads) <= {"Constant", "initializer"}, pads
+    x2 = torch.randn(2, 5, 6, 8)
+    np.testing.assert_allclose(run_ort(buf.getvalue(), {"x": x2}), module(x2).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_static_shape_arithmetic_folds_small_constant_of_shape_only():
+    """A ``ConstantOfShape`` of a constant shape folds when small (TorchScript's F.pad pads, in a graph with no
+    ``Shape``), and stays when larger than the repair's limit (a fill the file would otherwise carry as a constant)."""
+    from deform_onnx.targets.repair_shapes import LIMIT
+    from deform_onnx.targets.repairs import REPAIRS
+
+    def fill(name, n):
+        shape = helper.make_node("Constant", [], [f"{name}_shape"], value=numpy_helper.from_array(np.array([n])))
+        return [shape, helper.make_node("ConstantOfShape", [f"{name}_shape"], [name])]
+
+    two = helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(np.array([1, 3])))
+    nodes = [
+        two,
+        *fill("small", 2),
+        *fill("big", LIMIT + 1),
+        helper.make_node("Concat", ["two", "small"], ["pads"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info("pads", TensorProto.INT64, [4]),
+         helper.make_tensor_value_info("big", TensorProto.FLOAT, [LIMIT + 1])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert REPAIRS["static shape arithmetic folded"](model)
+    made = {o: n.op_type for n in model.graph.node for o in n.output}
+    assert made.get("pads", "initializer") in ("Constant", "initializer") and made["big"] == "ConstantOfShape"
+    from onnx.reference import ReferenceEvaluator
+
+    pads, big = ReferenceEvaluator(model).run(None, {"x": np.zeros((1, 3), np.float32)})
+    np.testing.assert_array_equal(pads, [1, 3, 0, 0])
+    np.testing.assert_array_equal(big, np.zeros(LIMIT + 1))

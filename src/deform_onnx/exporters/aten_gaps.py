@@ -14,6 +14,8 @@ from its first opset on.
   (Mask2Former's mask head: ``einsum("bqc, bchw -> bqhw", ...)``).
 - ``aten::affine_grid_generator`` (torch: opset 20, as ``AffineGrid``): spatial transformers'
   ``F.affine_grid``, see :mod:`.aten_affine_grid`.
+- ``aten::pad`` / ``aten::constant_pad_nd`` (every opset from 11, over torch's own): a constant ``F.pad``
+  with constant pads, so the exporter knows the padded map's sizes, see :mod:`.aten_pad`.
 """
 
 from __future__ import annotations
@@ -144,11 +146,12 @@ def _add_detector_gaps() -> None:
     # SDPA below 14, isin and antialiased resize (issue 19): aten_detectors.py.
     from torch.onnx._constants import ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
 
-    from . import aten_affine_grid
+    from . import aten_affine_grid, aten_pad
     from .aten_detectors import torchscript_symbolics
 
     SYMBOLICS.update(torchscript_symbolics(11, ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET))
     SYMBOLICS.update(aten_affine_grid.torchscript_symbolics(11))  # F.affine_grid below opset 20
+    SYMBOLICS.update(aten_pad.torchscript_symbolics(ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET))  # F.pad's pads constant
 
 
 _add_detector_gaps()

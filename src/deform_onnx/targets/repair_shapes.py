@@ -11,7 +11,9 @@ The repair folds what the shapes decide with onnxscript's constant folder (``onn
 ONNX shape inference per node): a ``Shape`` of a value whose shape is static, and the small computations
 on it, become constants; then ONNX shape inference types the rest. Only small values are folded (at most
 :data:`LIMIT` elements in and out; ``Shape`` reads no data), so a model's weights and the lowerings' large
-constant grids stay as written. A dynamic axis stays dynamic: its ``Shape`` does not fold.
+constant grids stay as written. A dynamic axis stays dynamic: its ``Shape`` does not fold. A small
+``ConstantOfShape`` of a constant shape folds too (onnxscript keeps every one by default): TorchScript's
+``F.pad`` pads come out of one, and TVM refuses a ``Pad`` with computed pads.
 
 The folder writes a partly static shape (a ``Gather`` of static axes of a ``Shape`` whose other axis is
 dynamic) as ``Constant(value_ints=...)``; TVM 0.27's frontend reads only a ``Constant``'s ``value`` ("no value
@@ -19,6 +21,8 @@ in Constant"), so every numeric ``Constant`` of the result carries ``value`` (th
 """
 
 from __future__ import annotations
+
+import math
 
 import onnx
 
@@ -41,11 +45,13 @@ def static_shape_arithmetic_folded(model: onnx.ModelProto) -> list[str]:
     from onnx_ir.passes.common import RemoveUnusedNodesPass
     from onnxscript.optimizer import fold_constants
 
-    if not any(n.op_type == "Shape" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+    if not any(n.op_type in ("Shape", "ConstantOfShape") and n.domain in ("", "ai.onnx") for n in model.graph.node):
         return []  # nothing is computed from shapes
     before = len(model.graph.node)
     ir_model = ir.from_proto(model)
-    fold_constants(ir_model, onnx_shape_inference=True, input_size_limit=LIMIT, output_size_limit=LIMIT)
+    fold_constants(
+        ir_model, onnx_shape_inference=True, input_size_limit=LIMIT, output_size_limit=LIMIT, should_fold=_small_fill
+    )
     RemoveUnusedNodesPass()(ir_model)
     folded = ir.to_proto(ir_model)
     gone = before - len(folded.graph.node)
@@ -54,6 +60,21 @@ def static_shape_arithmetic_folded(model: onnx.ModelProto) -> list[str]:
     _constants_as_value(folded.graph)
     model.CopyFrom(folded)
     return [f"static shape arithmetic folded: {gone} node(s) fewer"]
+
+
+def _small_fill(node) -> bool | None:
+    """Fold a ``ConstantOfShape`` of a constant shape of at most :data:`LIMIT` elements (onnxscript keeps every one).
+
+    torch's TorchScript ``F.pad`` (opset >= 11) writes its pads as ``Concat(pads, ConstantOfShape(...))``
+    and more ops on it; left unfolded, the ``Pad`` has computed pads ("Dynamic pads are not supported yet"
+    in TVM 0.27's relax frontend). ``None``: onnxscript's own rules decide.
+    """
+    if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx") or not node.inputs:
+        return None
+    shape = node.inputs[0].const_value if node.inputs[0] is not None else None
+    if shape is None or math.prod(int(d) for d in shape.numpy().reshape(-1)) > LIMIT:
+        return None
+    return True
 
 
 #: A ``Constant``'s shorthand attributes and the element type of the tensor each one stands for (ONNX ``Constant``).

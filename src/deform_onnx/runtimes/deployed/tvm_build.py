@@ -332,7 +332,10 @@ def fold_constants(mod, target):
             if args is None or dims is None or not dtype:
                 continue
             if all(isinstance(a, Constant) or (isinstance(a, relax.Var) and a in known) for a in args):
-                shape = [int(d) for d in dims]
+                try:
+                    shape = [int(d) for d in dims]
+                except TypeError:  # a size known only at run time (a Range's length, a Var): FoldConstant's or the VM's
+                    continue
                 known[binding.var] = (shape, dtype)
                 calls.append((binding.var, call.args[0], args))
     if not calls:
