@@ -199,6 +199,15 @@ def test_class_pick_only_at_the_files_opset(gather_opset, picked):
     assert tflite.opset < DATA["targets"]["tflite"]["grid_sample"]["opset"] and not picks(tflite)
 
 
+@pytest.fixture
+def tvm_gather_class(monkeypatch):
+    """Data (planted, as in :func:`test_class_pick_wins_on_every_shape_of_its_class_only`) that give target tvm the
+    gather form for batch 1, one offset group: the class-form paths are tested whatever the checked-in run says."""
+    data = planted_classes("tvm", {"grid_sample": (4.0, 4.0, 2.0, 2.0), "gather": (2.0, 2.0, 1.9, 6.0)})
+    monkeypatch.setattr(measured, "_data", lambda: data)
+    assert picks(resolve_target("tvm")) == {"batch 1, one offset group": "gather"}
+
+
 class TwoLayers(torch.nn.Module):
     """Two DCNv1 layers on one batch-1 input: one offset group and two (the offsets are inputs ``o1``, ``o2``;
     side by side, so that each reads a graph input's static shape also in a file ``lower`` rewrites)."""
@@ -256,9 +265,7 @@ def _export_two(two_layers, **kw) -> onnx.ModelProto:
     return proto
 
 
-@pytest.mark.skipif(picks(resolve_target("tvm")).get("batch 1, one offset group") != "gather",
-                    reason="the checked-in data give tvm no gather form for one offset group")  # fmt: skip
-def test_tvm_takes_each_layers_class_form(two_layers, native_two):
+def test_tvm_takes_each_layers_class_form(tvm_gather_class, two_layers, native_two):
     """target tvm: the one-offset-group layer in the gather form, the two-group layer in the default grid_sample;
     an explicit method (even the target's own) is every layer's form; ``lower`` of a file does the same."""
     from deform_onnx.builder import written
@@ -275,9 +282,7 @@ def test_tvm_takes_each_layers_class_form(two_layers, native_two):
     assert_close(run_ort(lowered.SerializeToString(), two_layers[1]), two_layers[2], what="lowered for tvm")
 
 
-@pytest.mark.skipif(picks(resolve_target("tvm")).get("batch 1, one offset group") != "gather",
-                    reason="the checked-in data give tvm no gather form for one offset group")  # fmt: skip
-def test_check_target_lowers_with_the_class_forms(native_two, tmp_path, monkeypatch):
+def test_check_target_lowers_with_the_class_forms(tvm_gather_class, native_two, tmp_path, monkeypatch):
     """``deform-onnx check --target tvm`` without ``--method``: its lowered path is ``lower(target="tvm")``'s file,
     the class forms included (the note names them, the path's label the forms written)."""
     import onnx_ir as ir
@@ -353,9 +358,7 @@ def build():
 '''
 
 
-@pytest.mark.skipif(picks(resolve_target("tvm")).get("batch 1, one offset group") != "gather",
-                    reason="the checked-in data give tvm no gather form for one offset group")  # fmt: skip
-def test_cli_export_target_takes_each_layers_class_form(tmp_path):
+def test_cli_export_target_takes_each_layers_class_form(tvm_gather_class, tmp_path):
     """``deform-onnx export --target tvm`` passes no method of its own: the file holds what ``export`` writes."""
     from typer.testing import CliRunner
 

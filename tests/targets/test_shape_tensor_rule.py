@@ -97,10 +97,9 @@ def test_dcnv3_exports_for_tensorrt_on_the_torchscript_path(kwargs):
         report = deform_onnx.export(model, (x,), f, target="tensorrt", input_names=["x"], **kwargs)
     assert report.exporter == "torchscript"
     proto = onnx.load_from_string(f.getvalue())
-    inferred = onnx.shape_inference.infer_shapes(proto)
-    types = {v.name: v.type.tensor_type.elem_type for v in inferred.graph.value_info}
-    ranges = [n.output[0] for n in proto.graph.node if n.op_type == "Range"]
-    assert any(types.get(r) == TensorProto.FLOAT for r in ranges)  # the float Range is there; the rule lets it be
+    # TorchScript now knows the padded map's size (exporters/aten_pad.py), so the float Range may be folded to a
+    # constant; either way the rule finds no float value reaching a shape (the float-Range cases: the tests above)
+    assert integer_shape_tensors(proto) == []
     with torch.no_grad():
         want = model(x).numpy()
     got = ort.InferenceSession(f.getvalue(), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]

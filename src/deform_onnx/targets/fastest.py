@@ -4,11 +4,11 @@ Generated (do not edit): :mod:`deform_onnx.targets.measured` reads it. Empty: no
 """
 
 DATA: dict = {
-    "command": "PYTHONPATH=src python scripts/runtime_venvs.py bench --repeats 5 --rounds 1",
+    "command": "PYTHONPATH=src python scripts/runtime_venvs.py bench --repeats 5 --rounds 2",
     "date": "2026-12-07",
     "machine": "Intel(R) Xeon(R) Processor, 2 cores, Python 3.11.7",
-    "load": ["0.71 / 1.03 / 1.50", "1.24 / 1.09 / 1.32"],
-    "minutes": 8.4,
+    "load": ["0.72 / 1.03 / 1.81", "1.08 / 1.05 / 1.36"],
+    "minutes": 13.7,
     "versions": {
         "onnxruntime": "1.32.0",
         "openvino": "2026.4.1",
@@ -19,7 +19,7 @@ DATA: dict = {
         "onnx2torch": "1.5.15",
     },
     "repeats": 5,
-    "rounds": 1,
+    "rounds": 2,
     "op": "deform_conv2d",
     "shapes": ["1x64x64", "1x256x32", "4x64x32", "1x64x64 og8"],
     "dense": "dense Conv",
@@ -27,25 +27,25 @@ DATA: dict = {
         "onnxruntime": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 1.0867, "1x256x32": 3.8616, "4x64x32": 1.0078, "1x64x64 og8": 1.0433},
+                "ms": {"1x64x64": 1.4248, "1x256x32": 3.8221, "4x64x32": 2.0418, "1x64x64 og8": 1.4492},
                 "notes": {},
                 "off": {},
             },
             "native": {
                 "opset": 19,
-                "ms": {"1x64x64": 3.5117, "1x256x32": 6.725, "4x64x32": 3.5426, "1x64x64 og8": 5.4465},
+                "ms": {"1x64x64": 3.809, "1x256x32": 6.4185, "4x64x32": 3.4185, "1x64x64 og8": 4.9823},
                 "notes": {},
                 "off": {},
             },
             "grid_sample": {
                 "opset": 19,
-                "ms": {"1x64x64": 5.763, "1x256x32": 9.1332, "4x64x32": 6.124, "1x64x64 og8": 13.8512},
+                "ms": {"1x64x64": 5.6483, "1x256x32": 8.6005, "4x64x32": 6.0287, "1x64x64 og8": 12.7977},
                 "notes": {},
                 "off": {},
             },
             "gather": {
                 "opset": 19,
-                "ms": {"1x64x64": 6.8584, "1x256x32": 8.6013, "4x64x32": 8.2546, "1x64x64 og8": 25.3293},
+                "ms": {"1x64x64": 9.5244, "1x256x32": 8.0954, "4x64x32": 7.7156, "1x64x64 og8": 24.6313},
                 "notes": {},
                 "off": {},
             },
@@ -53,13 +53,13 @@ DATA: dict = {
         "openvino-extension": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 1.9937, "1x256x32": 4.8282, "4x64x32": 2.0958, "1x64x64 og8": 2.2076},
+                "ms": {"1x64x64": 1.9111, "1x256x32": 6.243, "4x64x32": 2.0601, "1x64x64 og8": 2.0205},
                 "notes": {},
                 "off": {},
             },
             "native": {
                 "opset": 19,
-                "ms": {"1x64x64": 3.1849, "1x256x32": 8.9308, "4x64x32": 3.1878, "1x64x64 og8": 11.2774},
+                "ms": {"1x64x64": 3.0603, "1x256x32": 9.8452, "4x64x32": 3.264, "1x64x64 og8": 10.3835},
                 "notes": {},
                 "off": {},
             },
@@ -67,25 +67,25 @@ DATA: dict = {
         "openvino": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 2.0709, "1x256x32": 4.9175, "4x64x32": 2.0037, "1x64x64 og8": 2.3889},
+                "ms": {"1x64x64": 1.9607, "1x256x32": 5.9829, "4x64x32": 2.0744, "1x64x64 og8": 2.0514},
                 "notes": {},
                 "off": {},
             },
             "grid_sample": {
                 "opset": 17,
-                "ms": {"1x64x64": 4.2742, "1x256x32": 7.4203, "4x64x32": 4.2558, "1x64x64 og8": 5.6434},
+                "ms": {"1x64x64": 3.9097, "1x256x32": 6.7496, "4x64x32": 4.4259, "1x64x64 og8": 4.4824},
                 "notes": {},
                 "off": {},
             },
             "gather": {
                 "opset": 17,
-                "ms": {"1x64x64": 7.6078, "1x256x32": 8.9599, "4x64x32": 7.1793, "1x64x64 og8": 13.0508},
+                "ms": {"1x64x64": 6.3543, "1x256x32": 8.3581, "4x64x32": 7.2647, "1x64x64 og8": 10.3169},
                 "notes": {},
                 "off": {},
             },
             "convert_model (PyTorch module)": {
                 "opset": None,
-                "ms": {"1x64x64": 3.2453, "1x256x32": 9.1718, "4x64x32": 2.9079, "1x64x64 og8": 11.1285},
+                "ms": {"1x64x64": 2.5975, "1x256x32": 6.9429, "4x64x32": 3.8989, "1x64x64 og8": 9.9605},
                 "notes": {},
                 "off": {},
             },
@@ -93,7 +93,7 @@ DATA: dict = {
         "mnn": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 2.1338, "1x256x32": 2.9519, "4x64x32": 2.4286, "1x64x64 og8": 2.7138},
+                "ms": {"1x64x64": 2.4119, "1x256x32": 2.9049, "4x64x32": 2.6877, "1x64x64 og8": 2.4259},
                 "notes": {},
                 "off": {"1x64x64": "0.0054 off", "1x64x64 og8": "0.0054 off"},
             },
@@ -115,13 +115,13 @@ DATA: dict = {
             },
             "grid_sample": {
                 "opset": 17,
-                "ms": {"1x64x64": 6.1833, "1x256x32": 11.6544, "4x64x32": 6.8966, "1x64x64 og8": 12.0469},
+                "ms": {"1x64x64": 7.2451, "1x256x32": 11.0509, "4x64x32": 8.3215, "1x64x64 og8": 11.9094},
                 "notes": {},
                 "off": {},
             },
             "gather": {
                 "opset": 17,
-                "ms": {"1x64x64": 17.4178, "1x256x32": 14.8755, "4x64x32": 17.96, "1x64x64 og8": 45.3357},
+                "ms": {"1x64x64": 13.4526, "1x256x32": 16.9031, "4x64x32": 16.6752, "1x64x64 og8": 44.5477},
                 "notes": {},
                 "off": {},
             },
@@ -129,7 +129,7 @@ DATA: dict = {
         "ncnn": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 2.0559, "1x256x32": 3.5056, "4x64x32": None, "1x64x64 og8": 2.456},
+                "ms": {"1x64x64": 2.0802, "1x256x32": 3.3258, "4x64x32": None, "1x64x64 og8": 2.373},
                 "notes": {"4x64x32": "output of 65536 values, not 262144"},
                 "off": {},
             },
@@ -154,7 +154,7 @@ DATA: dict = {
             },
             "grid_sample": {
                 "opset": 17,
-                "ms": {"1x64x64": 5.0841, "1x256x32": 8.9627, "4x64x32": None, "1x64x64 og8": 11.9599},
+                "ms": {"1x64x64": 4.7815, "1x256x32": 8.641, "4x64x32": None, "1x64x64 og8": 10.8597},
                 "notes": {
                     "4x64x32": "refused: target 'ncnn': ncnn blobs: 10 value(s) "
                     "that no ncnn blob holds (more than 4-D after a "
@@ -182,7 +182,7 @@ DATA: dict = {
         "tflite": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 2.9165, "1x256x32": 10.581, "4x64x32": 3.1994, "1x64x64 og8": 3.0515},
+                "ms": {"1x64x64": 2.5443, "1x256x32": 10.4254, "4x64x32": 3.1366, "1x64x64 og8": 2.6463},
                 "notes": {},
                 "off": {"1x64x64": "6.3 off", "1x64x64 og8": "6.3 off"},
             },
@@ -207,13 +207,13 @@ DATA: dict = {
             },
             "grid_sample": {
                 "opset": 16,
-                "ms": {"1x64x64": None, "1x256x32": 28.244, "4x64x32": 19.9393, "1x64x64 og8": 34.6994},
+                "ms": {"1x64x64": None, "1x256x32": 26.5136, "4x64x32": 18.856, "1x64x64 og8": 32.3557},
                 "notes": {"1x64x64": "wrong: 2.7 off"},
                 "off": {},
             },
             "gather": {
                 "opset": 13,
-                "ms": {"1x64x64": 19.9746, "1x256x32": 21.6783, "4x64x32": 18.9541, "1x64x64 og8": 44.7091},
+                "ms": {"1x64x64": 17.8853, "1x256x32": 22.7068, "4x64x32": 21.0875, "1x64x64 og8": 43.0845},
                 "notes": {},
                 "off": {},
             },
@@ -221,7 +221,7 @@ DATA: dict = {
         "tvm": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 4.9544, "1x256x32": 12.2542, "4x64x32": 3.5953, "1x64x64 og8": 5.0919},
+                "ms": {"1x64x64": 4.6009, "1x256x32": 11.7846, "4x64x32": 3.4955, "1x64x64 og8": 4.5375},
                 "notes": {},
                 "off": {},
             },
@@ -229,27 +229,27 @@ DATA: dict = {
                 "opset": None,
                 "ms": {"1x64x64": None, "1x256x32": None, "4x64x32": None, "1x64x64 og8": None},
                 "notes": {
-                    "1x64x64": "refused: target 'tvm': tvm loadable ops: DeformConv (1 "
-                    "node(s), first node_deform_conv2d, from torc",
-                    "1x256x32": "refused: target 'tvm': tvm loadable ops: DeformConv "
-                    "(1 node(s), first node_deform_conv2d, from torc",
-                    "4x64x32": "refused: target 'tvm': tvm loadable ops: DeformConv (1 "
-                    "node(s), first node_deform_conv2d, from torc",
-                    "1x64x64 og8": "refused: target 'tvm': tvm loadable ops: "
-                    "DeformConv (1 node(s), first node_deform_conv2d, "
-                    "from torc",
+                    "1x64x64": "refused: target 'tvm' mishandles native (DeformConv): "
+                    "TVM 0.27's relax ONNX frontend has no DeformC",
+                    "1x256x32": "refused: target 'tvm' mishandles native (DeformConv): "
+                    "TVM 0.27's relax ONNX frontend has no DeformC",
+                    "4x64x32": "refused: target 'tvm' mishandles native (DeformConv): "
+                    "TVM 0.27's relax ONNX frontend has no DeformC",
+                    "1x64x64 og8": "refused: target 'tvm' mishandles native "
+                    "(DeformConv): TVM 0.27's relax ONNX frontend has "
+                    "no DeformC",
                 },
                 "off": {},
             },
             "grid_sample": {
                 "opset": 17,
-                "ms": {"1x64x64": 17.4661, "1x256x32": 39.7234, "4x64x32": 15.2099, "1x64x64 og8": 20.279},
+                "ms": {"1x64x64": 8.341, "1x256x32": 28.7016, "4x64x32": 6.6458, "1x64x64 og8": 9.9054},
                 "notes": {},
                 "off": {},
             },
             "gather": {
                 "opset": 17,
-                "ms": {"1x64x64": 10.9357, "1x256x32": 17.266, "4x64x32": 12.277, "1x64x64 og8": 35.4485},
+                "ms": {"1x64x64": 8.731, "1x256x32": 14.7504, "4x64x32": 9.0061, "1x64x64 og8": 23.0435},
                 "notes": {},
                 "off": {},
             },
@@ -257,13 +257,13 @@ DATA: dict = {
         "onnx2torch-native": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 1.4024, "1x256x32": 4.1159, "4x64x32": 1.2456, "1x64x64 og8": 1.4516},
+                "ms": {"1x64x64": 1.5171, "1x256x32": 3.8694, "4x64x32": 1.1457, "1x64x64 og8": 1.2555},
                 "notes": {},
                 "off": {},
             },
             "native": {
                 "opset": 19,
-                "ms": {"1x64x64": 33.5151, "1x256x32": 35.4923, "4x64x32": 34.6986, "1x64x64 og8": 39.639},
+                "ms": {"1x64x64": 32.3121, "1x256x32": 32.8788, "4x64x32": 33.5072, "1x64x64 og8": 33.959},
                 "notes": {},
                 "off": {},
             },
@@ -271,7 +271,7 @@ DATA: dict = {
         "onnx2torch": {
             "dense Conv": {
                 "opset": 17,
-                "ms": {"1x64x64": 1.4171, "1x256x32": 4.107, "4x64x32": 1.1658, "1x64x64 og8": 1.4731},
+                "ms": {"1x64x64": 1.6141, "1x256x32": 3.7337, "4x64x32": 1.2278, "1x64x64 og8": 1.3288},
                 "notes": {},
                 "off": {},
             },
@@ -315,7 +315,7 @@ DATA: dict = {
             },
             "gather": {
                 "opset": 17,
-                "ms": {"1x64x64": 25.4873, "1x256x32": 20.4619, "4x64x32": 20.5115, "1x64x64 og8": 42.8845},
+                "ms": {"1x64x64": 22.2961, "1x256x32": 18.8167, "4x64x32": 18.794, "1x64x64 og8": 47.3173},
                 "notes": {},
                 "off": {},
             },
