@@ -119,6 +119,21 @@ def test_c09_mmcv_modulated_lowers_to_standard_ops():
     )
 
 
+def test_a_plugin_output_without_shape_gets_its_shape_when_lowered():
+    """mmcv's symbolic types its node's output by rank at most; lowered to standard ops, the output's shape is
+    known and written (onnx2tf refused an output without one: "Output tensors of a Functional model must be the
+    output of a TensorFlow `Layer` ... Found: 0.0"); values inside the graph keep their value_info."""
+    cfg = case_config("c09")
+    proto, layer, feeds = mmcv_model(cfg, modulated=True)
+    proto.graph.output[0].type.tensor_type.ClearField("shape")
+    lowered = deform_onnx.lower(proto)
+    dims = [d.dim_value for d in lowered.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [cfg.N, cfg.C_out, *cfg.out_hw()] and len(lowered.graph.value_info) == len(proto.graph.value_info)
+    assert_close(
+        run_feeds(lowered, feeds), reference(layer, dict(zip(("x", "offset", "mask"), feeds.values()))), what="c09"
+    )
+
+
 MMCV_KINDS = [
     # (modulated, bias, domain)
     (False, False, "mmcv"),

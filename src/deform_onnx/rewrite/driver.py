@@ -24,7 +24,7 @@ from ..builder import written
 from ..core.atomic_io import atomic_path
 from ..ops import file_nodes
 from ..ops.registry import check_method, file_node_domains, model_method, sources
-from .graph import all_names, forget_shapes, infer_shapes, unique_name, used_domains
+from .graph import all_names, complete_outputs, forget_shapes, infer_shapes, unique_name, used_domains
 from .model_io import _check_structure, _from_proto, _keep_value_info, default_opset, read_model
 from .opset import REPAIRS, _convert
 
@@ -150,6 +150,7 @@ def _lower_model(model: ir.Model, *, method: str, opset: int | None) -> tuple[ir
             del model.opset_imports[domain]
             report.removed_domains.append(domain)
     report.opset_after = default_opset(model)
+    complete_outputs(model)  # a lowered plugin node's output now has a shape converters need
     _keep_value_info(model)
     return model, report
 

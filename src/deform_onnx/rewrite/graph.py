@@ -42,6 +42,39 @@ def infer_shapes(model: ir.Model) -> list[tuple[ir.Value, bool]]:
     return typed
 
 
+def complete_outputs(model: ir.Model) -> list[str]:
+    """Give each graph output without a shape the one ONNX shape inference finds (in place).
+
+    A plugin node's output often has none (a custom op: no inference), and once it is lowered to standard ops
+    the output's shape is known; converters need it (onnx2tf: "Output tensors of a Functional model must be the
+    output of a TensorFlow `Layer` ... Found: 0.0" for an output without a shape). Values inside the graph keep
+    their ``value_info`` as it was.
+
+    Returns:
+        The names of the outputs given a shape.
+    """
+    missing = [v for v in model.graph.outputs if v.shape is None]
+    if not missing:
+        return []
+    try:
+        inferred = onnx.shape_inference.infer_shapes(ir.to_proto(model), data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort: the outputs stay as they were
+        return []
+    found = {o.name: o.type.tensor_type for o in inferred.graph.output if o.type.tensor_type.HasField("shape")}
+    done = []
+    for value in missing:
+        tensor = found.get(value.name)
+        if tensor is None or not tensor.elem_type:
+            continue
+        if value.type is None:
+            value.type = ir.TensorType(ir.DataType(tensor.elem_type))
+        value.shape = ir.Shape(
+            [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
+        )
+        done.append(str(value.name))
+    return done
+
+
 def forget_shapes(typed: list[tuple[ir.Value, bool]]) -> None:
     """Take back what :func:`infer_shapes` set, so the file's ``value_info`` stays as it was."""
     for value, type_set in typed:
