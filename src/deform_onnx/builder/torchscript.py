@@ -184,9 +184,8 @@ def drop_identities(proto) -> None:
         for node in nodes:
             node.input[:] = [rename.get(name, name) for name in node.input]
             node.output[:] = [rename.get(name, name) for name in node.output]
-            for attr in node.attribute:
-                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    apply(sub.node)
+            for sub in _subgraphs(node):
+                apply(sub.node)
 
     del graph.node[:]
     graph.node.extend(kept)
@@ -196,11 +195,11 @@ def drop_identities(proto) -> None:
     graph.value_info.extend(info)
 
 
+def _subgraphs(node) -> list:
+    """The graphs ``node``'s attributes hold (an ``If``'s branches, a ``Loop``'s body)."""
+    return [g for attr in node.attribute for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)]
+
+
 def _subgraph_inputs(node) -> set[str]:
-    names: set[str] = set()
-    for attr in node.attribute:
-        for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-            for inner in sub.node:
-                names.update(inner.input)
-                names |= _subgraph_inputs(inner)
-    return names
+    """Every name a node inside ``node``'s subgraphs reads, at any depth."""
+    return {name for sub in _subgraphs(node) for inner in sub.node for name in (*inner.input, *_subgraph_inputs(inner))}

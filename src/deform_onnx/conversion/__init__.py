@@ -34,6 +34,7 @@ import onnx_ir as ir
 from onnx_ir import tape as ir_tape
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from ..core.protos import default_opset
 from .adapters import ADAPTERS, Adapter, Unrepairable
 
 __all__ = ["ADAPTERS", "Adapter", "ConversionError", "Repair", "convert_down"]
@@ -75,10 +76,6 @@ def _since(op_type: str, opset: int) -> int | None:
         return None  # the op does not exist yet at that opset
 
 
-def _default_opset(proto: onnx.ModelProto) -> int | None:
-    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-
-
 def convert_down(proto: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, list[Repair]]:
     """Convert ``proto`` (default-domain opset ``>= target``) to opset ``target``.
 
@@ -93,7 +90,7 @@ def convert_down(proto: onnx.ModelProto, target: int) -> tuple[onnx.ModelProto, 
         ConversionError: an op that onnx's converter has no adapter for and no
             adapter here can express (the message names the op, the opset step and why).
     """
-    source = _default_opset(proto)
+    source = default_opset(proto)
     if source is None or source == target:
         return proto, []
     if source < target:

@@ -9,6 +9,7 @@ import onnx
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..core.irversion import apply_ir_version
+from ..core.protos import default_opset
 from ..ops import registry
 from .large import ExternalSink
 from .options import ExportOptions
@@ -40,10 +41,6 @@ def finish(proto: onnx.ModelProto, opts: ExportOptions, sink: ExternalSink | Non
     return proto.SerializeToString() if path is None else path
 
 
-def _default_opset(proto: onnx.ModelProto) -> int | None:
-    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-
-
 def _class_nodes(choice, opset: int) -> set[str]:
     """The native nodes (``DeformConv``, ``GridSample``) the target's per-class methods write (they stay)."""
     kept: set[str] = set()
@@ -59,7 +56,7 @@ def _class_nodes(choice, opset: int) -> set[str]:
 def _validate(
     proto: onnx.ModelProto, opset: int, method: str, path: str | None = None, kept: set[str] | None = None
 ) -> None:
-    got = _default_opset(proto)
+    got = default_opset(proto)
     if got != opset:
         raise ExportError(
             f"the exporter produced opset {got}, not the requested {opset} (its down-conversion failed); "

@@ -93,6 +93,10 @@ class LiteRTSession:
         return value.astype(want)
 
 
+#: What a float16 model that litert-torch 0.10 cannot convert is told to do.
+FLOAT16_FIX = "a float16 model does not convert here: write the float32 model (or a .pte / .onnx)"
+
+
 def refuse_float16_conv(ep) -> None:
     """Refuse, before litert-torch runs, a program that convolves or pads a float16 tensor.
 
@@ -120,7 +124,7 @@ def refuse_float16_conv(ep) -> None:
         if getattr(val, "dtype", None) == torch.float16:
             raise ExportError(
                 f"litert-torch 0.10 does not convert a float16 {node.target.__name__.split('.')[0]} ({node.name}): "
-                "a float16 model does not convert here: write the float32 model (or a .pte / .onnx)"
+                + FLOAT16_FIX
             )
 
 
@@ -137,7 +141,7 @@ def convert(ep, args: tuple) -> bytes:
             # measured with litert-torch 0.10.0: a float16 deformable model fails ("failed to legalize operation
             # 'tfl.pad'", the lowerings' padded map); the float32 model converts
             half = any(str(getattr(a, "dtype", "")) == "torch.float16" for a in args)
-            fix = "; a float16 model does not convert here: write the float32 model (or a .pte / .onnx)" if half else ""
+            fix = f"; {FLOAT16_FIX}" if half else ""
             raise ExportError(
                 f"litert-torch could not convert the program: {first_error(noise) or line}{fix}"
             ) from None

@@ -12,6 +12,7 @@ from pathlib import Path
 import onnx
 
 from ..core.atomic_io import check_output_path, commit_copies
+from ..core.protos import dims
 from .calibration import Preprocess, Reader, eval_feeds, feeds
 from .from_model import is_module
 from .gate import DEFAULT_MAX_ERROR, DEFAULT_MIN_COSINE, Bound, enforce
@@ -199,10 +200,7 @@ def _inputs(model: onnx.ModelProto) -> list[tuple[str, list]]:
     for value in model.graph.input:
         if value.name in inits:
             continue
-        dims = [
-            d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in value.type.tensor_type.shape.dim
-        ]
-        out.append((value.name, dims))
+        out.append((value.name, dims(value.type.tensor_type, symbols=True)))
     return out
 
 

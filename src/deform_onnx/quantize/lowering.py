@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from ..core.protos import default_opset
+
 #: Deformable-convolution node kinds that :func:`lower_for_quantization` lowers (the rewriter's known nodes).
 DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "DeformableConv2D", "TRTDCNv3",
               "DCNv4_Plugin")  # fmt: skip
@@ -13,8 +15,6 @@ DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "De
 NATIVE_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d")
 #: The lowest default-domain opset of a quantized file: per-channel ``DequantizeLinear`` (its ``axis``) is opset 13.
 QDQ_OPSET = 13
-#: The lowest opset of each method's lowering.
-METHOD_OPSET = {"grid_sample": 16, "gather": 11}
 
 
 def lower_for_quantization(
@@ -29,6 +29,7 @@ def lower_for_quantization(
     if not any(n.op_type in DEFORM_OPS for n in model.graph.node):
         return model, None
     from ..builder.forms import graph_forms
+    from ..ops.registry import lowest_opset
     from ..rewrite import lower
     from ..targets import resolve_target
 
@@ -48,17 +49,12 @@ def lower_for_quantization(
         forms += ["weight first"] + (["DeformConv sampler"] if sampler else [])
     # The DeformConv sampler needs opset 19: a rebuilt opset-17 file is converted (onnx's version converter).
     up = 19 if sampler and native_below and method != "gather" else None  # gather samples with its own Gathers
-    if up is None and opset is not None and opset < METHOD_OPSET.get(method, 0):
-        up = METHOD_OPSET[method]  # e.g. an opset-13 mmdeploy file: grid_sample needs 16 (quantize takes no opset)
+    if up is None and opset is not None and opset < lowest_opset(method):
+        up = lowest_opset(method)  # e.g. an opset-13 mmdeploy file: grid_sample needs 16 (quantize takes no opset)
     with graph_forms(forms):
         lowered = lower(model, method=method, opset=up, target="tensorrt" if target == "tensorrt" else None)
     _drop_unused_initializers(lowered)
     return lowered, method
-
-
-def default_opset(model: onnx.ModelProto) -> int | None:
-    """The model's default-domain opset (``None``: no import of it)."""
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
 def raise_to_qdq_opset(model: onnx.ModelProto) -> onnx.ModelProto:

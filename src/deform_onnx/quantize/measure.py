@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from ..core.protos import inferred_dims
 from .gate import output_accuracy
 from .placement import LINEAR_OPS, SAMPLERS, Placement
 from .report import LayerError, QuantizeReport, compare
@@ -39,7 +40,7 @@ def measure(
     grid_tensors = [t for _, t in placement.grids]
     data_tensors = [nodes[s].input[SAMPLERS[nodes[s].op_type][0]] for s, _ in placement.grids]
     watch = list(dict.fromkeys([r[0] for r in rows] + grid_tensors))
-    shapes = _shapes(pre)
+    shapes = inferred_dims(pre)
     unknown = [d for d in dict.fromkeys(data_tensors) if not _static_4d(shapes.get(d))]  # sizes read at run time
     float_watch = list(dict.fromkeys(watch + unknown))
     q_names = {t for n in quantized.graph.node for t in n.output}
@@ -107,12 +108,3 @@ def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
 
 def _static_4d(shape) -> bool:
     return shape is not None and len(shape) == 4 and all(isinstance(d, int) and d > 0 for d in shape[2:])
-
-
-def _shapes(model: onnx.ModelProto) -> dict[str, list]:
-    inferred = onnx.shape_inference.infer_shapes(model)
-    out = {}
-    for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
-        dims = v.type.tensor_type.shape.dim
-        out[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
-    return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
+from ..core.protos import dims as proto_dims
+
 
 def infer_shapes(model: ir.Model) -> list[tuple[ir.Value, bool]]:
     """Fill unknown shapes from ONNX shape inference with data propagation.
@@ -25,11 +27,7 @@ def infer_shapes(model: ir.Model) -> list[tuple[ir.Value, bool]]:
     shapes = {}
     for vi in inferred.graph.value_info:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            dims = vi.type.tensor_type.shape.dim
-            shapes[vi.name] = (
-                vi.type.tensor_type.elem_type,
-                [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims],
-            )
+            shapes[vi.name] = (vi.type.tensor_type.elem_type, proto_dims(vi.type.tensor_type, symbols=True))
     typed = []
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         for value in node.outputs:
@@ -68,9 +66,7 @@ def complete_outputs(model: ir.Model) -> list[str]:
             continue
         if value.type is None:
             value.type = ir.TensorType(ir.DataType(tensor.elem_type))
-        value.shape = ir.Shape(
-            [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
-        )
+        value.shape = ir.Shape(proto_dims(tensor, symbols=True))
         done.append(str(value.name))
     return done
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
+from ..core.protos import default_opset
 from .model_io import _VALUE_INFO, _first_line
 
 #: Private domain that hides default-domain deformable nodes from the version converter.
@@ -26,7 +27,7 @@ def _converter_reason(exc: BaseException) -> str:
 
 def _converts(proto: onnx.ModelProto, opset: int) -> bool:
     try:
-        _convert_proto(proto, opset, _default_opset(proto))
+        _convert_proto(proto, opset, default_opset(proto))
     except Exception:  # noqa: BLE001
         return False
     return True
@@ -47,10 +48,6 @@ def _convert_proto(proto: onnx.ModelProto, target: int, current: int | None) -> 
     if current is not None and target < current:
         return convert_down(proto, target)
     return version_converter.convert_version(proto, target), []
-
-
-def _default_opset(proto: onnx.ModelProto) -> int | None:
-    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
 def _convert(model: ir.Model, target: int, current: int | None, lowered: list[ir.Node]) -> ir.Model:

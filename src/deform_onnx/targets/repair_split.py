@@ -17,6 +17,8 @@ import math
 import onnx
 from onnx import helper, numpy_helper
 
+from ..core.protos import inferred_dims
+
 __all__ = ["split_as_slice"]
 
 
@@ -35,16 +37,6 @@ def _pieces(node: onnx.NodeProto, consts: dict[str, onnx.TensorProto], dim: int 
     return [chunk] * (count - 1) + [dim - chunk * (count - 1)]
 
 
-def _axis_dims(model: onnx.ModelProto) -> dict[str, list[int | None]]:
-    """Each value's dims (``None`` where not static), from ONNX shape inference."""
-    inferred = onnx.shape_inference.infer_shapes(model).graph
-    out: dict[str, list[int | None]] = {}
-    for v in (*inferred.input, *inferred.value_info, *inferred.output):
-        if v.type.tensor_type.HasField("shape"):
-            out[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
-    return out
-
-
 def split_as_slice(model: onnx.ModelProto) -> list[str]:
     """Write each main-graph ``Split`` with pieces known before run time as ``Slice`` nodes (in place).
 
@@ -56,7 +48,7 @@ def split_as_slice(model: onnx.ModelProto) -> list[str]:
     consts = {t.name: t for t in graph.initializer}
     consts.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute
                    if a.name == "value"})  # fmt: skip
-    dims = _axis_dims(model)
+    dims = inferred_dims(model)
     nodes: list[onnx.NodeProto] = []
     changed = 0
     for node in graph.node:
