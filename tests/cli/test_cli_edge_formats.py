@@ -1,9 +1,11 @@
 """``deform-onnx export -o model.pte / .tflite / .mlpackage``: one export to that format, run in its runtime.
 
-The dynamic ``.pte`` (``--dynamic``: H from half to twice the example's) is a DCN layer whose plain convolution
-input crosses PyTorch's fake-convolution kernel test (``N*C*H*W > 20480``, :mod:`deform_onnx.formats.plan_bounds`)
-between the example (1x16x32x32) and the upper bound (1x16x64x32): before the memory plan was sized from the
-declared range, it held H up to 40 and the CLI's ``--dynamic`` refused its own upper bound.
+The dynamic ``.pte`` (``--dynamic``: H and W each from half to twice the example's) is a DCN layer whose plain
+convolution input crosses PyTorch's fake-convolution kernel test (``N*C*H*W > 20480``,
+:mod:`deform_onnx.formats.plan_bounds`) between the example (1x16x32x32) and the upper bound (1x16x64x64): before
+the memory plan was sized from the declared range, it held H up to 40 and the CLI's ``--dynamic`` (then H only)
+refused its own upper bound. H and W both dynamic were refused by XNNPACK before the lowerings reshaped with one
+dynamic dimension (executorch 1.5.1: "XNNPACK reshape only supports 1 dynamic dimension").
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ needs_executorch = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def dynamic_pte(tmp_path_factory):
-    """``export dcn.py:Net -s 1,16,32,32 --dynamic -o m.pte`` (H 16..64): the CLI's result, the file, the model."""
+    """``export dcn.py:Net -s 1,16,32,32 --dynamic -o m.pte`` (H, W 16..64): the CLI's result, the file, the model."""
     import importlib.machinery
 
     root = tmp_path_factory.mktemp("dynamic_pte")
@@ -68,22 +70,24 @@ def test_dynamic_pte_is_written_and_checked_at_both_bounds(dynamic_pte):
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())  # the note as one line (the console wraps it)
     assert out.is_file() and "ExecuTorch" in text
-    # checked at both bounds before it was written (the upper one is the second size here: twice the example's H)
+    # checked at a non-square second size inside the range (the full step, 96x0, is outside it) and at both
+    # bounds (half and twice the example's H and W) before it was written
     checked = text.split("checked in ExecuTorch (XNNPACK) at the example's size and at:")[1].split("note:")[0]
-    assert "1,16,16,32" in checked and "1,16,64,32" in checked
+    assert "second size 1,16,64,16" in checked, checked
+    assert "lower bound 1,16,16,16" in checked and "upper bound 1,16,64,64" in checked, checked
 
 
 @needs_executorch
-@pytest.mark.parametrize("H", [16, 64])
-def test_dynamic_pte_runs_at_its_bounds_in_executorch(dynamic_pte, H):
+@pytest.mark.parametrize(("H", "W"), [(16, 64), (64, 16)])
+def test_dynamic_pte_runs_at_its_bounds_in_executorch(dynamic_pte, H, W):
     """The written file, loaded again in ExecuTorch's runtime: its plan holds the bound and it matches PyTorch."""
     from executorch.runtime import Runtime
 
     _, out, model = dynamic_pte
     program = Runtime.get().load_program(out.read_bytes())
     method = program.load_method("forward")
-    assert list(method.metadata.input_tensor_meta(0).sizes()) == [1, 16, 64, 32]
-    x = torch.randn(1, 16, H, 32, generator=torch.Generator().manual_seed(H))
+    assert list(method.metadata.input_tensor_meta(0).sizes()) == [1, 16, 64, 64]
+    x = torch.randn(1, 16, H, W, generator=torch.Generator().manual_seed(H))
     with torch.no_grad():
         want = model(x).numpy()
     (got,) = method.execute([x])

@@ -93,6 +93,11 @@ def test_candidate_sizes_keep_stride_arithmetic():
     # A Dim's range is respected.
     axes = sizes.dynamic_axes_of((torch.zeros(1, 3, 16, 16),), dynamic_shapes=({2: Dim("H", max=24)},))
     assert all(c[(0, 2)] <= 24 for c in sizes.candidate_sizes(axes))
+    # A square example whose ranges leave out the full step's non-square size (32x32 in [16, 64]: 96x0, the CLI's
+    # `--dynamic` .pte) is still moved apart, by a smaller step, before any square candidate.
+    ranged = ({2: Dim("H", min=16, max=64), 3: Dim("W", min=16, max=64)},)
+    first = sizes.candidate_sizes(sizes.dynamic_axes_of((torch.zeros(1, 4, 32, 32),), dynamic_shapes=ranged))[0]
+    assert first[(0, 2)] != first[(0, 3)] and all(16 <= v <= 64 for v in first.values()), first
 
 
 @pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])

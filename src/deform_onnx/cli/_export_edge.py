@@ -64,17 +64,21 @@ def _require(fmt) -> None:
 
 
 def _dynamic_shapes(tensors):
-    """H of the first input dynamic (half to twice the example's), the rest static.
+    """H and W of the first input dynamic (each from half to twice the example's), the rest static.
 
-    One dimension: XNNPACK (executorch 1.5.1) takes one dynamic dimension per reshape.
+    N stays static: ExecuTorch plans every tensor at the upper bounds, and a file for edge devices runs
+    one image; ``deform_onnx.export(..., dynamic_shapes=...)`` takes any ``Dim`` (a batch one too).
     """
     import torch
 
     first = tensors[0]
     if first.dim() < 3:
-        raise UserError("--dynamic makes H dynamic: the input needs at least 3 dimensions")
-    h = first.shape[-2]
-    dims = {first.dim() - 2: torch.export.Dim("H", min=max(2, h // 2), max=h * 2)}
+        raise UserError("--dynamic makes H and W dynamic: the input needs at least 3 dimensions")
+    h, w = first.shape[-2], first.shape[-1]
+    dims = {
+        first.dim() - 2: torch.export.Dim("H", min=max(2, h // 2), max=h * 2),
+        first.dim() - 1: torch.export.Dim("W", min=max(2, w // 2), max=w * 2),
+    }
     return (dims, *([None] * (len(tensors) - 1)))
 
 

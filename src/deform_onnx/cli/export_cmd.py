@@ -67,7 +67,10 @@ def export_command(
         "(and when dynamo cannot reach the opset).",
     ),
     dynamic: bool = typer.Option(
-        False, "--dynamic", help="Make N, H and W of the input dynamic, and check the file at another size too."
+        False,
+        "--dynamic",
+        help="Make N, H and W of the input dynamic (.pte: H and W, each from half to twice the example's), "
+        "and check the file at another size too.",
     ),
     output: Path = typer.Option(
         Path("deform_onnx_out"),

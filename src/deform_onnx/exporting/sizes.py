@@ -162,17 +162,29 @@ def candidate_sizes(axes: list[Axis]) -> list[dict[tuple[int, int], int]]:
             candidates.append(sizes)
 
     # First: spatial groups moved in alternate directions by different steps (s + 2p, then s - p), so
-    # that a square example becomes a non-square one and neither H + W nor H * W keeps its value.
-    spatial = 0
-    first = []
-    for g, plan in zip(groups, plans):
-        if g[0].axis != 0:
-            down = spatial % 2 and plan[2] >= step_for(g[0].size, g[0].axis)
-            first.append(plan[2] if down else plan[1] if spatial % 2 == 0 else plan[0])
-            spatial += 1
-        else:
-            first.append(plan[0])
-    base = [first] + [[plan[k] for plan in plans] for k in range(3)]
+    # that a square example becomes a non-square one and neither H + W nor H * W keeps its value; where a
+    # declared Dim range leaves that out (H, W in [s/2, 2s] with p = s: 3s and 0), the same with p halved
+    # until it fits (32x32 in [16, 64]: 64x16), before the candidates that move every axis alike.
+    firsts = []
+    for div in (1, 2, 4, 8, 16, 32):
+        spatial = 0
+        first = []
+        for g, plan in zip(groups, plans):
+            if g[0].axis != 0:
+                p = max(1, step_for(g[0].size, g[0].axis) // div)
+                s_ = g[0].size
+                down = spatial % 2 and s_ - p >= p
+                first.append(s_ - p if down else s_ + 2 * p if spatial % 2 == 0 else s_ + p)
+                spatial += 1
+            else:
+                first.append(plan[0])
+        if first not in firsts:
+            firsts.append(first)
+    base = firsts[:1] + [[plan[k] for plan in plans] for k in range(3)]
+    for first in firsts:  # the first that fits the declared ranges (unbounded: the first itself)
+        add(first)
+        if candidates:
+            break
     for choice in base:
         add(choice)
     # Linked sizes: groups on the same axis of different inputs (an image's H and its offset's Ho = f(H))

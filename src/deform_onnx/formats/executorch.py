@@ -100,9 +100,9 @@ def lower(ep) -> bytes:
     match are not built (:mod:`~deform_onnx.formats.patterns`): the same program, written sooner.
 
     Measured with executorch 1.5.1: XNNPACK refuses a reshape with more than one dynamic dimension
-    ("XNNPACK reshape only supports 1 dynamic dimension"; a deformable convolution with H and W both
-    dynamic), and the same program on the portable kernels alone fails to load (its memory plan is
-    too small for the upper bounds), so that is an error naming the limit, not a fallback.
+    ("XNNPACK reshape only supports 1 dynamic dimension"): an error naming the limit, not a fallback. The
+    lowerings reshape the sampled map as one ``N*H*W`` axis, so a DCNv2 layer with N, H and W dynamic
+    lowers and runs at its bounds; a model's own reshape with two dynamic dimensions meets the limit.
     """
     with quiet():
         from executorch.exir.passes.constant_prop_pass import constant_prop_pass
