@@ -41,7 +41,7 @@ def nothing_to_lower(model: ir.Model, method: str) -> str:
     head = f"no node that lower(method={method!r}) replaces"
     if not others:
         foreign = _not_onnx_ops(model)
-        if foreign:  # e.g. TensorRT's own ModulatedDeformConv2d plugin: a deformable node, but not one lower knows
+        if foreign:  # e.g. a DCNv2_TRT plugin (offset and mask split inside it): deformable, but not one lower knows
             known = sorted(
                 {f"{d}::{op}" if d not in ("", "ai.onnx") else op for e in OPS.values() for d, op in e.onnx_nodes}
             )
