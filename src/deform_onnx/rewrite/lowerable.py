@@ -1,7 +1,7 @@
 """Which nodes of a file a method lowers: the one decision ``lower``, ``check`` and ``run_paths`` share.
 
 Each op's file-node module (:attr:`deform_onnx.ops.registry.OpEntry.sources`) answers for its nodes:
-for the package's ops, deformable-convolution nodes (DeformConv, mmcv's, OpenVINO's) and the MSDA and
+for the package's ops, deformable-convolution nodes (DeformConv, mmcv's, OpenVINO's, TensorRT's plugins) and the MSDA and
 DCNv3 plugin nodes are lowered by every method; default-domain ``GridSample`` nodes only by the
 methods that resolve ``F.grid_sample`` to its gather form (``gather``, and ``auto`` below opset 16).
 """
