@@ -15,7 +15,9 @@ The pairs are read ``[h, w]``, as onnx-tensorrt writes them from ``DeformConv``'
 / ``dilations`` and as mmcv documents its TensorRT op ("(sH, sW)"). The plugin's ``enqueue`` passes
 entry 0 to its launcher's *width* parameters (``strideW``, ``padW``, ``dilationW``) while it takes the
 output's size from the offset's, so TensorRT's own result for unequal entries is not any convolution's;
-for equal entries (every file seen) the readings agree. Sampling (``dmcnIm2colBilinear``: zero outside
+for equal entries (every file seen) the readings agree. The whole kernel lineage does this (mmcv's and
+mmdeploy's TensorRT ``MMCVModulatedDeformConv2d``, BEVFormer_tensorrt's), while mmdeploy's ONNX Runtime op
+reads entry 0 as the height, as :mod:`.source_mmcv` does. Sampling (``dmcnIm2colBilinear``: zero outside
 ``(-1, H) x (-1, W)``, each corner outside the map 0), offset layout (``dy`` at ``2k``, ``dx`` at ``2k + 1``
 per deformable group, taps row-major) and mask layout are torchvision's.
 
