@@ -96,6 +96,37 @@ def mmcv_model(cfg: Config, *, modulated: bool, domain: str = "mmcv", opset: int
     return proto, layer, feeds
 
 
+def trt_plugin_model(cfg: Config, op: str, *, domain: str = "", attrs: dict | None = None, seed: int = 0):
+    """One TensorRT plugin node of deformable convolution built with onnx.helper, weights from ``DeformLayer(cfg)``.
+
+    ``op`` is ``"ModulatedDeformConv2d"`` (TensorRT's plugin: attributes ``stride``, ``padding``, ``dilation`` as
+    ``[h, w]``, ``group``, ``deformable_group``) or ``"DCNv2"`` (CenterNet's: ``groups``, ``deformable_group``, the
+    pairs as ``[h, w]`` lists); both take ``(input, offset, mask, weight[, bias])``, so ``cfg`` must have a mask.
+    ``attrs`` replaces attributes (a ``None`` value drops one). Returns ``(proto, layer, feeds)``; the feeds are
+    named as the graph inputs and in ``layer``'s argument order.
+    """
+    assert cfg.mask, "both plugins take a mask"
+    layer = DeformLayer(cfg, seed=seed)
+    inputs = make_inputs(cfg, seed=seed + 1)
+    names = ["input", "offset", "mask", "weight"]
+    inits = [numpy_helper.from_array(layer.conv.weight.detach().numpy(), "weight")]
+    if layer.conv.bias is not None:
+        inits.append(numpy_helper.from_array(layer.conv.bias.detach().numpy(), "bias"))
+        names.append("bias")
+    groups = "group" if op == "ModulatedDeformConv2d" else "groups"
+    written = {"stride": list(cfg.stride), "padding": list(cfg.padding), "dilation": list(cfg.dilation),
+               groups: cfg.groups, "deformable_group": cfg.offset_groups, **(attrs or {})}  # fmt: skip
+    node = helper.make_node(
+        op, names, ["y"], name="dcn", domain=domain, **{k: v for k, v in written.items() if v is not None}
+    )
+    graph_inputs = [helper.make_tensor_value_info(n, F, list(v.shape)) for n, v in zip(names, inputs.values())]
+    y = helper.make_tensor_value_info("y", F, [cfg.N, cfg.C_out, *cfg.out_hw()])
+    graph = helper.make_graph([node], "trt", graph_inputs, [y], inits)
+    imports = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    proto = helper.make_model(graph, opset_imports=imports, ir_version=8)
+    return proto, layer, dict(zip(names, inputs.values()))
+
+
 # -- what stays untouched ------------------------------------------------------------------------
 def two_node_model(opset: int = 19, batch: int | str = "N") -> onnx.ModelProto:
     """Relu -> Conv (offsets) -> two DeformConv sharing input and offset -> Add, with value_info and metadata."""

@@ -134,11 +134,12 @@ def files(tmp_path_factory):
         [helper.make_tensor_value_info("x", f, [1, 2, 5, 5])],
         [helper.make_tensor_value_info("y", f, [1, 2, 5, 5])],
     )
-    trt = _file(  # TensorRT's own ModulatedDeformConv2d plugin (onnx-tensorrt's DeformConv importer): not lowered
+    trt = _file(  # a DCNv2_TRT plugin (insert_dcn_plugin.py style: offset and mask split inside it): not lowered
         root / "trt.onnx",
-        [helper.make_node("ModulatedDeformConv2d", ["x", "off", "mask", "w"], ["y"], stride=[1, 1], padding=[1, 1])],
+        [helper.make_node("DCNv2_TRT", ["x", "om", "w", "b"], ["y"], stride=[1, 1], padding=[1, 1], dilation=[1, 1],
+                          deformable_groups=1)],
         [helper.make_tensor_value_info(n, f, s) for n, s in
-         (("x", [1, 2, 5, 5]), ("off", [1, 18, 5, 5]), ("mask", [1, 9, 5, 5]), ("w", [2, 2, 3, 3]))],
+         (("x", [1, 2, 5, 5]), ("om", [1, 27, 5, 5]), ("w", [2, 2, 3, 3]), ("b", [2]))],
         [helper.make_tensor_value_info("y", f, [1, 2, 5, 5])],
     )  # fmt: skip
     return {"gs": grid, "plain": plain, "trt": trt}
@@ -161,7 +162,8 @@ def test_nothing_to_lower_names_a_plugin_node_lower_does_not_know(files, tmp_pat
     """A file whose only deformable node is a plugin lower does not rewrite read "the file has no deformable
     convolution ... node": the line names that node and the nodes lower knows instead."""
     line = nothing_to_lower(read_model(files["trt"]), "auto")
-    assert "ModulatedDeformConv2d x1 are not ONNX ops" in line and "mmcv::MMCVModulatedDeformConv2d" in line, line
+    assert "DCNv2_TRT x1 are not ONNX ops" in line and "mmcv::MMCVModulatedDeformConv2d" in line, line
+    assert "trt::ModulatedDeformConv2d" in line and "DCNv2," in line, line  # TensorRT's plugin nodes it does know
     assert "has no" not in line and "\n" not in line
     lowered = runner.invoke(app, ["lower", files["trt"], "-o", str(tmp_path / "l.onnx")], env={"COLUMNS": "400"})
     assert lowered.exit_code == 0 and line in lowered.stdout, lowered.output

@@ -17,7 +17,7 @@ pytest.importorskip("openvino", reason="OpenVINO tests need `pip install openvin
 
 import deform_onnx
 import deform_onnx.openvino as dov
-from models import mmcv_model
+from models import mmcv_model, trt_plugin_model
 from util import UNEVEN, Config, DeformLayer, assert_close, case_config, make_inputs, reference, run_ov
 
 
@@ -127,6 +127,14 @@ def test_extension_mmcv_nodes(modulated, bias, domain):
     want = reference(layer, dict(zip(("x", "offset", "mask"), feeds.values())))
     assert_close(run_ov(proto, feeds), want, what=f"{domain} modulated={modulated}")
     assert_close(run_ov(deform_onnx.lower(proto), feeds), want, what=f"{domain} lowered")
+
+
+@pytest.mark.parametrize("op, domain", [("ModulatedDeformConv2d", "trt"), ("DCNv2", "")])
+def test_extension_tensorrt_plugin_nodes(op, domain):
+    """TensorRT's plugin node kinds reach the extension through the registry alone (no edit of the runtime)."""
+    cfg = UNEVEN.at(mask=True, bias=True)
+    proto, layer, feeds = trt_plugin_model(cfg, op, domain=domain)
+    assert_close(run_ov(proto, feeds), reference(layer, feeds), what=f"{domain}::{op} on the extension")
 
 
 def test_extension_rejects_conflicting_mmcv_attributes():

@@ -7,12 +7,36 @@ import onnx
 
 from ..core.protos import default_opset
 
-#: Deformable-convolution node kinds that :func:`lower_for_quantization` lowers (the rewriter's known nodes).
-DEFORM_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d", "DeformableConv2D", "TRTDCNv3",
-              "DCNv4_Plugin")  # fmt: skip
-#: The node kinds with torchvision's sampling, which ``method="native"`` writes as ``DeformConv`` (OpenVINO's
-#: ``DeformableConv2D`` has its own border rule; DCNv3 / DCNv4 are other ops).
-NATIVE_OPS = ("DeformConv", "MMCVDeformConv2d", "MMCVModulatedDeformConv2d")
+#: The ops (registry names) whose file nodes :func:`lower_for_quantization` lowers: the deformable convolutions.
+QUANTIZED_OPS = ("deform_conv2d", "dcnv3")
+#: The standard node ``method="native"`` writes deformable convolution as.
+NATIVE_NODE = ("", "DeformConv")
+
+
+def deform_kinds() -> set[tuple[str, str]]:
+    """``(domain, op_type)`` of the nodes :func:`lower_for_quantization` lowers: every file node the registry
+    gives :data:`QUANTIZED_OPS` (``DeformConv``, mmcv's, OpenVINO's, TensorRT's plugins, ``TRTDCNv3``, ...).
+    """
+    from ..ops.registry import OPS
+
+    return {key for name in QUANTIZED_OPS for key in OPS[name].onnx_nodes}
+
+
+def native_kinds() -> set[tuple[str, str]]:
+    """The node kinds with torchvision's sampling, which ``method="native"`` writes as ``DeformConv`` (OpenVINO's
+    ``DeformableConv2D`` has its own border rule; DCNv3 / DCNv4 are other ops): read from the node kinds' registry.
+    """
+    from ..ops.deform_conv import SOURCE_OPS
+
+    return {key for key, src in SOURCE_OPS.items() if src.torchvision_border}
+
+
+def _kinds_in(model: onnx.ModelProto, kinds: set[tuple[str, str]]) -> bool:
+    from ..ops.deform_conv.source_kinds import key_of
+
+    return any(key_of(n.domain, n.op_type) in kinds for n in model.graph.node)
+
+
 #: The lowest default-domain opset of a quantized file: per-channel ``DequantizeLinear`` (its ``axis``) is opset 13.
 QDQ_OPSET = 13
 
@@ -22,11 +46,11 @@ def lower_for_quantization(
 ) -> tuple[onnx.ModelProto, str | None]:
     """``model`` with its deformable nodes lowered in the integer-contraction form (or as it is).
 
-    ``DeformConv`` and mmcv nodes of a file below opset 19 (a lowered file rebuilt by :mod:`.rebuild`, an
+    ``DeformConv`` and plugin nodes (mmcv's, TensorRT's) of a file below opset 19 (a file rebuilt by :mod:`.rebuild`, an
     mmdeploy export) take the model to opset 19 where they stay ``DeformConv`` (``method="native"``) or become
     its sampler; a file below the method's own opset (grid_sample: 16) is taken to it.
     """
-    if not any(n.op_type in DEFORM_OPS for n in model.graph.node):
+    if not _kinds_in(model, deform_kinds()):
         return model, None
     from ..builder.forms import graph_forms
     from ..ops.registry import lowest_opset
@@ -34,9 +58,10 @@ def lower_for_quantization(
     from ..targets import resolve_target
 
     opset = default_opset(model)
-    native_below = opset is not None and opset < 19 and any(n.op_type in NATIVE_OPS for n in model.graph.node)
-    if method == "native":  # mmcv nodes become DeformConv at any opset (ONNX Runtime has no kernel for them)
-        plugin = any(n.op_type in NATIVE_OPS[1:] for n in model.graph.node)
+    native = native_kinds()
+    native_below = opset is not None and opset < 19 and _kinds_in(model, native)
+    if method == "native":  # plugin nodes become DeformConv at any opset (ONNX Runtime has no kernel for them)
+        plugin = _kinds_in(model, native - {NATIVE_NODE})
         return (lower(model, method="native", opset=max(opset or 19, 19)) if native_below or plugin else model), None
 
     if method is None:

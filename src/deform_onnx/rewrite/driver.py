@@ -169,8 +169,9 @@ def lower(
     Known nodes: the standard ``DeformConv`` (at any opset, also the invalid
     opset-17/18 files of the dynamo exporter; asymmetric ``pads`` too),
     mmcv's ``MMCVDeformConv2d`` and ``MMCVModulatedDeformConv2d`` (domains
-    ``mmcv`` and ``mmdeploy``), and OpenVINO's
-    ``org.openvinotoolkit::DeformableConv2D`` (lowered with OpenVINO's own
+    ``mmcv`` and ``mmdeploy``), TensorRT's ``ModulatedDeformConv2d`` plugin node and
+    CenterNet's ``DCNv2`` plugin node (:mod:`deform_onnx.ops.deform_conv.source_tensorrt`),
+    and OpenVINO's ``org.openvinotoolkit::DeformableConv2D`` (lowered with OpenVINO's own
     border rule, so the result matches OpenVINO). Each is replaced by the ops
     of one lowering (``native``, ``grid_sample``, ``gather``; semantics of
     ``torchvision.ops.deform_conv2d``), the same functions the exporters use.
@@ -178,8 +179,8 @@ def lower(
     inference. The output size is always the convolution's arithmetic on the
     input; an offset or mask of another size fails at run time. The replacement's output keeps the node's
     output name; graph inputs/outputs, other nodes, initializers, value_info,
-    metadata and other opset imports are kept. mmcv domains left unused are
-    dropped from the opset imports. mmdeploy's ``TRTDCNv3`` (InternImage's
+    metadata and other opset imports are kept. Plugin domains (``mmcv``, ``trt``, ...) left
+    unused are dropped from the opset imports. mmdeploy's ``TRTDCNv3`` (InternImage's
     DCNv3 plugin) and ``custom_op::DCNv4_Plugin`` (DCNv4's public TensorRT plugin) are replaced by standard ops on the sampler the method picks
     for ``grid_sample`` (:mod:`deform_onnx.ops.dcnv3.sources`). Default-domain ``GridSample`` nodes
     (``F.grid_sample``) are rewritten into standard ops on Gather when the

@@ -1,7 +1,7 @@
 """Which nodes of a file a method lowers: the one decision ``lower``, ``check`` and ``run_paths`` share.
 
 Each op's file-node module (:attr:`deform_onnx.ops.registry.OpEntry.sources`) answers for its nodes:
-for the package's ops, deformable-convolution nodes (DeformConv, mmcv's, OpenVINO's) and the MSDA and
+for the package's ops, deformable-convolution nodes (DeformConv, mmcv's, OpenVINO's, TensorRT's plugins) and the MSDA and
 DCNv3 plugin nodes are lowered by every method; default-domain ``GridSample`` nodes only by the
 methods that resolve ``F.grid_sample`` to its gather form (``gather``, and ``auto`` below opset 16).
 """
@@ -41,7 +41,7 @@ def nothing_to_lower(model: ir.Model, method: str) -> str:
     head = f"no node that lower(method={method!r}) replaces"
     if not others:
         foreign = _not_onnx_ops(model)
-        if foreign:  # e.g. TensorRT's own ModulatedDeformConv2d plugin: a deformable node, but not one lower knows
+        if foreign:  # e.g. a DCNv2_TRT plugin (offset and mask split inside it): deformable, but not one lower knows
             known = sorted(
                 {f"{d}::{op}" if d not in ("", "ai.onnx") else op for e in OPS.values() for d, op in e.onnx_nodes}
             )

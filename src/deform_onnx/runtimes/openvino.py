@@ -91,8 +91,9 @@ def extension() -> list:
     Returns:
         A list of ``openvino.frontend.onnx.ConversionExtension``, one per
         (domain, op_type) of :data:`deform_onnx.ops.deform_conv.SOURCE_OPS`:
-        ``DeformConv`` (default domain) and ``MMCVDeformConv2d`` /
-        ``MMCVModulatedDeformConv2d`` (domains ``mmcv``, ``mmdeploy``). Add them
+        ``DeformConv`` (default domain), ``MMCVDeformConv2d`` /
+        ``MMCVModulatedDeformConv2d`` (domains ``mmcv``, ``mmdeploy``), TensorRT's
+        ``ModulatedDeformConv2d`` and CenterNet's ``DCNv2`` plugin nodes. Add them
         with ``core.add_extension(...)`` before ``core.read_model``.
 
     Raises:

@@ -9,7 +9,9 @@
   :mod:`.module_checks`: the checks of ``DeformConv2d`` modules before export;
 - :mod:`.source_kinds`: the file nodes that mean it (:class:`~.source_kinds.SourceOp`),
   one module per kind: :mod:`.source_onnx` (``DeformConv``), :mod:`.source_mmcv`
-  (mmcv / mmdeploy plugin nodes), :mod:`.source_openvino` (OpenVINO's node);
+  (mmcv / mmdeploy plugin nodes), :mod:`.source_openvino` (OpenVINO's node),
+  :mod:`.source_tensorrt` (TensorRT's ``ModulatedDeformConv2d`` plugin, CenterNet's ``DCNv2``);
+  :mod:`.source_kinds` imports every ``source_*`` module, so a new kind touches nothing else;
   :mod:`.sources`: ``lower``'s side of them (find, read the spec, replace);
 - :mod:`.rules`: the target graph rule its nodes bring (``no DeformConv``);
 - :mod:`.register`: its registry entry (:data:`~.register.LOWERINGS`, :func:`~.register.resolve_method`).
@@ -18,7 +20,6 @@ Importing this package registers the node kinds (the rewriter and the OpenVINO
 conversion extension read :data:`~.source_kinds.SOURCE_OPS`); nothing here imports torch.
 """
 
-from . import source_mmcv, source_onnx, source_openvino  # noqa: F401  (register the node kinds)
 from .source_kinds import SOURCE_OPS, SourceOp
 from .spec import DeformConvSpec, out_size
 

@@ -1,14 +1,18 @@
 """The deformable-convolution node kinds that :func:`deform_onnx.lower` knows, one :class:`SourceOp` each.
 
 One :class:`SourceOp` per (domain, op_type), onnx2torch-style: each ``source_*.py``
-module of this folder (``source_onnx.py``, ``source_mmcv.py``, ``source_openvino.py``) describes its node kinds once:
-which input plays which role, which attributes exist, and how they map to
-torchvision's arguments. The file rewriter and the OpenVINO conversion
-extension both read these descriptions, so the attribute rules live in one place.
+module of this folder (``source_onnx.py``, ``source_mmcv.py``, ``source_openvino.py``,
+``source_tensorrt.py``) describes its node kinds once: which input plays which role, which
+attributes exist, and how they map to torchvision's arguments. Importing this module imports every
+``source_*.py`` beside it (:func:`_discover`), so a new node kind is one new module and nothing else:
+the file rewriter, the op's registry entry (its ``onnx_nodes``), the OpenVINO conversion extension,
+``quantize`` and ``check`` all read :data:`SOURCE_OPS`, so the attribute rules live in one place.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -50,6 +54,8 @@ class SourceOp:
         parse: ``parse(attrs, where) -> ConvAttrs`` with ``attrs`` the
             attributes present (name -> int or list of ints) and ``where`` a
             description of the node for error messages. Raises ``ValueError``.
+        torchvision_border: whether the kind samples with torchvision's border rule, so that
+            ``lower(method="native")`` writes it as the standard ``DeformConv`` (OpenVINO's node does not).
     """
 
     domain: str
@@ -58,6 +64,7 @@ class SourceOp:
     required: int
     attr_kinds: Mapping[str, str]
     parse: Callable[[Mapping[str, object], str], ConvAttrs]
+    torchvision_border: bool = True
 
     @property
     def key(self) -> tuple[str, str]:
@@ -94,11 +101,14 @@ def register(op: SourceOp) -> SourceOp:
     return op
 
 
+def key_of(domain: str, op_type: str) -> tuple[str, str]:
+    """A node's ``(domain, op_type)`` as :data:`SOURCE_OPS` keys it (``ai.onnx`` is the default domain ``""``)."""
+    return ("" if domain == "ai.onnx" else domain, op_type)
+
+
 def lookup(domain: str, op_type: str) -> SourceOp | None:
     """The :class:`SourceOp` for a node, or ``None``; ``ai.onnx`` is the default domain."""
-    if domain == "ai.onnx":
-        domain = ""
-    return SOURCE_OPS.get((domain, op_type))
+    return SOURCE_OPS.get(key_of(domain, op_type))
 
 
 # -- attribute helpers shared by the node-kind modules -------------------
@@ -139,3 +149,14 @@ def pads_attr(attrs: Mapping[str, object], where: str) -> tuple[tuple[int, int],
     if min(pads) < 0:
         raise ValueError(f"{where}: pads={pads} must be >= 0")
     return (int(pads[0]), int(pads[1])), (int(pads[2]), int(pads[3]))
+
+
+def _discover() -> None:
+    """Import every ``source_*`` module of this folder (each registers its node kinds on import)."""
+    package = importlib.import_module(__package__ or "deform_onnx.ops.deform_conv")
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("source_") and info.name != "source_kinds":
+            importlib.import_module(f"{package.__name__}.{info.name}")
+
+
+_discover()

@@ -55,5 +55,6 @@ OPENVINO_DEFORMABLE_CONV_2D = register(
             "auto_pad": "string",
         },
         parse=_parse,
+        torchvision_border=False,
     )
 )

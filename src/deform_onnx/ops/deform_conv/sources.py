@@ -1,6 +1,6 @@
 """``lower`` for deformable-convolution file nodes: find them, read each as a spec, replace it by a lowering.
 
-The node kinds (``DeformConv``, mmcv's and OpenVINO's) are described once in
+The node kinds (``DeformConv``, mmcv's, OpenVINO's, TensorRT's plugins) are described once in
 :mod:`.source_kinds` (one ``source_*.py`` module per kind); this module is their
 side of the file-node interface (:mod:`deform_onnx.ops.file_nodes`): every known
 node is lowered, whatever the method, by the lowering the method resolves to
