@@ -44,6 +44,12 @@ reach the lowerings through this context instead, set around the export by
   onnx2tf cannot tell NCHW from NHWC when C == H == W and concatenated the blocks to such a map along the wrong
   axis: an RT-DETR-style encoder whose 8x8 level has 8 channels per head came out 0.48 off PyTorch in LiteRT
   (measured here: tests/targets/test_tflite_msda.py). The ``tflite`` target asks for it.
+- ``"rows per image"``: the fused ``ms_deform_attn`` lowering (:mod:`deform_onnx.ops.msda.lower`, opset >= 12)
+  gathers each image's rows ``[N, M*S, D]`` with ``GatherND`` (``batch_dims=1``) at row ``m*S + start_l + ...``
+  instead of one flat ``Gather`` over ``[N*M*S, D]`` whose row index counts images with ``Range(0, N*M)``
+  reshaped to ``[N, 1, M, 1, 1]``; the same numbers. TVM 0.27's relax ONNX frontend loses the batch through that
+  Range and refused the reshape at a dynamic batch ("Reshape requires the input new shape to be Shape. However,
+  the given one is relax.TensorType", measured here). The ``tvm`` target asks for it.
 - ``"no NaN guard"``: the samplers leave out the ``Where(Equal(p, p), ...)``
   that maps a NaN sample coordinate outside the image
   (:func:`~deform_onnx.sampler.gather.nan_guard`). pnnx traces that ``Equal`` as ``torch.eq``,
@@ -148,6 +154,7 @@ EMIT_FORMS = (
     "float row index",
     "table by one Pad",
     "table padded flat",
+    "rows per image",
 )
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 
