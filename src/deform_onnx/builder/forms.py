@@ -38,6 +38,18 @@ reach the lowerings through this context instead, set around the export by
   the same numbers. onnx2tf takes a value whose non-batch axes are all equal (a square output) for a
   transposed one and re-lays out its indices (a flow warp on a 16x16 image off by 3.1 in LiteRT,
   measured here: :mod:`deform_onnx.ops.grid_sample.flat`).
+- ``"table padded flat"``: the gather samplers' zero-padded row table
+  (:func:`~deform_onnx.sampler.gather.padded_channel_rows`) is padded on 2-D views (``[N*C*H, W]`` along W,
+  then ``[N*C, H*(W+3)]`` along H) instead of concatenating zero blocks to the 4-D map; the same numbers.
+  onnx2tf cannot tell NCHW from NHWC when C == H == W and concatenated the blocks to such a map along the wrong
+  axis: an RT-DETR-style encoder whose 8x8 level has 8 channels per head came out 0.48 off PyTorch in LiteRT
+  (measured here: tests/targets/test_tflite_msda.py). The ``tflite`` target asks for it.
+- ``"rows per image"``: the fused ``ms_deform_attn`` lowering (:mod:`deform_onnx.ops.msda.lower`, opset >= 12)
+  gathers each image's rows ``[N, M*S, D]`` with ``GatherND`` (``batch_dims=1``) at row ``m*S + start_l + ...``
+  instead of one flat ``Gather`` over ``[N*M*S, D]`` whose row index counts images with ``Range(0, N*M)``
+  reshaped to ``[N, 1, M, 1, 1]``; the same numbers. TVM 0.27's relax ONNX frontend loses the batch through that
+  Range and refused the reshape at a dynamic batch ("Reshape requires the input new shape to be Shape. However,
+  the given one is relax.TensorType", measured here). The ``tvm`` target asks for it.
 - ``"no NaN guard"``: the samplers leave out the ``Where(Equal(p, p), ...)``
   that maps a NaN sample coordinate outside the image
   (:func:`~deform_onnx.sampler.gather.nan_guard`). pnnx traces that ``Equal`` as ``torch.eq``,
@@ -141,6 +153,8 @@ EMIT_FORMS = (
     "GridSample one dtype",
     "float row index",
     "table by one Pad",
+    "table padded flat",
+    "rows per image",
 )
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 

@@ -85,6 +85,10 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
     for strategy in STRATEGIES:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_quiet_guards())
+            # torch's ONNX exporter captures with backed sizes size-oblivious (its first two strategies): without
+            # it, torch cannot prove the reshape of a level's flattened pixels back to (h, w) when w is static
+            # (``(16 + 16*k) % (1 + k) == 0``: sympy distributes the 16 over k + 1) and refuses a dynamic H
+            stack.enter_context(torch.fx.experimental._config.patch(backed_size_oblivious=True))  # type: ignore[attr-defined]
             mode = stack.enter_context(while_exporting()) if strategy.rewrites else None
             try:
                 program = torch.export.export(model, tuple(args), dynamic_shapes=dynamic_shapes, strict=strategy.strict)

@@ -123,6 +123,23 @@ def lower(ep) -> bytes:
         raise
 
 
+def _edge_config():
+    """ExecuTorch's edge settings, its Python size functions (``torch.sym_float``, ``torch.sym_max``, ...) let through.
+
+    executorch 1.5.1's edge verifier refuses every Python function in the graph but ``alloc``
+    ("AssertionError" from ``check_valid_edge_op``), also the size functions that its own ``to_executorch``
+    maps to ``executorch_prim`` ops (``EdgeToBackendOpsPass``) and its runtime runs. A dynamic size reaches
+    them through model code (``torch.linspace(0.5, h - 0.5, h)`` of a level's size ``h``: ``sym_float``) and
+    through :mod:`deform_onnx.exporters.size_ranges` (``sym_max``). The verifier's exception list takes them;
+    every other check stays.
+    """
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir.passes.executorch_prim_ops_registry import _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS
+
+    functions = [op for op in _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS if callable(op) and op.__module__ == "torch"]
+    return EdgeCompileConfig(_core_aten_ops_exception_list=functions)
+
+
 def _lowered(ep, partitioner: list, passes: list | None = None) -> bytes:
     declared = dict(ep.range_constraints)  # the Dim ranges: what the memory plan must hold (plan_bounds)
     with quiet() as noise:
@@ -130,7 +147,9 @@ def _lowered(ep, partitioner: list, passes: list | None = None) -> bytes:
             from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
             with torch.no_grad():  # the passes fold constants from parameters: plain tensors (deep-copied later)
-                edge = to_edge_transform_and_lower(ep, transform_passes=passes, partitioner=partitioner)
+                edge = to_edge_transform_and_lower(
+                    ep, transform_passes=passes, partitioner=partitioner, compile_config=_edge_config()
+                )
                 schedule.reorder(edge.exported_program().graph_module)
                 program = edge.to_executorch(ExecutorchBackendConfig(sym_shape_eval_pass=declared_bounds(declared)))
         except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one

@@ -58,6 +58,8 @@ def padded_channel_rows(b: Builder, x: Value, width: Dim) -> Value:
     N, C, H, W = b.dim(x, 0), b.dim(x, 1), b.dim(x, 2), b.dim(x, 3)
     if wants("table by one Pad"):  # one pass (the .pte's XNNPACK pads; no version converter runs there)
         xt = b.op("Pad", x, b.i64([0, 0, PAD_BEFORE, PAD_BEFORE, 0, 0, PAD_AFTER, PAD_AFTER]))
+    elif wants("table padded flat"):  # no 4-D value: onnx2tf misreads a square [N, C, H, W] with C == H == W
+        xt = _padded_flat(b, x, (N, C, H, W))
     else:
         zero = b.float_const(0.0, x)
         xt = x
@@ -71,6 +73,24 @@ def padded_channel_rows(b: Builder, x: Value, width: Dim) -> Value:
     pixels = b.mul_dim(b.add_dim(H, PAD_BEFORE + PAD_AFTER), b.add_dim(W, PAD_BEFORE + PAD_AFTER))
     xt = b.op("Transpose", b.reshape(xt, [-1, C, pixels]), perm=[0, 2, 1])
     return b.reshape(xt, [-1, width])
+
+
+def _padded_flat(b: Builder, x: Value, dims: tuple[Dim, Dim, Dim, Dim]) -> Value:
+    """:func:`padded_channel_rows`' zero padding on 2-D views: ``[N*C*H, W]`` padded along W, then
+    ``[N*C, H*(W+3)]`` along H (whole padded rows); ``[N*C, (H+3)*(W+3)]``, the same numbers as the 4-D
+    padding (form ``"table padded flat"``).
+    """
+    N, C, H, W = dims
+    zero = b.float_const(0.0, x)
+    nc = b.mul_dim(N, C)
+    wide = b.add_dim(W, PAD_BEFORE + PAD_AFTER)
+    for rows, width, pads in (
+        (b.mul_dim(nc, H), W, (PAD_BEFORE, PAD_AFTER)),
+        (nc, b.mul_dim(H, wide), (b.mul_dim(wide, PAD_BEFORE), b.mul_dim(wide, PAD_AFTER))),
+    ):
+        before, after = (b.op("Expand", zero, b.shape_vector([rows, n])) for n in pads)
+        x = b.op("Concat", before, b.reshape(x, [rows, width]), after, axis=1)
+    return x
 
 
 def padded_corner(b: Builder, p: Value, size: Dim, like: Value, border_rule: bool = True, as_float: bool = False):

@@ -43,6 +43,7 @@ from __future__ import annotations
 import onnx
 
 from ...builder import Builder, Value
+from ...builder.forms import wants
 from ...core.opsets import MSDA_GATHER_MIN_OPSET
 from ...sampler.coords import coordinate_dtype, in_input_dtype
 from ...sampler.gather import nan_guard
@@ -68,7 +69,9 @@ def lower_gather(
     check_shapes(b, value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
     N, S, M, D = (b.dim(value, i) for i in range(4))
     like, loc = coordinate_dtype(b, value, sampling_locations)
-    rows = b.reshape(b.op("Transpose", value, perm=[0, 2, 1, 3]), [-1, D])  # [N*M*S, D]
+    per_image = wants("rows per image") and b.opset >= 12  # GatherND's batch_dims: opset 12
+    # [N*M*S, D] rows, or [N, M*S, D] under "rows per image" (each image's rows gathered apart)
+    rows = b.reshape(b.op("Transpose", value, perm=[0, 2, 1, 3]), [0, -1, D] if per_image else [-1, D])
     shapes = b.op("Cast", spatial_shapes, to=onnx.TensorProto.INT64)
 
     def per_level(t: Value, axis: int) -> Value:  # [L, 2] -> [L, 1]: broadcasts over [N, Lq, M, L, P]
@@ -77,9 +80,12 @@ def lower_gather(
     Hi, Wi = per_level(shapes, 0), per_level(shapes, 1)
     Hf, Wf = b.cast_like(Hi, like), b.cast_like(Wi, like)
     start = b.reshape(b.op("Cast", level_start_index, to=onnx.TensorProto.INT64), [-1, 1])
-    # Row of (n, m, level start): (n*M + m)*S + start_l, as [N, 1, M, L, 1].
-    nm = b.op("Range", b.i64(0), b.scalar(b.mul_dim(N, M)), b.i64(1))
-    base = b.op("Add", b.op("Mul", b.reshape(nm, [N, 1, M, 1, 1]), b.as_dim(S)), start)
+    if per_image:  # row of (m, level start) in its image's rows: m*S + start_l, as [1, 1, M, L, 1]
+        m = b.op("Range", b.i64(0), b.scalar(M), b.i64(1))
+        base = b.op("Add", b.op("Mul", b.reshape(m, [1, 1, M, 1, 1]), b.as_dim(S)), start)
+    else:  # row of (n, m, level start): (n*M + m)*S + start_l, as [N, 1, M, L, 1]
+        nm = b.op("Range", b.i64(0), b.scalar(b.mul_dim(N, M)), b.i64(1))
+        base = b.op("Add", b.op("Mul", b.reshape(nm, [N, 1, M, 1, 1]), b.as_dim(S)), start)
 
     one, half = b.float_const(1.0, like), b.float_const(0.5, like)
     two = b.float_const(2.0, like)
@@ -114,7 +120,11 @@ def lower_gather(
             w = in_input_dtype(b, value, b.op("Mul", weights_y[cy], weights_x[cx]))
             w = b.reshape(w, [0, 0, 0, 1, -1])  # [N, Lq, M, 1, L*P]
             # One batched [1, L*P] x [L*P, D] product per (n, q, m): no [.., L*P, D] product tensor.
-            term = b.op("MatMul", w, b.op("Gather", rows, idx, axis=0))  # [N, Lq, M, 1, D]
+            if per_image:  # [N, Lq, M, L*P, 1] indices into each image's [M*S, D] rows
+                picked = b.op("GatherND", rows, b.unsqueeze(idx, [4]), batch_dims=1)
+            else:
+                picked = b.op("Gather", rows, idx, axis=0)
+            term = b.op("MatMul", w, picked)  # [N, Lq, M, 1, D]
             out = term if out is None else b.op("Add", out, term)
     return b.reshape(out, [0, 0, -1])
 
