@@ -78,6 +78,7 @@ GENERATORS: dict[str, str] = {
     "op-matrix": "scripts/op_matrix.py",
     "edge-matrix": "scripts/op_matrix_edge.py",
     "deform-onnx formats": "benchmarks/formats.py",
+    "pte corner tables": "scripts/repro/pte_corner_tables.py",
     "main-job": "scripts/readme_blocks.py",
     "env-size": "scripts/readme_blocks.py",
     "runtime-venvs": "scripts/runtime_venvs.py",  # docs/runtimes.md

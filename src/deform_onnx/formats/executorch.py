@@ -89,7 +89,9 @@ def lower(ep) -> bytes:
 
     The program's constant subgraphs are folded first (ExecuTorch's ``constant_prop_pass``): XNNPACK takes a
     ``mm``/``linear`` only when its weight is a constant, and the lowerings reshape and slice the layer's
-    weight per tap (measured on a DCNv2 layer: every ``mm`` ran on the portable kernels before). Then a
+    weight per tap (measured on a DCNv2 layer: every ``mm`` ran on the portable kernels before). A folded
+    constant that is a view into another's storage is copied (:func:`_own_storage`: XNNPACK read it from the
+    storage's start). Then a
     ``where`` with a one-element constant branch gets it as ``full_like`` of the other branch
     (:func:`~deform_onnx.formats.fast_paths.full_where_branches`: the portable kernel's fast path), and the NaN
     guards' ``where(eq(p, p), ...)`` test ``isnan(p)`` instead (:func:`~deform_onnx.formats.fast_paths.isnan_guards`).
@@ -111,6 +113,7 @@ def lower(ep) -> bytes:
 
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
+    _own_storage(ep)
     fast_paths.full_where_branches(ep)
     fast_paths.isnan_guards(ep)
     ops = patterns.Ops()  # the edge program's ops: XNNPACK's examples it cannot match are not built
@@ -138,6 +141,20 @@ def _edge_config():
 
     functions = [op for op in _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS if callable(op) and op.__module__ == "torch"]
     return EdgeCompileConfig(_core_aten_ops_exception_list=functions)
+
+
+def _own_storage(ep) -> None:
+    """Each folded constant of ``ep`` as a tensor that owns its storage (a copy where it is a view of another).
+
+    ``constant_prop_pass`` folds a slice of a constant (the lowerings' per-tap weight) into a view of the
+    whole constant's storage, and XNNPACK serializes such a constant from the start of that storage: measured
+    with executorch 1.5.1, ``x @ w[k]`` for a ``[3, 8, 8]`` weight ran every tap with ``w[0]`` (off by 16-20).
+    """
+    for key, value in list(ep.constants.items()):
+        if isinstance(value, torch.Tensor) and (
+            value.storage_offset() or value.untyped_storage().nbytes() != value.numel() * value.element_size()
+        ):
+            ep.constants[key] = value.detach().clone(memory_format=torch.contiguous_format)
 
 
 def _lowered(ep, partitioner: list, passes: list | None = None) -> bytes:
