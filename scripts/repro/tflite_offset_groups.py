@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("shapes", nargs="+", type=BenchShape.parse)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--forms", default="apart,flat,dense,apart2")
+    ap.add_argument("--forms", default="apart,flat,dense,apart2", help="comma-separated; 'flat+FORM': another form too")
     opts = ap.parse_args()
     fam = FAMILIES["tflite"]
     python = interpreter(fam)
@@ -87,7 +87,7 @@ def main() -> None:
         case = DeformConvCase(shape, work / shape.label.replace(" ", "_"), threads=2)
         files = {}
         for form in opts.forms.split(","):
-            path = case.workdir / f"{form}.onnx"
+            path = case.workdir / f"{form.replace(' ', '_').replace('+', '-')}.onnx"
             if form == "dense":
                 conv = torch.nn.Conv2d(shape.channels, shape.channels, 3, stride=shape.stride, padding=1).eval()
                 with torch.no_grad():
@@ -99,13 +99,14 @@ def main() -> None:
                 feeds = {"input": case.feeds["input"]}
             else:
                 buf = io.BytesIO()
-                forms = ["flat offset groups" if form.startswith("flat") else "offset groups apart"]
+                first, *more = form.split("+")  # "flat+float row index": that form as well
+                forms = ["flat offset groups" if first.startswith("flat") else "offset groups apart", *more]
                 with graph_forms([*forms, "flat sampling grid"]):  # the tflite target's gather@13, forms as named
                     deform_onnx.export(case.module, case.args, buf, method="gather", opset_version=13, dynamo=False,
                                        input_names=list(case.inputs), output_names=["output"], verify=False)  # fmt: skip
                 path.write_bytes(buf.getvalue())
                 want, feeds = case.reference, case.feeds
-            out = case.workdir / form
+            out = path.with_suffix("")
             out.mkdir()
             run = run_file(fam, python, path, feeds, list(want.shape), out, repeats=1, timeout=1800)
             err = None if run.output is None else float(np.abs(run.output.reshape(want.shape) - want).max())
