@@ -15,9 +15,13 @@ Each file is converted by onnx2tf and checked against PyTorch by the deployed ru
 in one LiteRT process (the runtime's default threads, as the runner) and timed in rounds, the files in an
 order rotated per round, ``repeats`` runs each; the median over rounds of each round's median is printed
 with its ratio to ``apart`` and to ``dense``, the op count of each ``.tflite``, and the load average.
-``apart`` is converted twice (``apart2``): its spread is the noise.
+``apart`` is converted twice (``apart2``): its spread is the noise. Each conversion's time (onnx2tf, then one
+checked run) is printed too.
 
-Usage: ``PYTHONPATH=src python scripts/repro/tflite_offset_groups.py [--rounds R] [--repeats K] SHAPE ...``
+Usage: ``PYTHONPATH=src python scripts/repro/tflite_offset_groups.py [--rounds R] [--repeats K] [--forms F,...]
+SHAPE ...`` (``--forms`` default ``apart,flat,dense,apart2``; ``flat+FORM``: with another graph form too, e.g.
+``flat+whole map``). Measured here on 1x64x64 og8: ``flat`` ran within ``apart``'s spread (its ops an eighth,
+its conversion several times faster); ``flat+float row index`` and ``flat+whole map`` gained nothing either.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -108,9 +113,11 @@ def main() -> None:
                 want, feeds = case.reference, case.feeds
             out = path.with_suffix("")
             out.mkdir()
+            start, before = time.perf_counter(), os.getloadavg()[0]
             run = run_file(fam, python, path, feeds, list(want.shape), out, repeats=1, timeout=1800)
+            took = f"converted and run in {time.perf_counter() - start:.0f} s (load average {before:.1f})"
             err = None if run.output is None else float(np.abs(run.output.reshape(want.shape) - want).max())
-            print(f"{shape.label} {form}: {run.error or f'max error {err:.2g}'}", flush=True)
+            print(f"{shape.label} {form}: {run.error or f'max error {err:.2g}'}; {took}", flush=True)
             if run.artifacts:
                 files[form] = str(run.artifacts[0][0])
         np.savez(case.workdir / "feeds.npz", **case.feeds)  # type: ignore[arg-type]
