@@ -179,8 +179,9 @@ TABLE: tuple[Target, ...] = (
         opset=13,
         reason="gather, the offset groups' indices computed on 2-D values and folded into the gathered rows: the "
         "bundled example and cases c04, c12, c25 run on LiteRT; with the default 5-D index values onnx2tf misplaces "
-        "the group axis (off by 1.8); computed per group apart they match too, but 8 groups make 7.8x the ops and "
-        "4.4x the conversion time at the same speed; the grid_sample form does not convert",
+        "the group axis (off by 1.8); computed per group apart they match too, but 8 groups made 7.8x the LiteRT ops "
+        "and onnx2tf took 328 s instead of 75 s (one conversion each) at the same speed; the grid_sample form does "
+        "not convert",
         source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py; "
         "scripts/op_matrix.py: the 5-D and bicubic gather forms and the fused MSDA op run, Deformable DETR's "
         "per-level MSDA core converted 1.0 off at its stack(dim=-2).flatten(-2), right with repair "
