@@ -7,8 +7,9 @@ onnxsim 0.4.36 first, as onnx2tf does; about 10 s to 3 min per file; one JSON li
 
 1. ``tflite_gather_apart`` (the control: what the ``tflite`` target writes): the bundled example's
    stage 3 block (``DeformBlock(32, 64, stride=2, groups=2, offset_groups=2)`` with its weights, on a
-   ``[1, 32, 16, 16]`` input), gather@13, each offset group's indices computed apart. Converts and
-   matches (2.4e-6).
+   ``[1, 32, 16, 16]`` input), gather@13 in the target's form (``flat offset groups``: every group's
+   indices on 2-D values; until issue 38 ``offset groups apart``, each group's indices computed on their
+   own, which matched within 2.4e-6 too: ``scripts/repro/tflite_offset_groups.py`` compares the two).
 2. ``tflite_gather_together``: the same block with the default gather form (one index computation
    with an offset-group axis: ``[K, N, G, Ho, Wo]`` values, a 6-D offset view). Converts, but onnx2tf
    misplaces the group axis: LiteRT's output is off by 0.62 (the control: 2.4e-6; the whole bundled

@@ -182,15 +182,45 @@ def index_computations(proto: onnx.ModelProto) -> int:
     return op_types(proto).count("Floor") // 2
 
 
-def test_tflite_samples_offset_groups_apart(layer):
-    """The ``tflite`` target's gather form: one index computation per offset group, the same numbers."""
+def test_tflite_samples_offset_groups_in_flat_rows(layer):
+    """The ``tflite`` target's gather form (``flat offset groups``): one index computation for every offset group,
+    on 2-D values (the default gather form's are 5-D: onnx2tf misplaces their group axis), the same numbers."""
     _, inputs, want = layer
-    apart = _export(layer, target="tflite")
+    flat = _export(layer, target="tflite")
     together = _export(layer, method="gather", opset_version=17)
-    assert index_computations(apart) == CFG.offset_groups and index_computations(together) == 1
-    assert "GridSample" not in op_types(apart)
-    for proto, what in ((apart, "offset groups apart"), (together, "one index computation")):
+    assert index_computations(flat) == index_computations(together) == 1
+    assert floor_ranks(flat) == {2} and floor_ranks(together) == {5}
+    assert "GridSample" not in op_types(flat)
+    for proto, what in ((flat, "flat offset groups"), (together, "one index computation")):
         assert_close(run_ort(proto.SerializeToString(), inputs), want, what=what)
+
+
+def floor_ranks(proto: onnx.ModelProto) -> set[int]:
+    """The ranks of the values the gather form floors (its sample coordinates), from onnx's shape inference."""
+    g = onnx.shape_inference.infer_shapes(proto).graph
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*g.value_info, *g.input)}
+    return {ranks[n.input[0]] for n in g.node if n.op_type == "Floor"}
+
+
+def test_flat_offset_groups_compute_indices_on_2d_values():
+    """Form ``flat offset groups`` on 2 offset groups, 2 images (each image's first table row) and a 12x10 map: one
+    index computation for every group on 2-D values (the control, 5-D: the test above), one Gather per corner and
+    tap for all groups, and torchvision's numbers in ONNX Runtime."""
+    from deform_onnx.builder.forms import graph_forms
+
+    cfg = CFG.at(N=2, W=10)
+    module, inputs = DeformLayer(cfg).eval(), make_inputs(cfg)
+    with graph_forms(["flat offset groups"]):
+        flat = _export((module, inputs, None), method="gather", opset_version=13, dynamo=False)
+    assert index_computations(flat) == 1 and floor_ranks(flat) == {2}
+    taps = cfg.kernel[0] * cfg.kernel[1]
+    table_gathers = [n for n in flat.graph.node if n.op_type == "Gather" and "Mul" in _users(flat, n.output[0])]
+    assert len(table_gathers) == 4 * taps
+    assert_close(run_ort(flat.SerializeToString(), inputs), reference(module, inputs), what="flat offset groups")
+
+
+def _users(proto: onnx.ModelProto, name: str) -> list[str]:
+    return [n.op_type for n in proto.graph.node if name in n.input]
 
 
 def conv_kernels(proto: onnx.ModelProto) -> list[list[int]]:

@@ -236,7 +236,7 @@ def test_cli_targets_and_faults(tmp_path, layer_inputs):
     result = runner.invoke(app, ["targets", "tflite"])  # one target: one field per line
     assert result.exit_code == 0, result.output
     assert (
-        "gather@13 (forms: offset groups apart, flat sampling grid, table padded flat)" in result.stdout
+        "gather@13 (forms: flat offset groups, flat sampling grid, table padded flat)" in result.stdout
         and "tensorrt" not in result.stdout
     )
     result = runner.invoke(app, ["targets", "nope"])

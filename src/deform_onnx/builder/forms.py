@@ -33,6 +33,16 @@ reach the lowerings through this context instead, set around the export by
   NCHW->NHWC layout guesses misplace that axis in the 5-D/6-D index tensors
   (measured here: the bundled example, 2 offset groups in its last block,
   converted to LiteRT off by 1.8; apart, within 1.2e-5).
+- ``"flat offset groups"``: the gather form of deformable convolution computes the corner rows and
+  weights of every offset group in one computation on 2-D values ``[K*N*Hb, Wo*G]`` (row: tap, image,
+  output row; column: output column, group) and gathers each corner of a tap for all groups at once
+  (1-D indices of length ``N*Hb*Wo*G`` into the ``[N*(H+3)*(W+3)*G, C/G]`` table); the same numbers
+  (:mod:`deform_onnx.ops.deform_conv.gather_flat`). No value of the index math has more than 3 axes, so
+  onnx2tf's layout guesses have nothing to misplace, and the converted file has one ``Gather`` per
+  corner and tap instead of one per corner, tap and group (``"offset groups apart"``, which it
+  overrides): with 8 offset groups 846 LiteRT ops instead of 6610 and an onnx2tf conversion of 75 s
+  instead of 328 s (one each), at the same LiteRT speed (measured here: scripts/repro/tflite_offset_groups.py). Only with more than
+  one offset group: with one, LiteRT ran the default form faster. The ``tflite`` target asks for it.
 - ``"flat sampling grid"``: the gather form of ``grid_sample`` (4-D and 5-D) reshapes the grid to
   ``[N * points, k]`` first, so every coordinate, index and weight is 1-D instead of ``[N, Ho, Wo]``;
   the same numbers. onnx2tf takes a value whose non-batch axes are all equal (a square output) for a
@@ -139,6 +149,7 @@ EMIT_FORMS = (
     "contraction as Conv",
     "taps as channels",
     "offset groups apart",
+    "flat offset groups",
     "flat sampling grid",
     "no NaN guard",
     "GridSample 4-D only",

@@ -177,16 +177,19 @@ TABLE: tuple[Target, ...] = (
         runtime="TFLite / LiteRT through onnx2tf (which runs onnxsim 0.4.36 first)",
         method="gather",
         opset=13,
-        reason="gather, each offset group's indices computed apart: the bundled example and cases c04, c12, c25 "
-        "run on LiteRT; with one index computation for all groups onnx2tf misplaces the group axis (off by 1.8), "
-        "and the grid_sample form does not convert",
+        reason="gather, the offset groups' indices computed on 2-D values and folded into the gathered rows: the "
+        "bundled example and cases c04, c12, c25 run on LiteRT; with the default 5-D index values onnx2tf misplaces "
+        "the group axis (off by 1.8); computed per group apart they match too, but 8 groups made 7.8x the LiteRT ops "
+        "and onnx2tf took 328 s instead of 75 s (one conversion each) at the same speed; the grid_sample form does "
+        "not convert",
         source="measured here (scripts/runtime_matrix.py: onnx2tf 1.29 -> LiteRT 2.1; scripts/repro/tflite_forms.py; "
         "scripts/op_matrix.py: the 5-D and bicubic gather forms and the fused MSDA op run, Deformable DETR's "
         "per-level MSDA core converted 1.0 off at its stack(dim=-2).flatten(-2), right with repair "
         "'stack flatten as Concat': scripts/repro/onnx2tf_stack_flatten.py; F.grid_sample flow warps on square maps "
         "3.6 off, right with form 'flat sampling grid' and repair 'constant operand last': "
         "scripts/repro/tflite_warps.py; an RT-DETR-style MSDA encoder with an 8x8 level of 8 channels per head 0.48 "
-        "off, right with form 'table padded flat': tests/targets/test_tflite_msda.py)",
+        "off, right with form 'table padded flat': tests/targets/test_tflite_msda.py; offset groups: "
+        "scripts/repro/tflite_offset_groups.py)",
         options=("no IsNaN", "static shapes", "onnx2tf loadable ops"),
         faults=(
             _no_kernel(
@@ -196,7 +199,7 @@ TABLE: tuple[Target, ...] = (
             ),
         ),
         status="measured here",
-        forms=("offset groups apart", "flat sampling grid", "table padded flat"),
+        forms=("flat offset groups", "flat sampling grid", "table padded flat"),
         repairs=("stack flatten as Concat", "constant operand last"),
     ),
     Target(

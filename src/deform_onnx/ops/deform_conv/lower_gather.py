@@ -25,7 +25,8 @@ columns alive instead of N's. A static output map of more than
 :data:`~.common.BAND_PIXELS` pixels is lowered in bands of output rows
 (:func:`~.common.row_bands`), each with its own index math: one band's
 indices, weights and columns alive at a time. The
-four corners of a tap are combined by
+offset groups' index math runs on 5-D values ``[K, N, G, Ho, Wo]``; under the ``"flat offset groups"``
+form on 2-D ones (:mod:`.gather_flat`). The four corners of a tap are combined by
 :class:`~deform_onnx.sampler.gather.BilinearCorners` (one Gather of the four corners and a
 MatMul for rows of 32+ channels, four Gathers and a Sum for narrower ones).
 """
@@ -35,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ...builder import Builder, Value
+from ...builder import Builder, Dim, Value
 from ...builder.forms import wants
 from ...core.opsets import DEFORM_CONV_GATHER_MIN_OPSET
 from ...sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype
@@ -51,6 +52,7 @@ from .common import (
     pick,
     row_bands,
 )
+from .gather_flat import flat_corners, take_flat
 from .integer_contraction import tap_product
 from .spec import DeformConvSpec
 
@@ -76,7 +78,8 @@ def lower_gather(
     P = b.mul_dim(Ho, Wo)
 
     coord, offset = coordinate_dtype(b, x, offset)
-    table = padded_channel_rows(b, x, C if G > 1 and wants("offset groups apart") else Cg)
+    flat = G > 1 and wants("flat offset groups")
+    table = padded_channel_rows(b, x, C if G > 1 and wants("offset groups apart") and not flat else Cg)
 
     # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant); sliced once,
     # shared by every image and band.
@@ -88,9 +91,13 @@ def lower_gather(
     for band in row_bands(Ho, Wo):
         # output rows first .. first+Hb-1, sampled from the whole input
         rows = band_inputs(b, band, Ho, Wo, offset, mask)
-        samplers = _samplers(b, spec, x, table, rows, coord)
+        if flat:  # one sampler, 2-D index math ([K, N*Pb*G])
+            exact = _float_rows(b, coord, N, b.dim(x, 2), b.dim(x, 3), G)
+            samplers, columns = [flat_corners(b, spec, x, table, coord, rows, exact)], b.mul_dim(rows.pixels, G)
+        else:
+            samplers, columns = _samplers(b, spec, x, table, rows, coord), None
         for at, n in enumerate(images):
-            outs[at].append(_contract(b, spec, samplers, taps, w_taps, n, rows.pixels, bias))
+            outs[at].append(_contract(b, spec, (samplers, columns), taps, w_taps, n, rows.pixels, bias))
     parts = [o[0] if len(o) == 1 else b.op("Concat", *o, axis=3) for o in outs]  # bands: [N, groups, Co/g, Pb]
     parts = [b.reshape(o, [-1, Co, Ho, Wo]) for o in parts]
     return parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=0)
@@ -99,7 +106,7 @@ def lower_gather(
 def _samplers(b: Builder, spec, x, table, band: Band, coord) -> list[BilinearCorners]:
     """One sampler for all offset groups, or one per group under the ``"offset groups apart"`` form."""
     G, K, Cg = spec.offset_groups, spec.taps, spec.channels_per_offset_group
-    if G > 1 and wants("offset groups apart"):
+    if G > 1 and wants("offset groups apart"):  # ("flat offset groups" takes precedence: see lower_gather)
         # One table of all C channels, sliced per group: [N*(H+3)*(W+3), C/G] each
         K2 = 2 * K
         offset, mask = band.offset, band.mask
@@ -112,16 +119,23 @@ def _samplers(b: Builder, spec, x, table, band: Band, coord) -> list[BilinearCor
     return [_corners(b, spec, x, table, G, coord, band)]
 
 
-def _contract(b: Builder, spec, samplers, taps, w_taps, n: int | None, P, bias) -> Value:
+def _contract(b: Builder, spec, sampling: tuple[list[BilinearCorners], Dim | None], taps, w_taps, n: int | None,
+              P, bias) -> Value:  # fmt: skip
     """Sum over taps of the sampled columns times the tap's weight, plus bias: ``[N, groups, Co/groups, P]``.
 
-    ``n``: the image (``None``: all at once); ``P``: the output pixels the samplers cover.
+    ``sampling``: the samplers, and each image's columns of a :func:`~.gather_flat.flat_corners` sampler
+    (``None``: samplers with a batch axis); ``n``: the image (``None``: all at once); ``P``: the output pixels
+    the samplers cover.
     """
+    samplers, columns = sampling
     C, Co, groups, Cpg = spec.in_channels, spec.out_channels, spec.groups, spec.channels_per_group
     Cog = Co // groups
     out = None
     for tap, w_k in zip(taps, w_taps):
-        take = lambda v, t=tap, n=n: pick(b, v, t, n)  # noqa: E731
+        if columns is None:
+            take = lambda v, t=tap, n=n: pick(b, v, t, n)  # noqa: E731
+        else:
+            take = lambda v, t=tap, n=n: take_flat(b, v, t, n, columns)  # noqa: E731
         cols = [c.sample(b, take) for c in samplers]  # each [(N*)P*G, C/G] (G = 1 when apart)
         cols = cols[0] if len(cols) == 1 else b.op("Concat", *cols, axis=1)
         # cols: rows (n, y, x, g) of C/G channels, i.e. [(N*)P, C].
