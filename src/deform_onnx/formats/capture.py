@@ -78,6 +78,7 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
         ExportError: no strategy captured the model; the message gives each strategy's first line
             (a dynamic dimension the model fixes is named by torch.export there).
     """
+    from ..exporters.calls import quiet
     from ..exporters.rewriters import while_exporting
     from .torch_export import _one_line
 
@@ -85,6 +86,7 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
     for strategy in STRATEGIES:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_quiet_guards())
+            stack.enter_context(quiet())  # torch.export prints the partial graph of a failed capture on stderr
             mode = stack.enter_context(while_exporting()) if strategy.rewrites else None
             try:
                 program = torch.export.export(model, tuple(args), dynamic_shapes=dynamic_shapes, strict=strategy.strict)
@@ -95,6 +97,12 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
     fix = ""
     if any("Constraints violated" in f for f in failed):  # a dynamic dimension the model's code fixes or bounds
         fix = "; make that dimension static (no --dynamic / dynamic_shapes) or give its Dim the range the model allows"
+    elif any("data-dependent" in f.lower() for f in failed):  # `if x.sum() > 0:` (EDVR's DCNv2Pack offset check)
+        fix = (
+            "; the model reads a tensor's values in Python (a branch or assert on them, e.g. `if offset.abs().mean() >"
+            " 50:`, or .item()): remove that, write a branch with torch.cond, or export to .onnx (its TorchScript"
+            " fallback records the branch taken)"
+        )
     raise ExportError(f"torch.export could not export the model for {title}: " + "; ".join(failed) + fix)
 
 
