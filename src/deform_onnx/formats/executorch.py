@@ -111,6 +111,7 @@ def lower(ep) -> bytes:
 
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
+    compact_constants(ep)
     fast_paths.full_where_branches(ep)
     fast_paths.isnan_guards(ep)
     ops = patterns.Ops()  # the edge program's ops: XNNPACK's examples it cannot match are not built
@@ -121,6 +122,30 @@ def lower(ep) -> bytes:
         if "dynamic dimension" in str(exc):
             raise ExportError(f"{exc} (make one dimension dynamic, e.g. H only, or export to .onnx)") from None
         raise
+
+
+def compact_constants(ep) -> int:
+    """Give each constant of ``ep`` that is a view into a larger storage its own copy (in place); how many.
+
+    ``constant_prop_pass`` folds a split of a parameter into views of the parameter's storage: the value part
+    of ``nn.MultiheadAttention``'s ``in_proj_weight`` (``w.split([E, 2 * E])`` in ``_in_projection_packed``,
+    self-attention of every DETR decoder layer) is ``in_proj_weight[E:]``, at a storage offset. XNNPACK
+    serializes such a weight from the start of its storage (measured with executorch 1.5.1: a ``linear`` on
+    the second part of a split parameter ran 4.2 off PyTorch, a Deformable-DETR decoder layer's output 1.3 off;
+    ExecuTorch's portable kernels read it right). A copy of each such view has its own storage.
+    """
+    copied = 0
+    for name, tensor in list(ep.constants.items()):
+        if isinstance(tensor, torch.Tensor) and _is_view(tensor):
+            ep.constants[name] = tensor.detach().clone(memory_format=torch.contiguous_format)
+            copied += 1
+    return copied
+
+
+def _is_view(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is not the whole, contiguous storage it holds."""
+    whole = tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+    return tensor.storage_offset() != 0 or not whole or not tensor.is_contiguous()
 
 
 def _lowered(ep, partitioner: list, passes: list | None = None) -> bytes:
