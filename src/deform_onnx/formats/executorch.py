@@ -145,7 +145,7 @@ def compact_constants(ep) -> int:
 def _is_view(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is not the whole, contiguous storage it holds."""
     whole = tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
-    return tensor.storage_offset() != 0 or not whole or not tensor.is_contiguous()
+    return bool(tensor.storage_offset() != 0 or not whole or not tensor.is_contiguous())
 
 
 def _lowered(ep, partitioner: list, passes: list | None = None) -> bytes:
