@@ -398,3 +398,24 @@ def test_pte_of_a_split_parameter_matches_pytorch(tmp_path):
     report = deform_onnx.export(model, args, tmp_path / "split.pte")
     assert report.verified
     _close(_run_pte(tmp_path / "split.pte", args), model(*args))
+
+
+class _Linspace(torch.nn.Module):
+    """InternImage's reference points: ``torch.linspace`` over a size in float arithmetic, without ``indexing=``."""
+
+    def forward(self, x):
+        H, W = x.shape[-2:]
+        ys, xs = torch.meshgrid(torch.linspace(0.5, H - 0.5, H), torch.linspace(0.5, W - 0.5, W))
+        return x + ys / H + xs / W
+
+
+@_needs("executorch")
+def test_pte_of_size_arithmetic_with_a_dynamic_size_is_one_line(tmp_path):
+    """``H - 0.5`` and linspace's decomposition are ``torch.sym_float`` / ``torch.sym_max`` calls, which ExecuTorch's
+    edge verifier refused with a bare AssertionError ("ExecuTorch could not lower the program: AssertionError",
+    InternImage's DCNv3_pytorch to ``-o m.pte --dynamic`` in the new-user trial): named now, with the fix."""
+    dims = ({2: torch.export.Dim("H", min=2, max=8)},)
+    with pytest.raises(ExportError, match=r"size arithmetic .*torch\.sym_float.*make that dimension static") as info:
+        deform_onnx.export(_Linspace().eval(), (torch.randn(1, 2, 4, 6),), tmp_path / "grid.pte", dynamic_shapes=dims)
+    assert "\n" not in str(info.value) and "torch.linspace" in str(info.value)
+    assert list(tmp_path.iterdir()) == []

@@ -12,6 +12,7 @@ that fails, or whose memory plan cannot hold a declared bound, is not written.
 from __future__ import annotations
 
 import time
+import types
 
 import numpy as np
 import torch
@@ -112,6 +113,7 @@ def lower(ep) -> bytes:
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
     compact_constants(ep)
+    _refuse_python_size_calls(ep)
     fast_paths.full_where_branches(ep)
     fast_paths.isnan_guards(ep)
     ops = patterns.Ops()  # the edge program's ops: XNNPACK's examples it cannot match are not built
@@ -140,6 +142,32 @@ def compact_constants(ep) -> int:
             ep.constants[name] = tensor.detach().clone(memory_format=torch.contiguous_format)
             copied += 1
     return copied
+
+
+def _refuse_python_size_calls(ep) -> None:
+    """Refuse, naming them, the size arithmetic calls ExecuTorch's edge verifier refuses with a bare ``AssertionError``.
+
+    A dynamic size in float arithmetic (InternImage's ``torch.linspace(0.5, 0.5 + (H_out - 1) * stride, H_out)``)
+    or in ``linspace``'s decomposition is a call of the Python function ``torch.sym_float`` / ``torch.sym_max``,
+    which executorch 1.5.1's ``check_valid_edge_op`` refuses (``assert op.__name__ in ("alloc",)``: the error
+    read "ExecuTorch could not lower the program: AssertionError"). Its own prims for them (``executorch_prim``)
+    evaluate ``float(a)`` / ``max(a, b)`` when the program is retraced, which fixes the size at the example's:
+    measured, such a program's memory plan held only the example.
+
+    Raises:
+        ExportError: the program holds such a call (the functions and the model lines that make them).
+    """
+    calls = [n for n in ep.graph.nodes if n.op == "call_function" and isinstance(n.target, types.FunctionType)]
+    if not calls:
+        return
+    names = sorted({f"torch.{n.target.__name__}" for n in calls})
+    where = sorted({line.strip() for n in calls for line in n.meta.get("stack_trace", "").splitlines()[-1:]})
+    raise ExportError(
+        f"ExecuTorch cannot lower size arithmetic on a dynamic dimension ({', '.join(names)}"
+        + (f", from `{where[0]}`" if where else "")
+        + "): a float computed from a size (e.g. torch.linspace over H) is refused by its verifier; make that"
+        " dimension static (no dynamic_shapes / --dynamic), or export to .onnx"
+    )
 
 
 def _is_view(tensor: torch.Tensor) -> bool:
