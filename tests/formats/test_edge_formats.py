@@ -419,3 +419,24 @@ def test_pte_of_size_arithmetic_with_a_dynamic_size_is_one_line(tmp_path):
         deform_onnx.export(_Linspace().eval(), (torch.randn(1, 2, 4, 6),), tmp_path / "grid.pte", dynamic_shapes=dims)
     assert "\n" not in str(info.value) and "torch.linspace" in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@_needs("executorch")
+def test_pte_reshape_with_two_dynamic_dimensions_is_one_finished_line(monkeypatch):
+    """XNNPACK's refusal ended mid-sentence ("... 1 dynamic dimension. This may occur when (make one dimension
+    dynamic ...)", a DCNv4 layer with its tokens reshaped back to a map, to ``-o m.pte --dynamic`` in the new-user
+    trial; the text below is that run's): now it says what and how."""
+    from deform_onnx.formats import executorch
+
+    said = (
+        "ExecuTorch could not lower the program: XNNPACK reshape only supports 1 dynamic dimension. This may occur when"
+    )
+
+    def refused(*_):
+        raise ExportError(said)
+
+    monkeypatch.setattr(executorch, "_lowered", refused)
+    ep = torch.export.export(torch.nn.Linear(2, 2).eval(), (torch.randn(1, 2),))
+    with pytest.raises(ExportError, match="1 dynamic dimension: a reshape of the model's") as info:
+        executorch.lower(ep)
+    assert "This may occur" not in str(info.value) and "dynamic_shapes=" in str(info.value), str(info.value)

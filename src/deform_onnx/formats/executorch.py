@@ -121,8 +121,12 @@ def lower(ep) -> bytes:
         with shared_provenance(), patterns.unmatchable_skipped(ops):  # shared: no deep copy of node histories
             return _lowered(ep, [cut], [ops])
     except ExportError as exc:
-        if "dynamic dimension" in str(exc):
-            raise ExportError(f"{exc} (make one dimension dynamic, e.g. H only, or export to .onnx)") from None
+        if "dynamic dimension" in str(exc):  # XNNPACK's sentence, without the one it leaves unfinished
+            head = str(exc).split(". This may occur")[0]
+            raise ExportError(
+                f"{head}: a reshape of the model's has two dynamic dimensions (make one dimension dynamic, e.g. H"
+                " only: deform_onnx.export(..., dynamic_shapes=...), or export to .onnx)"
+            ) from None
         raise
 
 
