@@ -440,3 +440,30 @@ def test_pte_reshape_with_two_dynamic_dimensions_is_one_finished_line(monkeypatc
     with pytest.raises(ExportError, match="1 dynamic dimension: a reshape of the model's") as info:
         executorch.lower(ep)
     assert "This may occur" not in str(info.value) and "dynamic_shapes=" in str(info.value), str(info.value)
+
+
+class _GateRepeat(torch.nn.Module):
+    """InternImage's ``center_feature_scale[..., None].repeat(1, 1, 1, 1, channels // group).flatten(-2)``, and
+    repeats of an axis longer than 1 and of a new leading axis."""
+
+    def forward(self, x):
+        return x[..., None].repeat(1, 1, 1, 1, 4).flatten(-2) * 2 + x.repeat(1, 1, 1, 4) + x.repeat(2, 1, 1, 1, 4)[1]
+
+
+@pytest.mark.parametrize("repeats", [(1, 1, 1, 1, 4), (1, 1, 1, 4), (2, 1, 1, 1, 4), (3, 2, 1, 2)])
+def test_compact_repeat_is_repeat(repeats):
+    from deform_onnx.formats.litert import compact_repeat
+
+    x = torch.randn(1, 3, 4, 2)[..., None] if len(repeats) == 5 and repeats[0] == 1 else torch.randn(1, 3, 4, 2)
+    torch.testing.assert_close(compact_repeat(x, repeats), x.repeat(*repeats), rtol=0, atol=0)
+
+
+@_needs("litert_torch")
+def test_tflite_of_a_five_d_repeat(tmp_path):
+    """torch's and litert-torch's own ``repeat`` expand over twice the rank: LiteRT refused the 10-D
+    ``broadcast_to`` ("'tfl.broadcast_to' op failed to verify that operand 0 is at most 8-D"; InternImage's
+    DCNv3_pytorch with center_feature_scale to ``-o m.tflite`` in the new-user trial)."""
+    model, args = _GateRepeat().eval(), (torch.randn(1, 3, 4, 2),)
+    report = deform_onnx.export(model, args, tmp_path / "gate.tflite")
+    assert report.verified
+    _close(_run_tflite(tmp_path / "gate.tflite", args), [model(*args)])
