@@ -83,6 +83,7 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
     from .torch_export import _one_line
 
     failed: list[str] = []
+    reasons: dict[str, list[str]] = {}  # each reason once, with the strategies that stopped on it
     for strategy in STRATEGIES:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_quiet_guards())
@@ -92,6 +93,7 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
                 program = torch.export.export(model, tuple(args), dynamic_shapes=dynamic_shapes, strict=strategy.strict)
             except Exception as exc:  # noqa: BLE001 - torch.export's errors are many kinds: the next strategy
                 failed.append(f"{strategy.name}: {_one_line(exc)}")
+                reasons.setdefault(_one_line(exc), []).append(strategy.name)
                 continue
         return Captured(program, strategy, list(mode.applied) if mode is not None else [], failed)
     fix = ""
@@ -103,7 +105,8 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
             " 50:`, or .item()): remove that, write a branch with torch.cond, or export to .onnx (its TorchScript"
             " fallback records the branch taken)"
         )
-    raise ExportError(f"torch.export could not export the model for {title}: " + "; ".join(failed) + fix)
+    said = "; ".join(f"{' / '.join(names)}: {reason}" for reason, names in reasons.items())
+    raise ExportError(f"torch.export could not export the model for {title}: {said}{fix}")
 
 
 @contextlib.contextmanager
