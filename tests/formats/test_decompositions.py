@@ -146,7 +146,7 @@ def test_family_only_table():
     table = deform_onnx.decompositions(core=False)
     names = {str(op) for op in table}
     assert names == {"torchvision.deform_conv2d.default", "aten.grid_sampler_3d.default", "aten.grid_sampler.default",
-                     "deform_onnx.ms_deform_attn.default"}  # fmt: skip
+                     "deform_onnx.ms_deform_attn.default", "aten.meshgrid.default", "aten.meshgrid.indexing"}  # fmt: skip
 
 
 def test_pte_forms_one_band_four_gathers_per_tap_and_the_same_numbers():
@@ -185,3 +185,22 @@ def test_pte_forms_one_band_four_gathers_per_tap_and_the_same_numbers():
     with torch.no_grad():
         want = model(*args)
         assert (pte.module()(*args) - want).abs().max().item() <= ATOL
+
+
+def test_family_only_table_takes_meshgrid_without_indexing():
+    """InternImage's ``_get_reference_points``: ``torch.meshgrid(torch.linspace(..., H), ...)`` without
+    ``indexing=``, over sizes that stay symbolic (``-o m.pte --dynamic``): torch.export keeps
+    ``aten.meshgrid.default``, and ``run_decompositions`` with the family-only table (``core=False``, the
+    ``.pte``'s) failed: "meshgrid() missing 1 required keyword-only argument: 'indexing'" (new-user trial)."""
+    from deform_onnx.formats.torch_export import exported
+
+    class Grid(torch.nn.Module):
+        def forward(self, x):
+            H, W = x.shape[-2:]
+            ys, xs = torch.meshgrid(torch.linspace(0.5, H - 0.5, H), torch.linspace(0.5, W - 0.5, W))
+            return x + ys / H + xs / W
+
+    dims = ({2: torch.export.Dim("H", min=2, max=16), 3: torch.export.Dim("W", min=2, max=16)},)
+    ep = exported(Grid(), (torch.randn(1, 2, 4, 6),), dims, "gather", "ExecuTorch", core=False)
+    x = torch.randn(1, 2, 7, 5)  # another size: the grid follows it
+    torch.testing.assert_close(ep.module()(x), Grid()(x), rtol=0, atol=0)

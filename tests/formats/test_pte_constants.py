@@ -2,7 +2,7 @@
 
 ``constant_prop_pass`` folds ``w[k]`` into a view of ``w``'s storage; XNNPACK serialized such a constant from
 the start of the storage (every tap ran with ``w[0]``), so the writer copies each folded view first
-(:func:`deform_onnx.formats.executorch._own_storage`). Parity is against the model's own PyTorch outputs.
+(:func:`deform_onnx.formats.executorch.compact_constants`). Parity is against the model's own PyTorch outputs.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_views_left_as_folded_are_refused(tmp_path, monkeypatch):
     """Without the copy the program runs every tap with the first slice: the writer's check refuses it."""
     from deform_onnx.formats import executorch
 
-    monkeypatch.setattr(executorch, "_own_storage", lambda ep: None)
+    monkeypatch.setattr(executorch, "compact_constants", lambda ep: 0)
     path = tmp_path / "taps.pte"
     with pytest.raises(VerificationError):
         deform_onnx.export(Taps().eval(), (torch.randn(16, 8),), path)

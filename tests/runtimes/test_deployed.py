@@ -334,3 +334,31 @@ def test_a_status_line_a_runtime_printed_onto_is_still_read(tmp_path):
     fam = Family("status-test", "status", script)
     run = run_meta(fam, Path(sys.executable), {}, tmp_path / "out", timeout=60)
     assert (run.version, run.error) == ("1", "the runner caught it")
+
+
+def test_failed_runtime_names_the_target_rule_and_lower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check --runtime onnx2torch`` on a default export said only '"allowzero=1" is not implemented' (new-user
+    trial, a Deformable-DETR decoder layer); a failed runtime that is a target whose rules the file breaks gets a
+    line naming the rule and the ``lower --target`` that rewrites the file (the runtime's own run is planted here)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from deform_onnx.runtimes.deployed import check as deployed_check
+    from deform_onnx.runtimes.deployed.check import RuntimeRow
+
+    graph = helper.make_graph(
+        [helper.make_node("GridSample", ["x", "g"], ["y"])],
+        "warp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4]),
+         helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 3, 3, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 3, 3])],
+    )  # fmt: skip
+    path = tmp_path / "warp.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]), str(path))
+    row = RuntimeRow(runtime="onnx2torch", title="onnx2torch", error='"allowzero=1" is not implemented')
+    monkeypatch.setattr(deployed_check, "check_runtimes", lambda *a, **k: [row])
+    result = CliRunner().invoke(app, ["check", str(path), "--runtime", "onnx2torch"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, text
+    assert "the file breaks 2 rule(s) of target onnx2torch, the first: no GridSample" in text, text
+    assert "deform-onnx lower warp.onnx --target onnx2torch -o OUT.onnx" in text, text

@@ -75,6 +75,34 @@ def run_deployed(model_path: Path, deployed: list[str], feeds: dict, options: di
     if bad:
         console.print(f"[red]check failed:[/red] {len(bad)} of {len(rows)} runtimes: "
                       + "; ".join(escape(describe(r)) for r in bad), highlight=False, soft_wrap=True)  # fmt: skip
+        for line in target_hints(model_path, [r.runtime for r in bad]):
+            console.print(escape(line), highlight=False, soft_wrap=True)
     else:
         console.print(f"all {len(rows)} runtime(s) ran and match the reference", highlight=False)
     return bool(bad)
+
+
+def target_hints(model_path: Path, families: list[str]) -> list[str]:
+    """For each failed runtime that is a target whose rules the file breaks: one line naming the first broken rule
+    and the ``lower --target`` command that rewrites the file for it (a default export run with ``--runtime
+    onnx2torch`` said only '"allowzero=1" is not implemented', found by the new-user trial).
+    """
+    import onnx
+
+    from ..targets import TARGETS
+    from ..targets.rules import violations
+
+    model = None
+    hints = []
+    for name in dict.fromkeys(families):
+        target = TARGETS.get(name)
+        if target is None or not target.rules:
+            continue
+        model = model if model is not None else onnx.load(str(model_path), load_external_data=False)
+        found = violations(model, target.rules)
+        if found:
+            hints.append(
+                f"{name}: the file breaks {len(found)} rule(s) of target {name}, the first: {found[0]}; `deform-onnx "
+                f"lower {model_path.name} --target {name} -o OUT.onnx` writes it in the form {name} takes, where it can"
+            )
+    return hints

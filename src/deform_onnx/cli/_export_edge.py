@@ -98,6 +98,10 @@ def run_edge(a: ExportArgs, fmt) -> None:
         # The ONNX checks of the model and inputs, with the output taken as a file in its folder.
         asked = check_arguments(dataclasses.replace(a, output=a.output.with_suffix(".onnx"), no_verify=True))
         net = load_model(a.model, asked.kind)
+        if asked.want_dtype is not None:  # --dtype casts the model as for ONNX, not the inputs alone
+            import torch
+
+            net = net.to(getattr(torch, asked.want_dtype))
         dtype = asked.want_dtype or model_dtype(net)
         if asked.archived is not None:
             inputs = cast_inputs(asked.archived, asked.want_dtype)

@@ -78,10 +78,12 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
         ExportError: no strategy captured the model; the message gives each strategy's first line
             (a dynamic dimension the model fixes is named by torch.export there).
     """
+    from ..exporters.calls import quiet
     from ..exporters.rewriters import while_exporting
     from .torch_export import _one_line
 
     failed: list[str] = []
+    reasons: dict[str, list[str]] = {}  # each reason once, with the strategies that stopped on it
     for strategy in STRATEGIES:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_quiet_guards())
@@ -89,17 +91,26 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
             # it, torch cannot prove the reshape of a level's flattened pixels back to (h, w) when w is static
             # (``(16 + 16*k) % (1 + k) == 0``: sympy distributes the 16 over k + 1) and refuses a dynamic H
             stack.enter_context(torch.fx.experimental._config.patch(backed_size_oblivious=True))  # type: ignore[attr-defined]
+            stack.enter_context(quiet())  # torch.export prints the partial graph of a failed capture on stderr
             mode = stack.enter_context(while_exporting()) if strategy.rewrites else None
             try:
                 program = torch.export.export(model, tuple(args), dynamic_shapes=dynamic_shapes, strict=strategy.strict)
             except Exception as exc:  # noqa: BLE001 - torch.export's errors are many kinds: the next strategy
                 failed.append(f"{strategy.name}: {_one_line(exc)}")
+                reasons.setdefault(_one_line(exc), []).append(strategy.name)
                 continue
         return Captured(program, strategy, list(mode.applied) if mode is not None else [], failed)
     fix = ""
     if any("Constraints violated" in f for f in failed):  # a dynamic dimension the model's code fixes or bounds
         fix = "; make that dimension static (no --dynamic / dynamic_shapes) or give its Dim the range the model allows"
-    raise ExportError(f"torch.export could not export the model for {title}: " + "; ".join(failed) + fix)
+    elif any("data-dependent" in f.lower() for f in failed):  # `if x.sum() > 0:` (EDVR's DCNv2Pack offset check)
+        fix = (
+            "; the model reads a tensor's values in Python (a branch or assert on them, e.g. `if offset.abs().mean() >"
+            " 50:`, or .item()): remove that, write a branch with torch.cond, or export to .onnx (its TorchScript"
+            " fallback records the branch taken)"
+        )
+    said = "; ".join(f"{' / '.join(names)}: {reason}" for reason, names in reasons.items())
+    raise ExportError(f"torch.export could not export the model for {title}: {said}{fix}")
 
 
 @contextlib.contextmanager

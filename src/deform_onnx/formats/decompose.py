@@ -26,7 +26,11 @@ def decompositions(method: str = "auto", *, core: bool = True) -> dict:
         method: ``"auto"`` (= ``"grid_sample"``), ``"grid_sample"`` (bilinear sampling through 4-D
             ``grid_sample``) or ``"gather"`` (index gathers, no grid_sample at all).
         core: start from ``torch.export.default_decompositions()`` (what ``run_decompositions()``
-            does with no table), so the result is core ATen; ``False``: the family's entries only.
+            does with no table), so the result is core ATen; ``False``: the family's entries, and that table's
+            ``aten.meshgrid`` entries (InternImage's ``torch.meshgrid(a, b)`` without ``indexing=``, over sizes
+            that stay symbolic, is kept as ``aten.meshgrid.default`` by torch.export, and ``run_decompositions``
+            without an entry for it fails: "meshgrid() missing 1 required keyword-only argument: 'indexing'",
+            measured on torch 2.14.1).
 
     Returns:
         ``{OpOverload: fn}``.
@@ -40,11 +44,15 @@ def decompositions(method: str = "auto", *, core: bool = True) -> dict:
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: use one of {', '.join(m for m in METHODS if m != 'native')}")
-    table: dict = {}
-    if core:
-        import torch
+    import torch
 
-        table.update(torch.export.default_decompositions())
+    table: dict = {}
+    default = torch.export.default_decompositions()
+    if core:
+        table.update(default)
+    else:
+        meshgrid = (torch.ops.aten.meshgrid.default, torch.ops.aten.meshgrid.indexing)
+        table.update({op: default[op] for op in meshgrid if op in default})
     for entry in OPS.values():
         if entry.decompositions is not None:
             table.update(importlib.import_module(entry.decompositions).decompositions(method))

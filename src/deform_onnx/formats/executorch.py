@@ -113,7 +113,7 @@ def lower(ep) -> bytes:
 
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
-    _own_storage(ep)
+    compact_constants(ep)
     fast_paths.full_where_branches(ep)
     fast_paths.isnan_guards(ep)
     ops = patterns.Ops()  # the edge program's ops: XNNPACK's examples it cannot match are not built
@@ -121,8 +121,12 @@ def lower(ep) -> bytes:
         with shared_provenance(), patterns.unmatchable_skipped(ops):  # shared: no deep copy of node histories
             return _lowered(ep, [cut], [ops])
     except ExportError as exc:
-        if "dynamic dimension" in str(exc):
-            raise ExportError(f"{exc} (make one dimension dynamic, e.g. H only, or export to .onnx)") from None
+        if "dynamic dimension" in str(exc):  # XNNPACK's sentence, without the one it leaves unfinished
+            head = str(exc).split(". This may occur")[0]
+            raise ExportError(
+                f"{head}: a reshape of the model's has two dynamic dimensions (make one dimension dynamic, e.g. H"
+                " only: deform_onnx.export(..., dynamic_shapes=...), or export to .onnx)"
+            ) from None
         raise
 
 
@@ -143,18 +147,28 @@ def _edge_config():
     return EdgeCompileConfig(_core_aten_ops_exception_list=functions)
 
 
-def _own_storage(ep) -> None:
-    """Each folded constant of ``ep`` as a tensor that owns its storage (a copy where it is a view of another).
+def compact_constants(ep) -> int:
+    """Give each constant of ``ep`` that is a view into a larger storage its own copy (in place); how many.
 
-    ``constant_prop_pass`` folds a slice of a constant (the lowerings' per-tap weight) into a view of the
-    whole constant's storage, and XNNPACK serializes such a constant from the start of that storage: measured
-    with executorch 1.5.1, ``x @ w[k]`` for a ``[3, 8, 8]`` weight ran every tap with ``w[0]`` (off by 16-20).
+    ``constant_prop_pass`` folds a split of a parameter into views of the parameter's storage: the value part
+    of ``nn.MultiheadAttention``'s ``in_proj_weight`` (``w.split([E, 2 * E])`` in ``_in_projection_packed``,
+    self-attention of every DETR decoder layer) is ``in_proj_weight[E:]``, at a storage offset. XNNPACK
+    serializes such a weight from the start of its storage (measured with executorch 1.5.1: a ``linear`` on
+    the second part of a split parameter ran 4.2 off PyTorch, a Deformable-DETR decoder layer's output 1.3 off;
+    ExecuTorch's portable kernels read it right). A copy of each such view has its own storage.
     """
-    for key, value in list(ep.constants.items()):
-        if isinstance(value, torch.Tensor) and (
-            value.storage_offset() or value.untyped_storage().nbytes() != value.numel() * value.element_size()
-        ):
-            ep.constants[key] = value.detach().clone(memory_format=torch.contiguous_format)
+    copied = 0
+    for name, tensor in list(ep.constants.items()):
+        if isinstance(tensor, torch.Tensor) and _is_view(tensor):
+            ep.constants[name] = tensor.detach().clone(memory_format=torch.contiguous_format)
+            copied += 1
+    return copied
+
+
+def _is_view(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is not the whole, contiguous storage it holds."""
+    whole = tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+    return bool(tensor.storage_offset() != 0 or not whole or not tensor.is_contiguous())
 
 
 def _lowered(ep, partitioner: list, passes: list | None = None) -> bytes:

@@ -97,6 +97,29 @@ class LiteRTSession:
 FLOAT16_FIX = "a float16 model does not convert here: write the float32 model (or a .pte / .onnx)"
 
 
+def compact_repeat(x, repeats):
+    """``x.repeat(*repeats)`` by one ``expand`` of at most ``len(repeats)`` plus one dimension per axis that is
+    repeated and longer than 1 (torch's decomposition, and litert-torch's own lowering of ``aten.repeat``, expand
+    over ``2 * len(repeats)`` dimensions, which LiteRT refuses above 8: "'tfl.broadcast_to' op failed to verify
+    that operand 0 is at most 8-D", litert-torch 0.10.0, on InternImage's ``center_feature_scale[..., None]
+    .repeat(1, 1, 1, 1, channels // group)``).
+    """
+    import torch
+
+    repeats = list(repeats)
+    x = x.reshape([1] * (len(repeats) - x.dim()) + list(x.shape))
+    held, spread, out = [], [], []
+    for size, times in zip(x.shape, repeats, strict=True):
+        if times == 1 or size == 1:
+            held.append(size)
+            spread.append(size * times)
+        else:  # a copy axis in front of the axis
+            held += [1, size]
+            spread += [times, size]
+        out.append(size * times)
+    return torch.ops.aten.clone.default(x.reshape(held).expand(spread)).reshape(out)
+
+
 def refuse_float16_conv(ep) -> None:
     """Refuse, before litert-torch runs, a program that convolves or pads a float16 tensor.
 
@@ -166,12 +189,16 @@ def write(model, args, path, **settings) -> ExportReport:
             "dynamic_shapes= is not taken when writing LiteRT files: they are written and proven at the "
             "example's size (write .pte or .onnx for dynamic sizes)"
         )
+    import torch
+
     opts, args, method = prepare(TITLE, settings, TAKEN, path, args, AUTO_METHOD)
     notes: list[str] = []
     with eval_mode(model):
         plan = plan_sizes(model, args, None, opts["verify_shapes"], opts["verify"])
         with graph_forms(FORMS):
-            ep = exported(model, args, None, method, TITLE, notes=notes)
+            ep = exported(
+                model, args, None, method, TITLE, notes=notes, extra={torch.ops.aten.repeat.default: compact_repeat}
+            )
         refuse_float16_conv(ep)
         data = convert(ep, args)
         session = LiteRTSession(data)

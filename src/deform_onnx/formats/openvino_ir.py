@@ -97,8 +97,11 @@ def _try_convert_model(model, args: tuple, xml: Path, report, tol: tuple) -> boo
     """Write ``openvino.convert_model`` of the module to ``xml`` and verify it; ``False`` (with a note) if not."""
     import openvino as ov
 
+    from ..exporters.calls import quiet
+
     try:
-        ir = ov.convert_model(model, example_input=args)
+        with quiet():  # convert_model traces the module: torch.jit's FutureWarnings and the model's TracerWarnings
+            ir = ov.convert_model(model, example_input=args)
         pin_f32(ir)
         ov.save_model(ir, str(xml), compress_to_fp16=False)
         report.runtimes.append(_verify(xml, model, args, report, *tol))

@@ -185,7 +185,14 @@ def _one_line(exc: BaseException) -> str:
 
 
 def exported(
-    model, args: tuple, dynamic_shapes, method: str, title: str, core: bool = True, notes: list[str] | None = None
+    model,
+    args: tuple,
+    dynamic_shapes,
+    method: str,
+    title: str,
+    core: bool = True,
+    notes: list[str] | None = None,
+    extra: dict | None = None,
 ):
     """``torch.export.export(model, args)`` with the family rewritten by :func:`deform_onnx.decompositions`.
 
@@ -194,7 +201,8 @@ def exported(
     size rewrites, then ``strict=True``); ``notes`` (a list) gets one line saying which strategy captured it.
     ``core``: decompose the rest into core ATen ops too; ``False`` leaves the rest to the backend's own
     lowering (ExecuTorch: its XNNPACK recomposition of ``linear`` fails on a program already decomposed
-    to core ATen ops, measured on 4-D ``nn.Linear`` inputs: DCNv3, Deformable DETR).
+    to core ATen ops, measured on 4-D ``nn.Linear`` inputs: DCNv3, Deformable DETR). ``extra``: the format's own
+    entries on top (``{OpOverload: fn}``).
 
     Raises:
         ExportError: no strategy captures the model (each one's first line; a dynamic dimension the model
@@ -206,7 +214,7 @@ def exported(
     from .provenance import shared_provenance
     from .tidy import tidy
 
-    table = decompositions(method, core=core)
+    table = {**decompositions(method, core=core), **(extra or {})}
     with shared_provenance():
         captured = capture(model, args, dynamic_shapes, title)
         if notes is not None:
