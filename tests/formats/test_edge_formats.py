@@ -288,7 +288,7 @@ def test_memory_plan_below_a_claimed_size_is_refused():
 def test_mlpackage_precision(tmp_path, precision):
     import coremltools as ct
 
-    model = Neck()
+    model = Neck(1)  # one tap: the precision setting is per file, not per tap
     extra = {} if precision is None else {"precision": precision}
     report = deform_onnx.export(model, (torch.randn(1, 4, 6, 7),), tmp_path / "neck.mlpackage", **extra)
     assert report.verified is False and report.max_error is None and "not run" in report.notes[0]
