@@ -14,17 +14,22 @@ F = TensorProto.FLOAT
 
 
 class Neck(torch.nn.Module):
-    """One DCNv2 (offsets and mask from a conv): tests/formats' small deformable model."""
+    """One DCNv2 (offsets and mask from a conv): tests/formats' small deformable model.
 
-    def __init__(self):
+    ``kernel=1`` (one tap instead of 9: a ninth of the decomposed graph, so the cheapest lowering) is for tests of
+    a rule that holds per tap, such as a planted fault in the decomposition.
+    """
+
+    def __init__(self, kernel: int = 3):
         super().__init__()
         torch.manual_seed(0)
-        self.offsets = torch.nn.Conv2d(4, 27, 3, padding=1)
-        self.dcn = torchvision.ops.DeformConv2d(4, 4, 3, padding=1)
+        self.taps = kernel * kernel
+        self.offsets = torch.nn.Conv2d(4, 3 * self.taps, kernel, padding=kernel // 2)
+        self.dcn = torchvision.ops.DeformConv2d(4, 4, kernel, padding=kernel // 2)
 
     def forward(self, x):
         o = self.offsets(x)
-        return self.dcn(x, o[:, :18], o[:, 18:].sigmoid())
+        return self.dcn(x, o[:, : 2 * self.taps], o[:, 2 * self.taps :].sigmoid())
 
 
 # -- model builders (also used by test_openvino.py and test_cli_lower_check.py) --------

@@ -7,7 +7,7 @@ sizes it claims and compared with PyTorch, not read from the report. Measured (t
 1.5.1, litert-torch 0.10.0): ExecuTorch <= 1.2e-6 (every size), LiteRT <= 1.2e-6; bound 1e-4 (float32).
 Planted faults: through each written file's runner (no new export: a fault in the last, integer output,
 a float16 precision drop, a fault at a larger size only), and in a decomposition (off by H - W, so zero
-on a square example) on a one-DCN neck, the cheapest export that goes through one.
+on a square example) on a one-DCN neck of one tap (1x1 kernel), the cheapest export that goes through one.
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def test_pte_fault_only_off_square_is_refused(tmp_path, monkeypatch):
     _plant_hw_fault(monkeypatch)
     H = torch.export.Dim("H", min=4, max=16)
     with pytest.raises(VerificationError) as info:
-        deform_onnx.export(Neck(), (torch.randn(1, 4, 8, 8),), tmp_path / "bad.pte", dynamic_shapes=({2: H},))
+        deform_onnx.export(Neck(1), (torch.randn(1, 4, 8, 8),), tmp_path / "bad.pte", dynamic_shapes=({2: H},))
     message = str(info.value)
     assert "ExecuTorch" in message and "1,4,16,8" in message and "\n" not in message
     assert list(tmp_path.iterdir()) == []
@@ -262,7 +262,7 @@ def test_pte_fault_only_off_square_is_refused(tmp_path, monkeypatch):
 def test_tflite_fault_is_refused_and_not_written(tmp_path, monkeypatch):
     _plant_hw_fault(monkeypatch)
     with pytest.raises(VerificationError) as info:
-        deform_onnx.export(Neck(), (torch.randn(1, 4, 6, 7),), tmp_path / "bad.tflite")
+        deform_onnx.export(Neck(1), (torch.randn(1, 4, 6, 7),), tmp_path / "bad.tflite")
     assert "LiteRT" in str(info.value) and "1,4,6,7" in str(info.value)
     assert list(tmp_path.iterdir()) == []
 
@@ -288,7 +288,7 @@ def test_memory_plan_below_a_claimed_size_is_refused():
 def test_mlpackage_precision(tmp_path, precision):
     import coremltools as ct
 
-    model = Neck()
+    model = Neck(1)  # one tap: the precision setting is per file, not per tap
     extra = {} if precision is None else {"precision": precision}
     report = deform_onnx.export(model, (torch.randn(1, 4, 6, 7),), tmp_path / "neck.mlpackage", **extra)
     assert report.verified is False and report.max_error is None and "not run" in report.notes[0]
