@@ -166,9 +166,10 @@ def compact_constants(ep) -> int:
 
 
 def _is_view(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is not the whole, contiguous storage it holds."""
+    """Whether ``tensor`` is not the whole storage it holds (a permuted whole storage is not a view here: the
+    program's later views were traced on its strides, and a contiguous copy broke RF-DETR's decoder, case c36)."""
     whole = tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
-    return bool(tensor.storage_offset() != 0 or not whole or not tensor.is_contiguous())
+    return bool(tensor.storage_offset() != 0 or not whole)
 
 
 def _lowered(ep, partitioner: list, passes: list | None = None) -> bytes:
