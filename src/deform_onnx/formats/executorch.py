@@ -166,8 +166,11 @@ def compact_constants(ep) -> int:
 
 
 def _is_view(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is not the whole storage it holds (a permuted whole storage is not a view here: the
-    program's later views were traced on its strides, and a contiguous copy broke RF-DETR's decoder, case c36)."""
+    """Whether ``tensor`` is not the whole storage it holds.
+
+    A permuted whole storage is not a view here: the program's later views were traced on its strides, and a
+    contiguous copy broke RF-DETR's decoder (case c36).
+    """
     whole = tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
     return bool(tensor.storage_offset() != 0 or not whole)
 
