@@ -90,9 +90,8 @@ def lower(ep) -> bytes:
     The program's constant subgraphs are folded first (ExecuTorch's ``constant_prop_pass``): XNNPACK takes a
     ``mm``/``linear`` only when its weight is a constant, and the lowerings reshape and slice the layer's
     weight per tap (measured on a DCNv2 layer: every ``mm`` ran on the portable kernels before). A folded
-    constant that is a view into another's storage is copied (:func:`_own_storage`: XNNPACK read it from the
-    storage's start). Then a
-    ``where`` with a one-element constant branch gets it as ``full_like`` of the other branch
+    constant that is a view into a larger storage is copied (:func:`compact_constants`: XNNPACK read it from
+    the storage's start). Then a ``where`` with a one-element constant branch gets it as ``full_like`` of the other branch
     (:func:`~deform_onnx.formats.fast_paths.full_where_branches`: the portable kernel's fast path), and the NaN
     guards' ``where(eq(p, p), ...)`` test ``isnan(p)`` instead (:func:`~deform_onnx.formats.fast_paths.isnan_guards`).
 
@@ -147,8 +146,8 @@ def _edge_config():
     return EdgeCompileConfig(_core_aten_ops_exception_list=functions)
 
 
-def compact_constants(ep) -> int:
-    """Give each constant of ``ep`` that is a view into a larger storage its own copy (in place); how many.
+def compact_constants(ep) -> None:
+    """Give each constant of ``ep`` that is a view into a larger storage its own copy (in place).
 
     ``constant_prop_pass`` folds a split of a parameter into views of the parameter's storage: the value part
     of ``nn.MultiheadAttention``'s ``in_proj_weight`` (``w.split([E, 2 * E])`` in ``_in_projection_packed``,
@@ -157,12 +156,9 @@ def compact_constants(ep) -> int:
     the second part of a split parameter ran 4.2 off PyTorch, a Deformable-DETR decoder layer's output 1.3 off;
     ExecuTorch's portable kernels read it right). A copy of each such view has its own storage.
     """
-    copied = 0
     for name, tensor in list(ep.constants.items()):
         if isinstance(tensor, torch.Tensor) and _is_view(tensor):
             ep.constants[name] = tensor.detach().clone(memory_format=torch.contiguous_format)
-            copied += 1
-    return copied
 
 
 def _is_view(tensor: torch.Tensor) -> bool:
