@@ -35,6 +35,10 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 - ``"Split as Slice"`` (:mod:`.repair_split`): a ``Split`` with pieces known before run time as ``Slice`` nodes
   (onnx2torch converts no ``Split``-18, the version of every ``Split`` at the opset 19 of target
   ``onnx2torch-native``: mmdet's DCNv2 ``torch.chunk``).
+- ``"ceil_mode pooling explicit"`` (:mod:`.repair_pool`): ``ceil_mode=1`` pools ncnn computes otherwise than
+  PyTorch (an average counting pads whose last window overhangs: PaddleOCR's ``ResNet_vd`` shortcut
+  ``AvgPool2d(2, 2, ceil_mode=True)`` on an odd map; a last window PyTorch drops) as ``ceil_mode=0``, or an
+  explicit ``Pad`` + ``count_include_pad=0``.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import onnx
 from onnx import numpy_helper
 
 from .repair_index import index_list_as_concat, scatter_as_concat
+from .repair_pool import ceil_mode_pooling_explicit
 from .repair_shapes import static_shape_arithmetic_folded
 from .repair_split import split_as_slice
 from .repair_stack import stack_flatten_as_concat
@@ -159,4 +164,5 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "constant operand last": constant_operand_last,  # repair_tflite.py
     "static shape arithmetic folded": static_shape_arithmetic_folded,  # repair_shapes.py
     "Split as Slice": split_as_slice,  # repair_split.py
+    "ceil_mode pooling explicit": ceil_mode_pooling_explicit,  # repair_pool.py
 }

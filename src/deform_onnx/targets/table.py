@@ -225,7 +225,14 @@ TABLE: tuple[Target, ...] = (
         ),
         # measured here (case c38, voxelmorph): ncnn does not load ScatterElements / GatherND
         # measured here: TorchScript's torch.chunk left a '?' batch that the blob rule refused; folded, it loads
-        repairs=("scatter as Concat", "index list as Concat", "static shape arithmetic folded"),
+        # measured here: ncnn's Pooling divides a ceil_mode tail window by the whole kernel (count_include_pad=1)
+        # and keeps a last window PyTorch drops (tests/targets/test_ncnn_pooling.py)
+        repairs=(
+            "scatter as Concat",
+            "index list as Concat",
+            "static shape arithmetic folded",
+            "ceil_mode pooling explicit",
+        ),
         faults=(_no_kernel("ncnn", "not run here: the matrix runs the standard-op forms"),),
         status="measured here",
         # the contraction as a Conv: 2.0-2.4x faster on ncnn than the MatMul of 2-D columns (measured here,
