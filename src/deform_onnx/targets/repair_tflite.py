@@ -22,6 +22,12 @@ one operand computed from constants only (onnx2tf's onnxsim folds it) and the ot
   equals ``-v + c`` exactly); ``Div(c, v)`` keeps its order.
 
 Shapes must be static (the target runs static shapes); a value of unknown shape is left alone.
+
+Target ``mnn`` applies it too: MNN 3.6.1 (measured here, ``tests/targets/test_mnn_constant_first.py``) gives
+wrong values from a ``GridSample`` whose image is ``Add`` / ``Sub`` / ``Mul`` / ``Div`` of a 4-D constant
+(``[1, C, H, W]`` or ``[1, C, 1, 1]``; a 0-D one is right) first and a ``Conv`` output second; with the value
+first, or read by a ``Conv``, a ``Transpose`` or as a graph output, it is right. BasicVSR++ writes it:
+``feat_prop = zeros + backbone(feat)`` then ``flow_warp(feat_prop, flow)``. ``Div(c, v)`` stays wrong there.
 """
 
 from __future__ import annotations
@@ -150,6 +156,4 @@ def constant_operand_last(model: onnx.ModelProto) -> list[str]:
         from onnx_ir.passes.common import RemoveUnusedNodesPass
 
         model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))  # the old constants
-    return (
-        [f"{changed} elementwise op(s) with a constant operand written value first (onnx2tf layout)"] if changed else []
-    )
+    return [f"{changed} elementwise op(s) with a constant operand written value first"] if changed else []

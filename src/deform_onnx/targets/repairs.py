@@ -28,7 +28,8 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   ``x[[1, 0]]`` (``ScatterElements`` / ``GatherND``, which ncnn does not load) as ``Slice`` + ``Concat``.
 - ``"constant operand last"`` (:mod:`.repair_tflite`): a binary elementwise op with one constant operand
   gets the value first and the constant without leading 1-axes (onnx2tf transposes a constant added to a
-  square ``[N, H, W]`` value otherwise: a flow warp's ``xs + flow[:, 0]``).
+  square ``[N, H, W]`` value otherwise: a flow warp's ``xs + flow[:, 0]``; MNN 3.6.1 samples a wrong layout when
+  a ``GridSample`` reads such an op with a 4-D constant first and a ``Conv`` output second: BasicVSR++).
 - ``"static shape arithmetic folded"`` (:mod:`.repair_shapes`): TorchScript's ``Shape -> Gather -> ...`` chains
   on static shapes (``torch.chunk``'s split points) as constants (TVM's frontend and ncnn's blob rule lost the
   shapes after such a ``Slice``).
