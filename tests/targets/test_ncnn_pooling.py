@@ -126,9 +126,17 @@ def test_repair_keeps_every_pool_value(pools_repaired):
 
 
 @NEEDS_NCNN
-def test_repaired_pools_run_right_in_ncnn(pools_repaired, tmp_path):
+def test_pools_are_wrong_in_ncnn_mnn_openvino_and_right_repaired(pools_repaired, tmp_path):
+    """Each target applying the repair gets some of these pools wrong as exported, and every one right repaired."""
     model, x, proto, _ = pools_repaired
-    path = tmp_path / "pools.onnx"
-    onnx.save(proto, str(path))
-    (row,) = check_runtimes(path, ["ncnn"], model=model, args=(x,), repeats=1)
-    assert row.ok, row.failure or row.error
+    buf = io.BytesIO()
+    torch.onnx.export(model, (x,), buf, input_names=["x"], dynamo=False, opset_version=17)
+    (tmp_path / "as_exported.onnx").write_bytes(buf.getvalue())
+    onnx.save(proto, str(tmp_path / "repaired.onnx"))
+    runtimes = ["ncnn", "mnn", "openvino"]
+    for name in runtimes:
+        assert "ceil_mode pooling explicit" in resolve_target(name).repairs, name
+    before = check_runtimes(tmp_path / "as_exported.onnx", runtimes, model=model, args=(x,), repeats=1)
+    assert all(row.error is None and not row.ok for row in before), [(r.runtime, r.error) for r in before]
+    after = check_runtimes(tmp_path / "repaired.onnx", runtimes, model=model, args=(x,), repeats=1)
+    assert all(row.ok for row in after), [row.failure or row.error for row in after]

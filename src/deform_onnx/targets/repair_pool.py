@@ -1,4 +1,4 @@
-"""Repair ``"ceil_mode pooling explicit"``: ``ceil_mode=1`` pooling written so ncnn computes PyTorch's values.
+"""Repair ``"ceil_mode pooling explicit"``: ``ceil_mode=1`` pooling that ncnn, MNN and OpenVINO compute as PyTorch.
 
 PyTorch (and ONNX Runtime) pool with ``ceil_mode=True`` this way, per spatial axis of size ``n`` with kernel
 extent ``k`` (``dilation * (kernel - 1) + 1``), stride ``s`` and pads ``b`` (begin), ``e`` (end):
@@ -10,12 +10,16 @@ so the last window fits ("full padding", ``pad_mode=0``) and then:
 
 - with ``avgpool_count_include_pad=1`` divides every window by the whole kernel area, the zeros of its tail
   pad included: the last row/column is off wherever that window overhangs ``n + e`` (PaddleOCR's
-  ``ResNet_vd`` shortcut ``AvgPool2d(2, 2, 0, ceil_mode=True)`` on an odd map: measured 0.52 off on a 7x9 map;
+  ``ResNet_vd`` shortcut ``AvgPool2d(2, 2, 0, ceil_mode=True)`` on an odd map: measured 1.4 off on a 7x9 map;
   ``AvgPool2d(3, 2, 1, ceil_mode=True)`` on 8x10 0.38 off);
 - never drops a last window that starts in the end pad: one row/column more than PyTorch
   (``AvgPool2d(2, 2, 1, ceil_mode=True)`` or ``MaxPool2d(2, 2, 1, ceil_mode=True)`` on 5x7: 4x5, not 3x4).
 
-``count_include_pad=0`` averages and max pooling without a dropped window run right (measured). The repair,
+``count_include_pad=0`` averages and max pooling without a dropped window run right (measured). MNN 3.6.1
+keeps the dropped window too (of an average and of a max pool); OpenVINO 2026.4.1 keeps it for a max pool and
+divides a partial last window of an average counting pads otherwise when it has pads (measured here, the
+same graphs: ``tests/targets/test_ncnn_pooling.py``); targets ``mnn``, ``openvino`` and
+``openvino-extension`` apply the repair too. The repair,
 for 4-D pools with static spatial sizes and ``auto_pad`` unset:
 
 - where every window fits inside the padded input (a dropped window, no partial one): ``ceil_mode=0``,
@@ -26,7 +30,7 @@ for 4-D pools with static spatial sizes and ``auto_pad`` unset:
   which is the clipped window of the padded input. Without pads (PaddleOCR's case) no ``Pad`` is written.
 
 A ``count_include_pad=0`` average or a max pool with a dropped window on one axis and a partial one on the
-other is left (the target's run in ncnn then refuses it).
+other is left (the target's run then refuses it).
 """
 
 from __future__ import annotations
