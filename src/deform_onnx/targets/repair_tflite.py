@@ -25,8 +25,9 @@ Shapes must be static (the target runs static shapes); a value of unknown shape 
 
 Target ``mnn`` applies it too: MNN 3.6.1 (measured here, ``tests/targets/test_mnn_constant_first.py``) gives
 wrong values from a ``GridSample`` whose image is ``Add`` / ``Sub`` / ``Mul`` / ``Div`` of a 4-D constant
-(``[1, C, H, W]`` or ``[1, C, 1, 1]``; a 0-D one is right) first and a ``Conv`` output second; with the value
-first, or read by a ``Conv``, a ``Transpose`` or as a graph output, it is right. BasicVSR++ writes it:
+(``[1, C, H, W]`` or ``[1, C, 1, 1]``; a 0-D one is right) first and a ``Conv`` or ``GridSample`` output
+second (a graph input there is right); with the value first, or read by a ``Conv``, a ``Transpose`` or as a
+graph output, it is right (``scripts/repro/mnn_constant_first.py``). BasicVSR++ writes it:
 ``feat_prop = zeros + backbone(feat)`` then ``flow_warp(feat_prop, flow)``. ``Div(c, v)`` stays wrong there.
 """
 
