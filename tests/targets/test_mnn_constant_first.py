@@ -46,8 +46,9 @@ def vsr_mnn(tmp_path_factory):
 
 
 def test_vsr_file_keeps_values_with_constants_last(vsr_mnn):
-    model, (lqs, flows), path, _ = vsr_mnn
+    model, (lqs, flows), path, report = vsr_mnn
     assert "constant operand last" in resolve_target("mnn").repairs
+    assert any(r.startswith("target 'mnn': ") for r in report.repairs), report.repairs
     with torch.no_grad():
         want = model(lqs, flows).numpy()
     np.testing.assert_allclose(run_ort(path.read_bytes(), {"lqs": lqs, "flows": flows}), want, atol=ATOL, rtol=0)

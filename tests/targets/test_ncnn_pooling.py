@@ -18,6 +18,7 @@ import torch
 from onnx import helper
 
 import deform_onnx
+from deform_onnx.rewrite import lower_file
 from deform_onnx.runtimes.deployed.check import check_runtimes
 from deform_onnx.targets import resolve_target
 from deform_onnx.targets.repair_pool import ceil_mode_pooling_explicit
@@ -46,6 +47,7 @@ def ocr_ncnn(tmp_path_factory):
 def test_ocr_backbone_pooling_is_repaired_and_keeps_values(ocr_ncnn):
     model, x, path, report = ocr_ncnn
     assert "ceil_mode pooling explicit" in resolve_target("ncnn").repairs
+    assert any(r.startswith("target 'ncnn': ceil_mode=1 AveragePool") for r in report.repairs), report.repairs
     pools = [n for n in onnx.load(str(path)).graph.node if n.op_type == "AveragePool"]
     attrs = [{a.name: helper.get_attribute_value(a) for a in n.attribute} for n in pools]
     assert attrs and all(a.get("count_include_pad", 0) == 0 for a in attrs), attrs
@@ -140,3 +142,14 @@ def test_pools_are_wrong_in_ncnn_mnn_openvino_and_right_repaired(pools_repaired,
     assert all(row.error is None and not row.ok for row in before), [(r.runtime, r.error) for r in before]
     after = check_runtimes(tmp_path / "repaired.onnx", runtimes, model=model, args=(x,), repeats=1)
     assert all(row.ok for row in after), [row.failure or row.error for row in after]
+
+
+def test_lower_file_names_the_target_repair(tmp_path):
+    """``lower --target ncnn`` of a file with such a pool and no deformable node writes the repair and reports it."""
+    model, x = _Pools().eval(), torch.randn(1, 3, 5, 8)
+    src = tmp_path / "pools.onnx"
+    torch.onnx.export(model, (x,), src, input_names=["x"], dynamo=False, opset_version=17)
+    report = lower_file(src, tmp_path / "out.onnx", target="ncnn")
+    assert report.changed and any(r.startswith("target 'ncnn': ceil_mode=1") for r in report.repairs), report.repairs
+    pads = [n for n in onnx.load(str(tmp_path / "out.onnx")).graph.node if n.op_type == "Pad"]
+    assert len(pads) == 2, [n.op_type for n in onnx.load(str(tmp_path / "out.onnx")).graph.node]

@@ -69,7 +69,9 @@ class ExportReport:
         tolerances: output name -> the :class:`Tolerance` it was checked with (dtype, rtol,
             atol, whether given or the dtype's default); empty without verify.
         repairs: down-conversion adapters applied to the dynamo export (one line each: adapter
-            ``<op>_<from>_<to>``, the op, the opset step, the reason); see :mod:`deform_onnx.conversion`.
+            ``<op>_<from>_<to>``, the op, the opset step, the reason; see :mod:`deform_onnx.conversion`),
+            then the target's value-preserving graph repairs (``"target 'ncnn': ..."``;
+            :mod:`deform_onnx.targets.repairs`).
         fallback_reason: why the dynamo exporter was abandoned, if it was.
         export_seconds: wall time of exporting, converting, checking and verifying (all but the write).
         op_types: sorted op types of the main graph.

@@ -15,7 +15,9 @@ from .large import ExternalSink
 from .options import ExportOptions
 
 
-def finish(proto: onnx.ModelProto, opts: ExportOptions, sink: ExternalSink | None = None) -> bytes | str:
+def finish(
+    proto: onnx.ModelProto, opts: ExportOptions, sink: ExternalSink | None = None
+) -> tuple[bytes | str, list[str]]:
     """Apply the target's repairs, check the target's rules, stamp the IR version, validate.
 
     The IR version is the lowest the opsets need (or ``opts.ir_version``); the graph is checked
@@ -23,22 +25,23 @@ def finish(proto: onnx.ModelProto, opts: ExportOptions, sink: ExternalSink | Non
 
     Returns:
         What verification runs: the serialized model, or (over 2 GiB, ``sink``) the path of the
-        file beside its data.
+        file beside its data; and the target's repairs, one line each (``"target 'ncnn': ..."``).
 
     Raises:
         ExportError: the opset is not the requested one, a native node the method replaces remains,
             or the model is not valid ONNX.
         ValueError: the target's rules refuse the graph (without ``force``).
     """
-    choice = opts.choice
+    choice, repaired = opts.choice, []
     if choice is not None:
-        choice.repair_graph(proto)  # value-preserving rewrites the target needs (targets/repairs.py)
+        # value-preserving rewrites the target needs (targets/repairs.py)
+        repaired = [f"target {choice.target.name!r}: {line}" for line in choice.repair_graph(proto)]
         # before the IR stamp: below IR 10 it clears the nodes' metadata, the source lines a refusal names
         choice.check_graph(proto)
     apply_ir_version(proto, opts.ir_version)
     path = sink.save(proto) if sink is not None else None
     _validate(proto, opts.opset, opts.method, path, kept=_class_nodes(choice, opts.opset))
-    return proto.SerializeToString() if path is None else path
+    return (proto.SerializeToString() if path is None else path), repaired
 
 
 def _class_nodes(choice, opset: int) -> set[str]:

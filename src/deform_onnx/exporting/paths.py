@@ -41,7 +41,7 @@ class Produced:
         proto: the model.
         data: the serialized model, or (over 2 GiB) the path of the file beside its data.
         verified: the verification at the example size (``None`` without verify).
-        repairs: down-conversion adapters applied on the dynamo path.
+        repairs: down-conversion adapters applied on the dynamo path, then the target's graph repairs.
         exporter: ``"dynamo"`` or ``"torchscript"``, the one that made the file.
         fallback_reason: why the dynamo path was abandoned, if it was.
     """
@@ -104,13 +104,13 @@ def _dynamo_file(model, args: tuple, opts: ExportOptions, sized: SizeCheck, sink
         raise_bad_module_input(exc)
         raise DynamoUnfit(f"the dynamo exporter failed ({cause(exc)})") from None
     try:
-        data = finish(proto, opts, sink)
+        data, repaired = finish(proto, opts, sink)
         verified = sized.run(model, args, data, proto, opts)
     except MissingKernelError:
         raise
     except ExportError as exc:  # VerificationError, a static dimension, a second size: TorchScript's file may hold
         raise DynamoUnfit(f"the dynamo export failed its check ({exc})") from None
-    return Produced(proto, data, verified, repairs)
+    return Produced(proto, data, verified, [*repairs, *repaired])
 
 
 def _torchscript_file(
@@ -132,9 +132,9 @@ def _torchscript_file(
     )
     with reasons_named(abandoned), dynamo_hint(probe):
         proto = export_torchscript(model, args, ts_opts, sink=sink)
-        data = finish(proto, ts_opts, sink)
+        data, repaired = finish(proto, ts_opts, sink)
         verified = sized.run(model, args, data, proto, ts_opts)
-    return Produced(proto, data, verified, exporter="torchscript", fallback_reason=abandoned)
+    return Produced(proto, data, verified, repaired, exporter="torchscript", fallback_reason=abandoned)
 
 
 def _check_fallback(reason: str, opts: ExportOptions) -> None:

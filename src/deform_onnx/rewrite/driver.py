@@ -55,7 +55,8 @@ class LowerReport:
     removed_domains: list[str] = field(default_factory=list)
     ir_version_before: int | None = None
     ir_version_after: int | None = None
-    #: down-conversion adapters applied by ``opset=N`` (one line each; :mod:`deform_onnx.conversion`).
+    #: down-conversion adapters applied by ``opset=N`` (one line each; :mod:`deform_onnx.conversion`), then the
+    #: target's value-preserving graph repairs (``"target 'ncnn': ..."``; :mod:`deform_onnx.targets.repairs`).
     repairs: list[str] = field(default_factory=list)
 
     @property
@@ -65,6 +66,7 @@ class LowerReport:
             bool(self.replaced)
             or self.opset_before != self.opset_after
             or self.ir_version_before != self.ir_version_after
+            or bool(self.repairs)
         )
 
 
@@ -96,8 +98,10 @@ def lower_model(
     report.method = choice.method
     if choice.target is not None:
         proto = ir.to_proto(model)
-        if choice.repair_graph(proto):  # value-preserving rewrites the target needs (targets/repairs.py)
+        done = choice.repair_graph(proto)  # value-preserving rewrites the target needs (targets/repairs.py)
+        if done:
             model = ir.from_proto(proto)
+            report.repairs += [f"target {choice.target.name!r}: {line}" for line in done]
         choice.check_graph(proto)  # before the IR stamp, which clears the source lines a refusal names below IR 10
     apply_ir_version_ir(model, ir_version)
     report.ir_version_before, report.ir_version_after = ir_before, model.ir_version
