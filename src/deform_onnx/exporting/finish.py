@@ -35,7 +35,8 @@ def finish(
     choice, repaired = opts.choice, []
     if choice is not None:
         # value-preserving rewrites the target needs (targets/repairs.py)
-        repaired = [f"target {choice.target.name!r}: {line}" for line in choice.repair_graph(proto)]
+        name = choice.target.name if choice.target is not None else None
+        repaired = [f"target {name!r}: {line}" for line in choice.repair_graph(proto)]
         # before the IR stamp: below IR 10 it clears the nodes' metadata, the source lines a refusal names
         choice.check_graph(proto)
     apply_ir_version(proto, opts.ir_version)
