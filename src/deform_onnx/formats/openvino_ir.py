@@ -26,7 +26,7 @@ import numpy as np
 from ..core.atomic_io import commit_copies
 from ..core.errors import VerificationError
 
-__all__ = ["FASTEST_FORM", "ONNX_TARGET", "pin_f32", "write"]
+__all__ = ["FASTEST_FORM", "ONNX_TARGET", "pin_f32", "plugin_forms", "write"]
 
 #: The IR form a static ``.xml`` export without a target takes first: ``openvino.convert_model`` of the
 #: PyTorch module. BENCHMARKS.md's deployed-runtimes block times the three forms on the DCNv2 shapes (one run):
@@ -165,8 +165,8 @@ def _verify(xml: Path, model, args: tuple, report, rtol: float | None, atol: flo
 
 
 def _precision_note(compiled) -> str:
-    """``", whose default on this CPU is bf16: ..."`` naming the layers that ran below f32, when the plain Core's
-    default precision is not f32, else ``""``.
+    """``", whose default on this CPU is bf16: ..."`` naming the layers that ran below f32 and the file's nodes they
+    came from, when the plain Core's default precision is not f32, else ``""``.
     """
     from ..runtimes.openvino import inference_precision
 
@@ -176,23 +176,29 @@ def _precision_note(compiled) -> str:
     layers = _layers_at(compiled, used)
     which = f"; here {', '.join(layers)} ran {used}" if layers else ""
     return (f", whose default on this CPU is {used}: the IR's f32 marks (pin_f32) hold only on the nodes the file "
-            "holds, not on nodes OpenVINO's CPU plugin creates while compiling (FullyConnected from a Linear's MatMul, "
-            f"fused norms and softmax, the grid_sample form's grouped Slices){which}; write the .onnx file instead and "
-            "compile it with INFERENCE_PRECISION_HINT=f32, or pass rtol/atol for that precision (Python)")  # fmt: skip
+            "holds, not on nodes OpenVINO's CPU plugin makes by fusing them while compiling (FullyConnected from a "
+            "Linear's MatMul and bias Add, a snippets Subgraph from attention's Multiply/Softmax/MatMul, VariadicSplit "
+            f"from grouped Slices){which}; write the .onnx file instead and compile it with "
+            "INFERENCE_PRECISION_HINT=f32, or pass rtol/atol for that precision (Python)")  # fmt: skip
 
 
 def _layers_at(compiled, precision: str) -> list[str]:
-    """The layer types of ``compiled``'s runtime model that ran at ``precision`` (``[]`` where it cannot tell)."""
+    """``"FullyConnected (from '__module.l/aten::linear/Add')"`` for each layer type of ``compiled``'s runtime model
+    that ran at ``precision``, with the first of the file's nodes it came from (and how many more); ``[]`` where it
+    cannot tell.
+    """
     try:
-        found = set()
+        found: dict[str, list[str]] = {}
         for op in compiled.get_runtime_model().get_ordered_ops():
             info = op.get_rt_info()
             kind, ran = info["layerType"].astype(str), info["runtimePrecision"].astype(str)
             if ran == precision and kind not in ("Reorder", "Const", "Input", "Output"):
-                found.add(kind)
-        return sorted(found)
+                origin = info["originalLayersNames"].astype(str).split(",")[0] or op.get_friendly_name()
+                found.setdefault(kind, []).append(origin)
     except Exception:  # noqa: BLE001 - an OpenVINO without these rt_info keys: the note stays general
         return []
+    return [f"{kind} (from {names[0]!r}{f' and {len(names) - 1} more' if len(names) > 1 else ''})"
+            for kind, names in sorted(found.items())]  # fmt: skip
 
 
 def _compare(got: np.ndarray, want: np.ndarray, tol) -> tuple[bool, float]:
@@ -210,17 +216,62 @@ def pin_f32(ov_model) -> None:
 
     Two marks: the model's ``runtime_options`` get ``INFERENCE_PRECISION_HINT=f32`` (what the IR asks for, read by
     tools; OpenVINO 2026.4's CPU plugin does not apply it: its ``Config::applyRtInfo`` reads only the KV-cache and
-    dynamic-quantization keys of ``runtime_options``), and every node gets OpenVINO's ``disable_fp16_compression``
-    mark (rt_info key ``precise_0``; saved as ``DisablePrecisionConversion``), which the CPU plugin honours: on a
-    CPU with bf16 (AMX) a plain Core then keeps each node in f32. Measured here (Xeon with AMX, OpenVINO 2026.4.1,
-    a 3-layer conv net): plain Core 3.4e-3 to 4.7e-3 off PyTorch without the marks, 4.2e-7 with them; the
-    grid_sample form's IR (target openvino) 0.017 off with them (a VariadicSplit the plugin makes from grouped
-    Slices carries no mark). Issue 35 measured a DCNv2 block's ONNX file 0.07-0.16 off (0.30 at a second size)
-    and its .xml 0.048 under a plain Core there.
+    dynamic-quantization keys of ``runtime_options``, and OpenVINO documents the precision as a compile-time hint,
+    "Precision Control" at docs.openvino.ai), and every node gets OpenVINO's ``disable_fp16_compression`` mark
+    (rt_info key ``precise_0``; saved as ``DisablePrecisionConversion``), which the CPU plugin honours: on a CPU with
+    bf16 (AMX) a plain Core then keeps each node in f32. Measured here (Xeon with AMX, OpenVINO 2026.4.1, a 3-layer
+    conv net): plain Core 3.4e-3 to 4.7e-3 off PyTorch without the marks, 4.2e-7 with them. Issue 35 measured a
+    DCNv2 block's ONNX file 0.07-0.16 off (0.30 at a second size) and its .xml 0.048 under a plain Core there.
+
+    The mark is not copied to nodes the plugin's transformations make while compiling, so those run bf16. Where the
+    plugin only replaces an op by an older opset's op, the file holds that op already (:func:`plugin_forms`:
+    ``MaxPool`` v8/v14 without its indices as ``MaxPool`` v1, a ResNet-vd stem's; ``Softmax`` v8 as v1), and it
+    keeps the mark. Nodes made by fusing stay unmarked (no IR op says what they become): a Linear's ``MatMul``
+    with its bias ``Add`` (``FullyConnected``), attention's ``Multiply``/``Softmax``/``MatMul`` (a snippets
+    ``Subgraph``, also from ``ScaledDotProductAttention``'s decomposition, with its ``Transpose``), the
+    ``grid_sample`` form's grouped ``Slice``s (``VariadicSplit``); :func:`write` then refuses naming them.
     """
+    plugin_forms(ov_model)
     ov_model.set_rt_info("f32", ["runtime_options", "INFERENCE_PRECISION_HINT"])
     for op in ov_model.get_ops():
         op.get_rt_info()["precise_0"] = ""
+
+
+def plugin_forms(ov_model) -> int:
+    """Replace, in place, the ops OpenVINO's CPU plugin would replace by an older opset's op while compiling (where
+    the new node would lose :func:`pin_f32`'s mark) by that op; the number replaced.
+
+    ``MaxPool`` v8/v14 whose indices nothing reads becomes ``MaxPool`` v1 (rounding ``floor`` or ``ceil``, no
+    dilation: the plugin keeps v14's ``ceil_torch``, and its mark), ``Softmax`` v8 becomes v1 (axis made
+    non-negative; a static rank). Same semantics (the new op's output shape is checked against the old one's),
+    friendly name and tensor names. Measured (Xeon with AMX, OpenVINO 2026.4.1, a ResNet-vd stem): the stem's
+    ``MaxPool`` v14 ran bf16 under a plain Core, 3.5e-3 off PyTorch, as v1 f32 and 3.6e-7 off; a ``Softmax`` v8
+    between two bias-free Linears 1.3e-4 off, as v1 7e-9 off.
+    """
+    import openvino.opset1 as ops1
+
+    replaced = 0
+    for op in ov_model.get_ordered_ops():
+        kind, version = op.get_type_name(), op.get_type_info().version_id
+        new = None
+        if kind == "MaxPool" and version != "opset1" and not op.output(1).get_target_inputs():
+            a = op.get_attributes()
+            if str(a["rounding_type"]).lower() in ("floor", "ceil") and all(d == 1 for d in a["dilations"]):
+                new = ops1.max_pool(op.input_value(0), a["strides"], a["pads_begin"], a["pads_end"], a["kernel"],
+                                    str(a["rounding_type"]).lower(), a["auto_pad"])  # fmt: skip
+        elif kind == "Softmax" and version != "opset1" and op.get_input_partial_shape(0).rank.is_static:
+            rank = op.get_input_partial_shape(0).rank.get_length()
+            new = ops1.softmax(op.input_value(0), int(op.get_attributes()["axis"]) % rank)
+        if new is None or new.get_output_partial_shape(0) != op.get_output_partial_shape(0):
+            continue
+        new.set_friendly_name(op.get_friendly_name())
+        names = op.output(0).get_names()
+        op.output(0).replace(new.output(0))
+        new.output(0).get_tensor().set_names(names)
+        replaced += 1
+    if replaced:
+        ov_model.validate_nodes_and_infer_types()
+    return replaced
 
 
 def _run_ir(compiled, feeds: list[np.ndarray]) -> list[np.ndarray]:
