@@ -223,13 +223,16 @@ def pin_f32(ov_model) -> None:
     conv net): plain Core 3.4e-3 to 4.7e-3 off PyTorch without the marks, 4.2e-7 with them. Issue 35 measured a
     DCNv2 block's ONNX file 0.07-0.16 off (0.30 at a second size) and its .xml 0.048 under a plain Core there.
 
-    The mark is not copied to nodes the plugin's transformations make while compiling, so those run bf16. Where the
-    plugin only replaces an op by an older opset's op, the file holds that op already (:func:`plugin_forms`:
-    ``MaxPool`` v8/v14 without its indices as ``MaxPool`` v1, a ResNet-vd stem's; ``Softmax`` v8 as v1), and it
-    keeps the mark. Nodes made by fusing stay unmarked (no IR op says what they become): a Linear's ``MatMul``
-    with its bias ``Add`` (``FullyConnected``), attention's ``Multiply``/``Softmax``/``MatMul`` (a snippets
-    ``Subgraph``, also from ``ScaledDotProductAttention``'s decomposition, with its ``Transpose``), the
-    ``grid_sample`` form's grouped ``Slice``s (``VariadicSplit``); :func:`write` then refuses naming them.
+    The mark is not copied to nodes the plugin's transformations make while compiling, so those run bf16. Where a
+    transformation only rewrites an op into another standard op, the file holds that op already
+    (:func:`plugin_forms`: ``MaxPool`` v8/v14 without its indices as v1, a ResNet-vd stem's; ``Softmax`` v8 as v1;
+    ``Interpolate`` v11 as v4; grouped ``Slice``s as one ``VariadicSplit``), and it keeps the mark. Nodes the plugin
+    makes of its own internal ops, or by fusing, stay unmarked (measured there): a Linear's ``MatMul`` with its bias
+    ``Add`` (``FullyConnected``), attention (a snippets ``Subgraph`` with a ``Transpose``, from
+    ``ScaledDotProductAttention``'s decomposition or ``MatMul``/``Softmax``), ``GroupNormalization``'s decomposition
+    (``Reshape``/``MVN``/``Eltwise``), a channels-last LayerNorm's ``MVN`` (``Reduce``/``Eltwise``/``RMS``), and in
+    a dynamic ``grid_sample`` form the ``Eltwise`` made of ``Broadcast`` and ``Divide``; :func:`write` then refuses,
+    naming them.
     """
     plugin_forms(ov_model)
     ov_model.set_rt_info("f32", ["runtime_options", "INFERENCE_PRECISION_HINT"])
@@ -238,15 +241,18 @@ def pin_f32(ov_model) -> None:
 
 
 def plugin_forms(ov_model) -> int:
-    """Replace, in place, the ops OpenVINO's CPU plugin would replace by an older opset's op while compiling (where
-    the new node would lose :func:`pin_f32`'s mark) by that op; the number replaced.
+    """Replace, in place, the ops OpenVINO's CPU plugin would rewrite into other standard ops while compiling (where
+    the new node would lose :func:`pin_f32`'s mark) by what it makes of them; the number of ops replaced.
 
     ``MaxPool`` v8/v14 whose indices nothing reads becomes ``MaxPool`` v1 (rounding ``floor`` or ``ceil``, no
     dilation: the plugin keeps v14's ``ceil_torch``, and its mark), ``Softmax`` v8 becomes v1 (axis made
-    non-negative; a static rank). Same semantics (the new op's output shape is checked against the old one's),
-    friendly name and tensor names. Measured (Xeon with AMX, OpenVINO 2026.4.1, a ResNet-vd stem): the stem's
-    ``MaxPool`` v14 ran bf16 under a plain Core, 3.5e-3 off PyTorch, as v1 f32 and 3.6e-7 off; a ``Softmax`` v8
-    between two bias-free Linears 1.3e-4 off, as v1 7e-9 off.
+    non-negative; a static rank), ``Interpolate`` v11 becomes v4 (:func:`_interpolate_v4`), ``Slice``s tiling an
+    axis become a ``VariadicSplit`` (:func:`_grouped_slices_to_split`). Same semantics (the new op's output shape is
+    checked against the old one's), friendly name and tensor names. Measured (Xeon with AMX, OpenVINO 2026.4.1,
+    plain Core, conv-op-conv nets): a ResNet-vd stem's ``MaxPool`` v14 ran bf16, 3.5e-3 off PyTorch, as v1 f32 and
+    3.6e-7 off; ``Softmax`` v8 between two bias-free Linears 1.3e-4, as v1 7e-9; a bilinear ``Interpolate`` v11
+    2.1e-3, as v4 1.2e-7; two channel ``Slice``s 3.3e-3, as a ``VariadicSplit`` 3.6e-7; TinyDCN's ``grid_sample``
+    form (target openvino, static) was refused, now 7.7e-7.
     """
     import openvino.opset1 as ops1
 
@@ -262,6 +268,8 @@ def plugin_forms(ov_model) -> int:
         elif kind == "Softmax" and version != "opset1" and op.get_input_partial_shape(0).rank.is_static:
             rank = op.get_input_partial_shape(0).rank.get_length()
             new = ops1.softmax(op.input_value(0), int(op.get_attributes()["axis"]) % rank)
+        elif kind == "Interpolate" and version == "opset11":
+            new = _interpolate_v4(op)
         if new is None or new.get_output_partial_shape(0) != op.get_output_partial_shape(0):
             continue
         new.set_friendly_name(op.get_friendly_name())
@@ -269,9 +277,100 @@ def plugin_forms(ov_model) -> int:
         op.output(0).replace(new.output(0))
         new.output(0).get_tensor().set_names(names)
         replaced += 1
+    replaced += _grouped_slices_to_split(ov_model)
     if replaced:
         ov_model.validate_nodes_and_infer_types()
     return replaced
+
+
+def _grouped_slices_to_split(ov_model) -> int:
+    """OpenVINO's ``GroupedSliceToVSplitOptimization`` written into the file: ``Slice``s (v8) of one tensor along one
+    axis with constant scalar start/stop, step 1, that tile that axis (a static dimension) without gap or overlap
+    become one ``VariadicSplit``; the number of Slices replaced. Where the model has Slices it is constant-folded
+    first, as the plugin does (the ONNX exporter computes a chunk's bounds from the input's shape).
+    """
+    import openvino.opset1 as ops1
+    from openvino.passes import ConstantFolding, Manager
+
+    if any(op.get_type_name() == "Slice" for op in ov_model.get_ops()):
+        manager = Manager()
+        manager.register_pass(ConstantFolding())
+        manager.run_passes(ov_model)
+
+    groups: dict[tuple[int, int, int], list[tuple[int, int, Any]]] = {}
+    for op in ov_model.get_ordered_ops():
+        found = _slice_span(op) if op.get_type_name() == "Slice" and op.get_type_info().version_id == "opset8" else None
+        if found is not None:
+            source = op.input_value(0)
+            key = (id(source.get_node()), source.get_index(), found[0])
+            groups.setdefault(key, []).append((found[1], found[2], op))
+    replaced = 0
+    for (_, _, axis), slices in groups.items():
+        slices.sort(key=lambda item: (item[0], item[1]))
+        source = slices[0][2].input_value(0)
+        size = source.get_partial_shape()[axis].get_length()
+        edges = [0] + [stop for _, stop, _ in slices]
+        if len(slices) < 2 or [start for start, _, _ in slices] != edges[:-1] or edges[-1] != size:
+            continue
+        lengths = np.diff(np.array(edges, np.int64))
+        split = ops1.variadic_split(source, np.int64(axis), lengths)
+        for i, (_, _, op) in enumerate(slices):
+            names = op.output(0).get_names()
+            op.output(0).replace(split.output(i))
+            split.output(i).get_tensor().add_names(names)
+        replaced += len(slices)
+    return replaced
+
+
+def _slice_span(op) -> tuple[int, int, int] | None:
+    """``(axis, start, stop)`` of a ``Slice`` with constant scalar start/stop/axis and step 1 along a static
+    dimension (start and stop made non-negative and clamped as OpenVINO does), else ``None``.
+    """
+    shape = op.get_input_partial_shape(0)
+    if op.get_input_size() != 5 or shape.rank.is_dynamic:
+        return None
+    values = []
+    for i in (1, 2, 3, 4):
+        node = op.input_value(i).get_node()
+        if node.get_type_name() != "Constant" or node.get_output_shape(0) not in ([1], []):
+            return None
+        values.append(int(np.asarray(node.data).reshape(-1)[0]))
+    start, stop, step, axis = values
+    axis = axis % shape.rank.get_length()
+    if step != 1 or shape[axis].is_dynamic:
+        return None
+    size = shape[axis].get_length()
+    start, stop = (min(max(v + size if v < 0 else v, 0), size) for v in (start, stop))
+    return axis, start, stop
+
+
+def _interpolate_v4(op):
+    """The ``Interpolate`` v4 that OpenVINO's ``ConvertInterpolate11ToInterpolate4`` makes of the v11 ``op`` (the unused
+    sizes or scales input all ones), or ``None`` where it would not (a mode v4 lacks, an axes or rank not static).
+    """
+    import openvino.opset1 as ops1
+    import openvino.opset10 as ops10
+
+    a = op.get_attributes()
+    axes = op.input_value(2) if op.get_input_size() == 3 else None
+    shape = axes.get_partial_shape() if axes is not None else _rank_shape(op.get_input_partial_shape(0))
+    if str(a["mode"]) not in ("nearest", "linear", "linear_onnx", "cubic") or shape is None or not shape.is_static:
+        return None
+    count = shape.to_shape()[0]
+    if str(a["shape_calculation_mode"]) == "scales":
+        sizes, scales = ops1.constant(np.ones(count, np.int32)), op.input_value(1)
+    else:
+        sizes, scales = op.input_value(1), ops1.constant(np.ones(count, np.float32))
+    keys = ("mode", "shape_calculation_mode", "pads_begin", "pads_end", "coordinate_transformation_mode", "nearest_mode",
+            "antialias", "cube_coeff")  # fmt: skip
+    return ops10.interpolate(op.input_value(0), sizes, scales, axes=axes, **{k: a[k] for k in keys})
+
+
+def _rank_shape(shape):
+    """``[rank]`` as an OpenVINO shape for a static-rank ``shape``, else ``None``."""
+    import openvino as ov
+
+    return ov.PartialShape([shape.rank.get_length()]) if shape.rank.is_static else None
 
 
 def _run_ir(compiled, feeds: list[np.ndarray]) -> list[np.ndarray]:
