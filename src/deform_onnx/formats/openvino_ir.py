@@ -176,9 +176,10 @@ def _precision_note(compiled) -> str:
     layers = _layers_at(compiled, used)
     which = f"; here {', '.join(layers)} ran {used}" if layers else ""
     return (f", whose default on this CPU is {used}: the IR's f32 marks (pin_f32) hold only on the nodes the file "
-            "holds, not on nodes OpenVINO's CPU plugin makes by fusing them while compiling (FullyConnected from a "
-            "Linear's MatMul and bias Add, a snippets Subgraph from attention's Multiply/Softmax/MatMul, VariadicSplit "
-            f"from grouped Slices){which}; write the .onnx file instead and compile it with "
+            "holds (and on the standard ops plugin_forms writes for the plugin's own rewrites), not on nodes OpenVINO's "
+            "CPU plugin makes of its internal ops or by fusing while compiling (FullyConnected from a Linear's MatMul "
+            "and bias Add, attention's snippets Subgraph, GroupNorm's and a channels-last LayerNorm's decompositions)"
+            f"{which}; write the .onnx file instead and compile it with "
             "INFERENCE_PRECISION_HINT=f32, or pass rtol/atol for that precision (Python)")  # fmt: skip
 
 
