@@ -303,7 +303,7 @@ def _grouped_slices_to_split(ov_model) -> int:
         found = _slice_span(op) if op.get_type_name() == "Slice" and op.get_type_info().version_id == "opset8" else None
         if found is not None:
             source = op.input_value(0)
-            key = (id(source.get_node()), source.get_index(), found[0])
+            key = (source.get_node().get_instance_id(), source.get_index(), found[0])
             groups.setdefault(key, []).append((found[1], found[2], op))
     replaced = 0
     for (_, _, axis), slices in groups.items():
