@@ -178,7 +178,7 @@ def _precision_note(compiled) -> str:
     return (f", whose default on this CPU is {used}: the IR's f32 marks (pin_f32) hold only on the nodes the file "
             "holds (and on the standard ops plugin_forms writes for the plugin's own rewrites), not on nodes OpenVINO's "
             "CPU plugin makes of its internal ops or by fusing while compiling (FullyConnected from a Linear's MatMul "
-            "and bias Add, attention's snippets Subgraph, GroupNorm's and a channels-last LayerNorm's decompositions)"
+            "and bias Add, attention's snippets Subgraph, a channels-last LayerNorm's decomposition)"
             f"{which}; write the .onnx file instead and compile it with "
             "INFERENCE_PRECISION_HINT=f32, or pass rtol/atol for that precision (Python)")  # fmt: skip
 
@@ -227,11 +227,12 @@ def pin_f32(ov_model) -> None:
     The mark is not copied to nodes the plugin's transformations make while compiling, so those run bf16. Where a
     transformation only rewrites an op into another standard op, the file holds that op already
     (:func:`plugin_forms`: ``MaxPool`` v8/v14 without its indices as v1, a ResNet-vd stem's; ``Softmax`` v8 as v1;
-    ``Interpolate`` v11 as v4; grouped ``Slice``s as one ``VariadicSplit``), and it keeps the mark. Nodes the plugin
+    ``Interpolate`` v11 as v4; grouped ``Slice``s as one ``VariadicSplit``; ``GroupNormalization`` as its ``MVN``
+    decomposition), and it keeps the mark. Nodes the plugin
     makes of its own internal ops, or by fusing, stay unmarked (measured there): a Linear's ``MatMul`` with its bias
     ``Add`` (``FullyConnected``), attention (a snippets ``Subgraph`` with a ``Transpose``, from
-    ``ScaledDotProductAttention``'s decomposition or ``MatMul``/``Softmax``), ``GroupNormalization``'s decomposition
-    (``Reshape``/``MVN``/``Eltwise``), a channels-last LayerNorm's ``MVN`` (``Reduce``/``Eltwise``/``RMS``), and in
+    ``ScaledDotProductAttention``'s decomposition or ``MatMul``/``Softmax``), a channels-last LayerNorm's ``MVN``
+    (``Reduce``/``Eltwise``/``RMS``), and in
     a dynamic ``grid_sample`` form the ``Eltwise`` made of ``Broadcast`` and ``Divide``; :func:`write` then refuses,
     naming them.
     """
@@ -248,11 +249,13 @@ def plugin_forms(ov_model) -> int:
     ``MaxPool`` v8/v14 whose indices nothing reads becomes ``MaxPool`` v1 (rounding ``floor`` or ``ceil``, no
     dilation: the plugin keeps v14's ``ceil_torch``, and its mark), ``Softmax`` v8 becomes v1 (axis made
     non-negative; a static rank), ``Interpolate`` v11 becomes v4 (:func:`_interpolate_v4`), ``Slice``s tiling an
-    axis become a ``VariadicSplit`` (:func:`_grouped_slices_to_split`). Same semantics (the new op's output shape is
+    axis become a ``VariadicSplit`` (:func:`_grouped_slices_to_split`), ``GroupNormalization`` becomes
+    ``Reshape``/``MVN``/``Reshape``/``Multiply``/``Add`` (:func:`_group_norm_decomposed`). Same semantics (the new op's output shape is
     checked against the old one's), friendly name and tensor names. Measured (Xeon with AMX, OpenVINO 2026.4.1,
     plain Core, conv-op-conv nets): a ResNet-vd stem's ``MaxPool`` v14 ran bf16, 3.5e-3 off PyTorch, as v1 f32 and
     3.6e-7 off; ``Softmax`` v8 between two bias-free Linears 1.3e-4, as v1 7e-9; a bilinear ``Interpolate`` v11
-    2.1e-3, as v4 1.2e-7; two channel ``Slice``s 3.3e-3, as a ``VariadicSplit`` 3.6e-7; TinyDCN's ``grid_sample``
+    2.1e-3, as v4 1.2e-7; two channel ``Slice``s 3.3e-3, as a ``VariadicSplit`` 3.6e-7; ``GroupNorm`` 5.4e-3,
+    decomposed 4.8e-7; TinyDCN's ``grid_sample``
     form (target openvino, static) was refused, now 7.7e-7.
     """
     import openvino.opset1 as ops1
@@ -271,6 +274,8 @@ def plugin_forms(ov_model) -> int:
             new = ops1.softmax(op.input_value(0), int(op.get_attributes()["axis"]) % rank)
         elif kind == "Interpolate" and version == "opset11":
             new = _interpolate_v4(op)
+        elif kind == "GroupNormalization" and op.get_input_partial_shape(0).rank.is_static:
+            new = _group_norm_decomposed(op)
         if new is None or new.get_output_partial_shape(0) != op.get_output_partial_shape(0):
             continue
         new.set_friendly_name(op.get_friendly_name())
@@ -365,6 +370,30 @@ def _interpolate_v4(op):
     keys = ("mode", "shape_calculation_mode", "pads_begin", "pads_end", "coordinate_transformation_mode", "nearest_mode",
             "antialias", "cube_coeff")  # fmt: skip
     return ops10.interpolate(op.input_value(0), sizes, scales, axes=axes, **{k: a[k] for k in keys})
+
+
+def _group_norm_decomposed(op):
+    """OpenVINO's ``GroupNormalizationDecomposition`` of the ``GroupNormalization`` ``op`` (data ``[N, C, ...]``
+    reshaped to ``[N * groups, C / groups, ...]``, ``MVN`` v6 over all but the first axis, eps inside the square root,
+    reshaped back, times scale plus bias as ``[C, 1, ...]``), or ``None`` below rank 3.
+    """
+    import openvino.opset1 as ops1
+    import openvino.opset3 as ops3
+    import openvino.opset6 as ops6
+
+    rank = op.get_input_partial_shape(0).rank.get_length()
+    if rank < 3:
+        return None
+    a = op.get_attributes()
+    data, groups = op.input_value(0), np.array([int(a["num_groups"])], np.int64)
+    shape = ops3.shape_of(data, "i64")
+    dims = ops1.split(shape, np.int64(0), rank).outputs()
+    grouped = ops1.concat([ops1.multiply(dims[0], groups), ops1.divide(dims[1], groups), *dims[2:]], 0)
+    normed = ops6.mvn(ops1.reshape(data, grouped, True), np.arange(1, rank, dtype=np.int64), True,
+                      float(np.float32(a["epsilon"])), "inside_sqrt")  # fmt: skip
+    spread = np.arange(1, rank - 1, dtype=np.int64)
+    scaled = ops1.multiply(ops1.reshape(normed, shape, True), ops1.unsqueeze(op.input_value(1), spread))
+    return ops1.add(scaled, ops1.unsqueeze(op.input_value(2), spread))
 
 
 def _rank_shape(shape):
