@@ -179,8 +179,8 @@ def test_ir_carries_f32_and_a_plain_core_runs_it_within_the_float32_rule(written
 def test_plugin_forms_writes_the_op_the_cpu_plugin_runs_with_the_same_result() -> None:
     """The ops OpenVINO's CPU plugin replaces while compiling (dropping the f32 mark) are written as what it makes of
     them: MaxPool v8 without its indices and Softmax v8 (negative axis) as v1, Interpolate v11 (scales with axes,
-    sizes) as v4, two Slices tiling the channels as one VariadicSplit, GroupNormalization as its MVN decomposition;
-    a MaxPool whose indices are read and a Slice with step 2 stay. Same outputs, at two sizes of a dynamic model, friendly and tensor names kept."""
+    sizes) as v4, two Slices tiling the channels as one VariadicSplit, GroupNormalization as its MVN decomposition,
+    a channels-last MVN over a rank-3 view; a MaxPool whose indices are read and a Slice with step 2 stay. Same outputs, at two sizes of a dynamic model, friendly and tensor names kept."""
     import openvino.opset8 as ops8
     import openvino.opset11 as ops11
     import openvino.opset12 as ops12
@@ -201,25 +201,31 @@ def test_plugin_forms_writes_the_op_the_cpu_plugin_runs_with_the_same_result() -
     scale, shift = np.linspace(0.5, 2, 4, dtype=np.float32), np.linspace(-1, 1, 4, dtype=np.float32)
     norm = ops12.group_normalization(x, scale, shift, 2, 1e-5)
     outputs = [ops8.softmax(pooled.output(0), -3), kept.output(0), kept.output(1), pooled, up, sized, head, tail, odd]
-    outputs.append(norm)
+    last = ops8.transpose(x, np.array([0, 2, 3, 1], np.int64))  # a channels-last LayerNorm's MVN
+    outputs += [norm, ops8.mvn(last, np.array([-1], np.int64), True, 1e-6, "inside_sqrt")]
     before = ov.Model([o if isinstance(o, ov.Output) else o.output(0) for o in outputs], [x])
     after = before.clone()
-    assert openvino_ir.plugin_forms(after) == 7
+    assert openvino_ir.plugin_forms(after) == 8
     kinds = {(op.get_friendly_name(), op.get_type_name(), op.get_type_info().version_id) for op in after.get_ops()}
     assert ("pool", "MaxPool", "opset1") in kinds and "pooled" in after.outputs[3].get_names()
     versions = {kind: sorted(v for _, k, v in kinds if k == kind) for kind in ("MaxPool", "Softmax", "Interpolate")}
     assert versions == {"MaxPool": ["opset1", "opset8"], "Softmax": ["opset1"], "Interpolate": ["opset4", "opset4"]}
     assert sum(k == "VariadicSplit" for _, k, _ in kinds) == 1 and sum(k == "Slice" for _, k, _ in kinds) == 1
-    assert "GroupNormalization" not in {k for _, k, _ in kinds} and "MVN" in {k for _, k, _ in kinds}
+    assert "GroupNormalization" not in {k for _, k, _ in kinds}
+    ranks = sorted(
+        op.get_input_partial_shape(0).rank.get_length() for op in after.get_ops() if op.get_type_name() == "MVN"
+    )
+    assert ranks == [3, 4]  # the LayerNorm's over a rank-3 view, GroupNorm's over [N * groups, C / groups, H, W]
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}
     want_model, got_model = (ov.Core().compile_model(m, "CPU", f32) for m in (before, after))
     for shape in ((1, 4, 7, 7), (2, 4, 6, 10)):
         feed = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
         want, got = want_model([feed]), got_model([feed])
-        for i in range(len(outputs) - 1):
+        for i in range(len(outputs) - 2):
             np.testing.assert_array_equal(got[i], want[i])
-        # GroupNorm: the same decomposition, fused in another order (measured 2.4e-7 apart)
-        np.testing.assert_allclose(got[len(outputs) - 1], want[len(outputs) - 1], rtol=1e-6, atol=1e-6)
+        # the norms: the same MVN math, fused or reduced in another order (measured 2.4e-7 apart)
+        for i in (-2, -1):
+            np.testing.assert_allclose(got[len(outputs) + i], want[len(outputs) + i], rtol=1e-6, atol=1e-6)
 
 
 def test_report_numbers_are_the_irs_own(written_ir) -> None:

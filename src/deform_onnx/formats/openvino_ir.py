@@ -178,7 +178,7 @@ def _precision_note(compiled) -> str:
     return (f", whose default on this CPU is {used}: the IR's f32 marks (pin_f32) hold only on the nodes the file "
             "holds (and on the standard ops plugin_forms writes for the plugin's own rewrites), not on nodes OpenVINO's "
             "CPU plugin makes of its internal ops or by fusing while compiling (FullyConnected from a Linear's MatMul "
-            "and bias Add, attention's snippets Subgraph, a channels-last LayerNorm's decomposition)"
+            "and bias Add, attention's snippets Subgraph)"
             f"{which}; write the .onnx file instead and compile it with "
             "INFERENCE_PRECISION_HINT=f32, or pass rtol/atol for that precision (Python)")  # fmt: skip
 
@@ -228,11 +228,11 @@ def pin_f32(ov_model) -> None:
     transformation only rewrites an op into another standard op, the file holds that op already
     (:func:`plugin_forms`: ``MaxPool`` v8/v14 without its indices as v1, a ResNet-vd stem's; ``Softmax`` v8 as v1;
     ``Interpolate`` v11 as v4; grouped ``Slice``s as one ``VariadicSplit``; ``GroupNormalization`` as its ``MVN``
-    decomposition), and it keeps the mark. Nodes the plugin
+    decomposition), or a form the plugin runs as it stands (a channels-last LayerNorm's ``MVN`` over a rank-3 view),
+    and it keeps the mark. Nodes the plugin
     makes of its own internal ops, or by fusing, stay unmarked (measured there): a Linear's ``MatMul`` with its bias
     ``Add`` (``FullyConnected``), attention (a snippets ``Subgraph`` with a ``Transpose``, from
-    ``ScaledDotProductAttention``'s decomposition or ``MatMul``/``Softmax``), a channels-last LayerNorm's ``MVN``
-    (``Reduce``/``Eltwise``/``RMS``), and in
+    ``ScaledDotProductAttention``'s decomposition or ``MatMul``/``Softmax``), and in
     a dynamic ``grid_sample`` form the ``Eltwise`` made of ``Broadcast`` and ``Divide``; :func:`write` then refuses,
     naming them.
     """
@@ -250,16 +250,23 @@ def plugin_forms(ov_model) -> int:
     dilation: the plugin keeps v14's ``ceil_torch``, and its mark), ``Softmax`` v8 becomes v1 (axis made
     non-negative; a static rank), ``Interpolate`` v11 becomes v4 (:func:`_interpolate_v4`), ``Slice``s tiling an
     axis become a ``VariadicSplit`` (:func:`_grouped_slices_to_split`), ``GroupNormalization`` becomes
-    ``Reshape``/``MVN``/``Reshape``/``Multiply``/``Add`` (:func:`_group_norm_decomposed`). Same semantics (the new op's output shape is
-    checked against the old one's), friendly name and tensor names. Measured (Xeon with AMX, OpenVINO 2026.4.1,
+    ``Reshape``/``MVN``/``Reshape``/``Multiply``/``Add`` (:func:`_group_norm_decomposed`), and an ``MVN`` over the
+    last axis of a rank-4 tensor is written over a rank-3 view, which the plugin runs as it stands
+    (:func:`_mvn_last_axis_3d`). Same semantics (the new op's output shape is
+    checked against the old one's), friendly name and tensor names. The model is constant-folded first, as the
+    plugin does (the ONNX exporter computes a chunk's bounds and a LayerNorm's axes from shapes). Measured (Xeon with AMX, OpenVINO 2026.4.1,
     plain Core, conv-op-conv nets): a ResNet-vd stem's ``MaxPool`` v14 ran bf16, 3.5e-3 off PyTorch, as v1 f32 and
     3.6e-7 off; ``Softmax`` v8 between two bias-free Linears 1.3e-4, as v1 7e-9; a bilinear ``Interpolate`` v11
     2.1e-3, as v4 1.2e-7; two channel ``Slice``s 3.3e-3, as a ``VariadicSplit`` 3.6e-7; ``GroupNorm`` 5.4e-3,
-    decomposed 4.8e-7; TinyDCN's ``grid_sample``
+    decomposed 4.8e-7; a channels-last LayerNorm 7.3e-3, over a rank-3 view 3.6e-7; TinyDCN's ``grid_sample``
     form (target openvino, static) was refused, now 7.7e-7.
     """
     import openvino.opset1 as ops1
+    from openvino.passes import ConstantFolding, Manager
 
+    manager = Manager()  # as the plugin does first: the ONNX file's chunk bounds and MVN axes are computed
+    manager.register_pass(ConstantFolding())
+    manager.run_passes(ov_model)
     replaced = 0
     for op in ov_model.get_ordered_ops():
         kind, version = op.get_type_name(), op.get_type_info().version_id
@@ -276,6 +283,8 @@ def plugin_forms(ov_model) -> int:
             new = _interpolate_v4(op)
         elif kind == "GroupNormalization" and op.get_input_partial_shape(0).rank.is_static:
             new = _group_norm_decomposed(op)
+        elif kind == "MVN" and version == "opset6":
+            new = _mvn_last_axis_3d(op)
         if new is None or new.get_output_partial_shape(0) != op.get_output_partial_shape(0):
             continue
         new.set_friendly_name(op.get_friendly_name())
@@ -292,16 +301,9 @@ def plugin_forms(ov_model) -> int:
 def _grouped_slices_to_split(ov_model) -> int:
     """OpenVINO's ``GroupedSliceToVSplitOptimization`` written into the file: ``Slice``s (v8) of one tensor along one
     axis with constant scalar start/stop, step 1, that tile that axis (a static dimension) without gap or overlap
-    become one ``VariadicSplit``; the number of Slices replaced. Where the model has Slices it is constant-folded
-    first, as the plugin does (the ONNX exporter computes a chunk's bounds from the input's shape).
+    become one ``VariadicSplit``; the number of Slices replaced.
     """
     import openvino.opset1 as ops1
-    from openvino.passes import ConstantFolding, Manager
-
-    if any(op.get_type_name() == "Slice" for op in ov_model.get_ops()):
-        manager = Manager()
-        manager.register_pass(ConstantFolding())
-        manager.run_passes(ov_model)
 
     groups: dict[tuple[int, int, int], list[tuple[int, int, Any]]] = {}
     for op in ov_model.get_ordered_ops():
@@ -394,6 +396,28 @@ def _group_norm_decomposed(op):
     spread = np.arange(1, rank - 1, dtype=np.int64)
     scaled = ops1.multiply(ops1.reshape(normed, shape, True), ops1.unsqueeze(op.input_value(1), spread))
     return ops1.add(scaled, ops1.unsqueeze(op.input_value(2), spread))
+
+
+def _mvn_last_axis_3d(op):
+    """An ``MVN`` v6 over only the last axis of a rank-4+ tensor (a channels-last LayerNorm: InternImage's, ConvNeXt's)
+    as the same ``MVN`` over the last axis of that tensor reshaped to ``[N, -1, C]`` and reshaped back, or ``None``.
+    OpenVINO's CPU plugin decomposes the rank-4 form while compiling (``ReduceMean``, ``Subtract``, its internal
+    ``RMS``: unmarked, bf16 under a plain Core on an AMX CPU) and runs the rank-3 one as it stands.
+    """
+    import openvino.opset1 as ops1
+    import openvino.opset3 as ops3
+    import openvino.opset6 as ops6
+
+    shape, axes = op.get_input_partial_shape(0), op.input_value(1).get_node()
+    if shape.rank.is_dynamic or shape.rank.get_length() < 4 or axes.get_type_name() != "Constant":
+        return None
+    rank = shape.rank.get_length()
+    if [int(a) % rank for a in np.asarray(axes.data).reshape(-1)] != [rank - 1] or shape[rank - 1].is_dynamic:
+        return None
+    a = op.get_attributes()
+    flat = ops1.reshape(op.input_value(0), np.array([0, -1, shape[rank - 1].get_length()], np.int64), True)
+    normed = ops6.mvn(flat, np.array([2], np.int64), a["normalize_variance"], a["eps"], a["eps_mode"])
+    return ops1.reshape(normed, ops3.shape_of(op.input_value(0), "i64"), False)
 
 
 def _rank_shape(shape):
