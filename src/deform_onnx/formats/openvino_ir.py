@@ -229,12 +229,12 @@ def pin_f32(ov_model) -> None:
     (:func:`plugin_forms`: ``MaxPool`` v8/v14 without its indices as v1, a ResNet-vd stem's; ``Softmax`` v8 as v1;
     ``Interpolate`` v11 as v4; grouped ``Slice``s as one ``VariadicSplit``; ``GroupNormalization`` as its ``MVN``
     decomposition), or a form the plugin runs as it stands (a channels-last LayerNorm's ``MVN`` over a rank-3 view),
-    and it keeps the mark. Nodes the plugin
-    makes of its own internal ops, or by fusing, stay unmarked (measured there): a Linear's ``MatMul`` with its bias
-    ``Add`` (``FullyConnected``), attention (a snippets ``Subgraph`` with a ``Transpose``, from
-    ``ScaledDotProductAttention``'s decomposition or ``MatMul``/``Softmax``), and in
-    a dynamic ``grid_sample`` form the ``Eltwise`` made of ``Broadcast`` and ``Divide``; :func:`write` then refuses,
-    naming them.
+    and it keeps the mark. Nodes the plugin makes of its own internal ops, or by fusing, stay unmarked (measured
+    there): a Linear's ``MatMul`` with its bias ``Add`` (``FullyConnected``), attention (a snippets ``Subgraph``
+    with a ``Transpose``, from ``ScaledDotProductAttention``'s decomposition or ``MatMul``/``Softmax``), a
+    ``Divide`` by a tensor (``Power`` -1, then the internal ``PowerStatic``; a ``Power`` in the file too), a
+    per-channel ``Multiply``/``Divide`` by a constant after a conv (a depthwise ``Convolution``), and in a dynamic
+    ``grid_sample`` form the ``Eltwise`` made of ``Broadcast``; :func:`write` then refuses, naming them.
     """
     plugin_forms(ov_model)
     ov_model.set_rt_info("f32", ["runtime_options", "INFERENCE_PRECISION_HINT"])
