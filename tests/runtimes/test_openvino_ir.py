@@ -180,7 +180,8 @@ def test_plugin_forms_writes_the_op_the_cpu_plugin_runs_with_the_same_result() -
     """The ops OpenVINO's CPU plugin replaces while compiling (dropping the f32 mark) are written as what it makes of
     them: MaxPool v8 without its indices and Softmax v8 (negative axis) as v1, Interpolate v11 (scales with axes,
     sizes) as v4, two Slices tiling the channels as one VariadicSplit, GroupNormalization as its MVN decomposition,
-    a channels-last MVN over a rank-3 view; a MaxPool whose indices are read and a Slice with step 2 stay. Same outputs, at two sizes of a dynamic model, friendly and tensor names kept."""
+    a channels-last MVN over a rank-3 view; a MaxPool whose indices are read and a Slice with step 2 stay. Same
+    outputs, at two sizes of a dynamic model, friendly and tensor names kept."""
     import openvino.opset8 as ops8
     import openvino.opset11 as ops11
     import openvino.opset12 as ops12

@@ -176,8 +176,8 @@ def _precision_note(compiled) -> str:
     layers = _layers_at(compiled, used)
     which = f"; here {', '.join(layers)} ran {used}" if layers else ""
     return (f", whose default on this CPU is {used}: the IR's f32 marks (pin_f32) hold only on the nodes the file "
-            "holds (and on the standard ops plugin_forms writes for the plugin's own rewrites), not on nodes OpenVINO's "
-            "CPU plugin makes of its internal ops or by fusing while compiling (FullyConnected from a Linear's MatMul "
+            "holds (and on the standard ops plugin_forms writes for the plugin's own rewrites), not on nodes "
+            "OpenVINO's CPU plugin makes of its internal ops or by fusing while compiling (FullyConnected from a Linear's MatMul "
             "and bias Add, attention's snippets Subgraph)"
             f"{which}; write the .onnx file instead and compile it with "
             "INFERENCE_PRECISION_HINT=f32, or pass rtol/atol for that precision (Python)")  # fmt: skip
@@ -385,8 +385,8 @@ def _interpolate_v4(op):
         sizes, scales = ops1.constant(np.ones(count, np.int32)), op.input_value(1)
     else:
         sizes, scales = op.input_value(1), ops1.constant(np.ones(count, np.float32))
-    keys = ("mode", "shape_calculation_mode", "pads_begin", "pads_end", "coordinate_transformation_mode", "nearest_mode",
-            "antialias", "cube_coeff")  # fmt: skip
+    keys = ("mode", "shape_calculation_mode", "pads_begin", "pads_end", "coordinate_transformation_mode",
+            "nearest_mode", "antialias", "cube_coeff")  # fmt: skip
     return ops10.interpolate(op.input_value(0), sizes, scales, axes=axes, **{k: a[k] for k in keys})
 
 
