@@ -177,10 +177,10 @@ def _precision_note(compiled) -> str:
     which = f"; here {', '.join(layers)} ran {used}" if layers else ""
     return (f", whose default on this CPU is {used}: the IR's f32 marks (pin_f32) hold only on the nodes the file "
             "holds (and on the standard ops plugin_forms writes for the plugin's own rewrites), not on nodes "
-            "OpenVINO's CPU plugin makes of its internal ops or by fusing while compiling (FullyConnected from a Linear's MatMul "
-            "and bias Add, attention's snippets Subgraph)"
-            f"{which}; write the .onnx file instead and compile it with "
-            "INFERENCE_PRECISION_HINT=f32, or pass rtol/atol for that precision (Python)")  # fmt: skip
+            "OpenVINO's CPU plugin makes of its internal ops or by fusing while compiling (FullyConnected from a "
+            f"Linear's MatMul and bias Add, attention's snippets Subgraph, PowerStatic from a Divide){which}; write "
+            "the .onnx file instead and compile it with INFERENCE_PRECISION_HINT=f32, or pass rtol/atol for that "
+            "precision (Python)")  # fmt: skip
 
 
 def _layers_at(compiled, precision: str) -> list[str]:
