@@ -98,6 +98,35 @@ def test_center_feature_scale_and_projections():
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0, atol=ATOL)
 
 
+def test_float16_layer_through_torchscript_at_opset_11(tmp_path):
+    """A float16 DCNv4 layer (with its depthwise conv and centre feature scale) exports with the TorchScript
+    exporter at opset 11 (gather) and matches the layer in PyTorch float16 in ONNX Runtime within the float16
+    rule (``1e-2 * (1 + |torch|)``, tests/exporting/test_dtypes.py). The core's float16 ``torch.arange`` failed
+    in TorchScript's ``Range`` symbolic ("tensor does not have a device": FlashInternImage with ``--dtype
+    float16``)."""
+    import onnxruntime as ort
+
+    m = _layer(dw_kernel_size=3, center_feature_scale=True).half()
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x, (4, 5))
+
+    x = torch.randn(1, 20, 16, generator=torch.Generator().manual_seed(7)).half()
+    path = tmp_path / "dcnv4_f16.onnx"
+    deform_onnx.export(Layer().eval(), (x,), path, opset_version=11, dynamo=False, method="gather", verify=False)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    with torch.no_grad():
+        want = Layer()(x).float().numpy()
+    assert got.dtype == np.float16
+    np.testing.assert_array_less(np.abs(got.astype(np.float32) - want), 1e-2 * (1 + np.abs(want)))
+
+
 def test_errors_name_the_fix():
     with pytest.raises(ValueError, match="divisible by group"):
         DCNv4(30, group=4)

@@ -88,9 +88,11 @@ def dcnv3_core(
     Ho = (H + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) // stride_h + 1
     Wo = (W + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) // stride_w + 1
     dtype = input.dtype
-    # Pixel position of each output's kernel centre in the padded map.
-    cx = torch.arange(Wo, dtype=dtype) * stride_w + dilation_w * (kernel_w - 1) // 2
-    cy = torch.arange(Ho, dtype=dtype) * stride_h + dilation_h * (kernel_h - 1) // 2
+    # Pixel position of each output's kernel centre in the padded map. The aranges count in float32 and are cast
+    # (the same values: arange rounds each index once either way): the TorchScript exporter's Range of a float16
+    # arange fails ("tensor does not have a device", torch 2.14.1: FlashInternImage with --dtype float16).
+    cx = torch.arange(Wo, dtype=torch.float32).to(dtype) * stride_w + dilation_w * (kernel_w - 1) // 2
+    cy = torch.arange(Ho, dtype=torch.float32).to(dtype) * stride_h + dilation_h * (kernel_h - 1) // 2
     # Every tensor stays at rank <= 5 (Core ML's limit): groups and points share one axis, index g * P + p.
     spread = torch.tensor(points, dtype=dtype).repeat(group, 1)  # [G * P, 2]
     off = offset.reshape(N, Ho, Wo, group * P, 2)
