@@ -127,6 +127,39 @@ def test_float16_layer_through_torchscript_at_opset_11(tmp_path):
     np.testing.assert_array_less(np.abs(got.astype(np.float32) - want), 1e-2 * (1 + np.abs(want)))
 
 
+def test_ncnn_target_samples_each_group_over_the_batch(tmp_path):
+    """Target ncnn (form ``"batch 1"``): the core samples each group with its own GridSample over the model's batch
+    (ncnn has no axis for the folded ``[N * group, ...]`` batch: FlashInternImage was refused, rule ``GridSample
+    batch 1``), and the file matches the layer in ONNX Runtime; the plain export folds the groups (what the rule
+    refuses). FlashInternImage through ncnn itself: 5.7e-6 (measured here, ``deform-onnx export --target ncnn``)."""
+    import onnx
+    import onnxruntime as ort
+
+    from deform_onnx.ops.grid_sample.rules import gridsample_batch_1
+
+    m = _layer(dw_kernel_size=3, center_feature_scale=True)
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x, (4, 5))
+
+    x = torch.randn(1, 20, 16, generator=torch.Generator().manual_seed(8))
+    ncnn, plain = tmp_path / "ncnn.onnx", tmp_path / "plain.onnx"
+    deform_onnx.export(Layer().eval(), (x,), ncnn, target="ncnn", verify=False)
+    deform_onnx.export(Layer().eval(), (x,), plain, verify=False)
+    written = onnx.load(str(ncnn))
+    assert gridsample_batch_1(written) == [] and gridsample_batch_1(onnx.load(str(plain)))
+    assert sum(n.op_type == "GridSample" for n in written.graph.node) == 2  # one per group
+    session = ort.InferenceSession(str(ncnn), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        want = Layer()(x).numpy()
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], want, rtol=0, atol=ATOL)
+
+
 def test_errors_name_the_fix():
     with pytest.raises(ValueError, match="divisible by group"):
         DCNv4(30, group=4)
