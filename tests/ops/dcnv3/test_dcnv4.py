@@ -152,12 +152,34 @@ def test_ncnn_target_samples_each_group_over_the_batch(tmp_path):
     deform_onnx.export(Layer().eval(), (x,), ncnn, target="ncnn", verify=False)
     deform_onnx.export(Layer().eval(), (x,), plain, verify=False)
     written = onnx.load(str(ncnn))
-    assert gridsample_batch_1(written) == [] and gridsample_batch_1(onnx.load(str(plain)))
+    assert gridsample_batch_1(written) == []
+    (refused,) = gridsample_batch_1(onnx.load(str(plain)))
+    assert "deform_onnx.ops.dcnv3.dcnv3_core" in refused  # the batch is the model's groups: the fix named
     assert sum(n.op_type == "GridSample" for n in written.graph.node) == 2  # one per group
     session = ort.InferenceSession(str(ncnn), providers=["CPUExecutionProvider"])
     with torch.no_grad():
         want = Layer()(x).numpy()
     np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], want, rtol=0, atol=ATOL)
+
+
+def test_ncnn_batch_rule_names_the_fix_for_an_image_batch():
+    """Rule ``GridSample batch 1`` on a GridSample over the input's own batch of 2: the fix is batch 1, not the core."""
+    from onnx import TensorProto, helper
+
+    from deform_onnx.ops.grid_sample.rules import gridsample_batch_1
+
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], name="gs")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8, 8]),
+            helper.make_tensor_value_info("g", TensorProto.FLOAT, [2, 8, 8, 2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8, 8])],
+    )
+    (refused,) = gridsample_batch_1(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert "gs (batch 2)" in refused and "export with batch 1" in refused and "dcnv3_core" not in refused
 
 
 def test_errors_name_the_fix():
