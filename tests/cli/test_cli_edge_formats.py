@@ -119,6 +119,36 @@ def test_onnx_options_are_user_errors(tmp_path, extra, message):
     assert list(tmp_path.iterdir()) == []
 
 
+NHWC = textwrap.dedent(
+    """
+    import torch
+
+    class Tokens(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.proj(x)
+    """
+)
+
+
+@needs_executorch
+def test_dynamic_pte_of_a_channels_last_input_names_the_layout(tmp_path):
+    """``--dynamic`` makes the last two dimensions dynamic; on a channels-last input (InternImage's DCNv3 layer,
+    ``[N, H, W, C]``) that is C, and the model fails at the lower bound in PyTorch before any export: the error
+    says which dimensions --dynamic took and what to do instead. Nothing is written."""
+    (tmp_path / "nhwc.py").write_text(NHWC)
+    out = tmp_path / "m.pte"
+    result = runner.invoke(
+        app, ["export", f"{tmp_path / 'nhwc.py'}:Tokens", "-s", "1,4,6,4", "--dynamic", "-o", str(out)]
+    )
+    assert result.exit_code == 1, result.output
+    assert "at its declared lower bound" in result.output and "channels-last" in result.output, result.output
+    assert not out.exists()
+
+
 def test_dynamic_tflite_is_a_user_error(tmp_path):
     result = runner.invoke(app, ["export", "-o", str(tmp_path / "m.tflite"), "--dynamic"])
     assert result.exit_code == 2 and "written at the example's size" in result.output

@@ -450,6 +450,36 @@ def test_pte_reshape_with_two_dynamic_dimensions_is_one_finished_line(monkeypatc
     assert "This may occur" not in str(info.value) and "dynamic_shapes=" in str(info.value), str(info.value)
 
 
+class _TrailingUnsqueeze(torch.nn.Module):
+    """DCNv4's ``x[..., None]`` of an ``[N, H, W, G]`` map (``dcnv4_core``'s sampling points, a DCNv3 layer's gate)."""
+
+    def forward(self, x):
+        y = x.permute(0, 2, 3, 1) - 1
+        return (y[..., None] * 3).flatten(-2)
+
+
+@_needs("executorch")
+@pytest.mark.parametrize("kept", [True, False])
+def test_pte_unsqueeze_with_two_dynamic_dimensions_runs_on_the_portable_kernels(tmp_path, monkeypatch, kept):
+    """XNNPACK's partitioner takes a trailing ``unsqueeze_copy`` that its serializer then refuses when H and W are
+    both dynamic ("XNNPACK reshape only supports 1 dynamic dimension": FlashInternImage's DCNv4 and InternImage's
+    DCNv3 to ``-o m.pte --dynamic``): such a node is kept out of XNNPACK, the file is written and right at both
+    bounds. With the rule off (``kept=False``) the same export is refused, nothing written."""
+    from deform_onnx.formats import schedule
+
+    if not kept:
+        monkeypatch.setattr(schedule, "xnnpack_can_serialize", lambda node: True)
+    dims = ({2: torch.export.Dim("H", min=2, max=8), 3: torch.export.Dim("W", min=2, max=8)},)
+    path, model = tmp_path / "u.pte", _TrailingUnsqueeze().eval()
+    if not kept:
+        with pytest.raises(ExportError, match="1 dynamic dimension"):
+            deform_onnx.export(model, (torch.randn(1, 2, 4, 5),), path, dynamic_shapes=dims)
+        assert not path.exists()
+        return
+    report = deform_onnx.export(model, (torch.randn(1, 2, 4, 5),), path, dynamic_shapes=dims)
+    assert report.verified and {(1, 2, 2, 2), (1, 2, 8, 8)} <= {shapes[0] for shapes in report.checked_shapes}
+
+
 class _GateRepeat(torch.nn.Module):
     """InternImage's ``center_feature_scale[..., None].repeat(1, 1, 1, 1, channels // group).flatten(-2)``, and
     repeats of an axis longer than 1 and of a new leading axis."""

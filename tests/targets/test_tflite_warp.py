@@ -4,8 +4,10 @@ onnx2tf 1.29.24 takes a value whose non-batch axes are all equal (``[1, 8, 8]``)
 plain flow warp on a square image came out 3.6 off PyTorch in LiteRT (measured here). The target's form
 ``"flat sampling grid"`` (ops/grid_sample/flat.py) keeps the sampler's per-point values 1-D, and its repair
 ``"constant operand last"`` (targets/repair_tflite.py) writes the model's base-grid arithmetic
-(``xs + flow[:, 0]``) the way onnx2tf converts right. The rule checks run on ONNX Runtime; one module-scoped
-export runs each padding mode, both ``align_corners`` and 4-D / 5-D warps in LiteRT (one onnx2tf conversion).
+(``xs + flow[:, 0]``) the way onnx2tf converts right; its repair ``"GELU divisor as [1]"`` lets onnx2tf fuse
+exact GELU into TFLite's own op (InternImage's GELUs were a Select TensorFlow ``Erf`` that LiteRT refused). The
+rule checks run on ONNX Runtime; one module-scoped export runs each padding mode, both ``align_corners``, 4-D /
+5-D warps and a GELU in LiteRT (one onnx2tf conversion).
 Expected values are PyTorch's on the same tensors.
 """
 
@@ -22,7 +24,7 @@ import torch.nn.functional as F
 from onnx import TensorProto, helper, numpy_helper
 
 import deform_onnx
-from deform_onnx.targets.repair_tflite import constant_operand_last
+from deform_onnx.targets.repair_tflite import constant_operand_last, gelu_divisor_1d
 from util import ATOL
 
 NO_RUNTIMES = bool(os.environ.get("DEFORM_ONNX_NO_DEPLOYED_RUNTIMES"))
@@ -46,8 +48,11 @@ WARPS = [(4, "border", True), (4, "zeros", False), (5, "reflection", True)]
 
 
 class Warps(torch.nn.Module):
+    """The :data:`WARPS`, then ``nn.GELU()`` of the flow (exact GELU: ``Erf``)."""
+
     def forward(self, x, flow, volume, flow3):
-        return tuple(warp(x, flow, p, a) if rank == 4 else warp(volume, flow3, p, a) for rank, p, a in WARPS)
+        warps = tuple(warp(x, flow, p, a) if rank == 4 else warp(volume, flow3, p, a) for rank, p, a in WARPS)
+        return *warps, F.gelu(flow)
 
 
 def _inputs():
@@ -85,7 +90,7 @@ def test_warps_match_pytorch_on_onnxruntime(tflite_warps):
         want = [w.numpy() for w in Warps()(*args)]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = session.run(None, {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)})
-    for g, w, case in zip(got, want, WARPS):
+    for g, w, case in zip(got, want, [*WARPS, "gelu"], strict=True):
         np.testing.assert_allclose(g, w, atol=ATOL, rtol=0, err_msg=str(case))
 
 
@@ -101,8 +106,8 @@ def test_flat_sampling_grid_reshapes_no_square_value(tflite_warps, tmp_path):
 
 @pytest.mark.skipif(NO_RUNTIMES, reason="DEFORM_ONNX_NO_DEPLOYED_RUNTIMES is set")
 def test_warps_run_in_litert(tflite_warps):
-    """Each padding mode, both align_corners, 4-D and 5-D: the target's file ran in LiteRT within the float32
-    rule (the export refuses otherwise: a wrong file is never written)."""
+    """Each padding mode, both align_corners, 4-D and 5-D, and a GELU: the target's file ran in LiteRT within the
+    float32 rule (the export refuses otherwise: a wrong file is never written)."""
     *_, report = tflite_warps
     assert any(line.startswith("tflite") for line in report.runtimes), report.runtimes
 
@@ -143,3 +148,26 @@ def test_constant_operand_last_keeps_values(op):
     constant = [i for i in node.input if i in core]
     assert len(constant) == 1 and core[constant[0]].shape == (4,)
     assert node.input[1] == constant[0] or op == "Div"  # Div keeps its order (no exact rewrite)
+
+
+def test_gelu_divisor_1d_keeps_values(tflite_warps):
+    """Repair "GELU divisor as [1]": the exporter's 0-d ``sqrt(2)`` of exact GELU becomes a ``[1]`` divisor (what
+    onnx2tf's GELU fusion recognises), the same values; a ``Div`` that feeds no ``Erf`` keeps its divisor."""
+    *_, path, _ = tflite_warps
+    written = onnx.load(str(path))
+    inits = {t.name: numpy_helper.to_array(t) for t in written.graph.initializer}
+    producer = {o: n for n in written.graph.node for o in n.output}
+    erf = [producer[n.input[0]] for n in written.graph.node if n.op_type == "Erf"]
+    assert [inits[d.input[1]].shape for d in erf] == [(1,)]  # the target's file carries it
+    nodes = [
+        helper.make_node("Div", ["v", "root2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Div", ["e", "root2"], ["y"]),
+    ]
+    model = _model(nodes, [numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "root2")], [1, 4, 4])
+    v = np.random.default_rng(1).standard_normal((1, 4, 4)).astype(np.float32)
+    before = _run(model, {"v": v})
+    assert gelu_divisor_1d(model)
+    np.testing.assert_array_equal(_run(model, {"v": v}), before)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert [inits[n.input[1]].shape for n in model.graph.node if n.op_type == "Div"] == [(1,), ()]

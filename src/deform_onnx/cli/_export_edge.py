@@ -121,7 +121,13 @@ def run_edge(a: ExportArgs, fmt) -> None:
     except (ValueError, ModuleNotFoundError) as exc:
         fail(str(exc))
     except Exception as exc:  # the export or the check failed: nothing written  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
-        err_console.print(f"[bold red]failed:[/] {one_line(str(exc))}", highlight=False, soft_wrap=True)
+        said = one_line(str(exc))
+        if a.dynamic and "at its declared" in said:  # --dynamic's guess of H and W, not the user's
+            said += (
+                " (--dynamic takes the input's last two dimensions for H and W, as in [N, C, H, W]; for a "
+                "channels-last [N, H, W, C] input pass dynamic_shapes to deform_onnx.export in Python)"
+            )
+        err_console.print(f"[bold red]failed:[/] {said}", highlight=False, soft_wrap=True)
         raise typer.Exit(CHECK_FAILED) from None
     _print_row(report, fmt, time.perf_counter() - started)
 

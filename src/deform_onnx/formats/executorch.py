@@ -103,7 +103,9 @@ def lower(ep) -> bytes:
     Measured with executorch 1.5.1: XNNPACK refuses a reshape with more than one dynamic dimension
     ("XNNPACK reshape only supports 1 dynamic dimension"): an error naming the limit, not a fallback. The
     lowerings reshape the sampled map as one ``N*H*W`` axis, so a DCNv2 layer with N, H and W dynamic
-    lowers and runs at its bounds; a model's own reshape with two dynamic dimensions meets the limit.
+    lowers and runs at its bounds; a model's own reshape with two dynamic dimensions meets the limit. A trailing
+    ``unsqueeze_copy`` that XNNPACK's partitioner takes but its serializer refuses for the same reason stays on
+    the portable kernels (:func:`~deform_onnx.formats.schedule.xnnpack_can_serialize`).
     """
     with quiet():
         from executorch.exir.passes.constant_prop_pass import constant_prop_pass

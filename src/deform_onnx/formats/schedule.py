@@ -22,7 +22,7 @@ import itertools
 import torch
 from torch.fx.passes.infra.partitioner import Partition
 
-__all__ = ["CUT_BYTES", "lazy_order", "partitioner", "reorder"]
+__all__ = ["CUT_BYTES", "lazy_order", "partitioner", "reorder", "xnnpack_can_serialize"]
 
 #: Bytes of results computed outside a delegate (portable kernels) that one delegate reads at most; a piece
 #: that would read more starts a new delegate. Two taps' gathered corners of a 64-channel map at 64x64
@@ -123,8 +123,27 @@ def _cut(partition: Partition, at: dict, groups: list) -> list[list[torch.fx.Nod
     return list(pieces.values())
 
 
+def xnnpack_can_serialize(node: torch.fx.Node) -> bool:
+    """Whether XNNPACK's serializer takes ``node``, where its partitioner config lets through what it refuses.
+
+    executorch 1.5.1's ``UnsqueezeCopyConfig`` takes every ``unsqueeze_copy`` on the trailing dimension, but the
+    serializer (``backends/xnnpack/operators/op_squeeze.py``, a static reshape) refuses an output with more than
+    one dynamic dimension ("XNNPACK reshape only supports 1 dynamic dimension"), and the whole lowering fails:
+    InternImage's DCNv4 and DCNv3 layers with dynamic H and W did (``x[..., None]`` of an ``[N, H, W, G]`` map).
+    Such a node stays on the portable kernels (which take any shape).
+    """
+    if getattr(node.target, "__name__", "") not in ("aten.unsqueeze_copy.default", "unsqueeze_copy.default"):
+        return True  # the edge dialect's name, or ATen's
+    value = node.meta.get("val")
+    shape = getattr(value, "shape", ())
+    return sum(not isinstance(d, int) for d in shape) <= 1
+
+
 def partitioner():
-    """ExecuTorch's ``XnnpackPartitioner`` whose partitions are cut as :func:`_cut` says."""
+    """ExecuTorch's ``XnnpackPartitioner`` whose partitions are cut as :func:`_cut` says.
+
+    Nodes XNNPACK's serializer would refuse (:func:`xnnpack_can_serialize`) are left out of every partition.
+    """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir.backend.canonical_partitioners.pattern_op_partitioner import (
         generate_grouped_partitions_from_list_of_nodes,
@@ -133,6 +152,7 @@ def partitioner():
     class CutXnnpackPartitioner(XnnpackPartitioner):
         def generate_partitions(self, ep):
             matched = self.get_matched_nodes_from_configs(ep)  # what the parent's method does, then the cuts
+            matched = [g for g in matched if all(xnnpack_can_serialize(n) for n in g)]
             partitions = generate_grouped_partitions_from_list_of_nodes(ep.graph_module, matched)
             at = {n: i for i, n in enumerate(lazy_order(ep.graph_module.graph))}
             groups = [list(g) for g in matched if len(g) > 1]

@@ -29,6 +29,15 @@ wrong values from a ``GridSample`` whose image is ``Add`` / ``Sub`` / ``Mul`` / 
 second (a graph input there is right); with the value first, or read by a ``Conv``, a ``Transpose`` or as a
 graph output, it is right (``scripts/repro/mnn_constant_first.py``). BasicVSR++ writes it:
 ``feat_prop = zeros + backbone(feat)`` then ``flow_warp(feat_prop, flow)``. ``Div(c, v)`` stays wrong there.
+
+Repair ``"GELU divisor as [1]"`` (:func:`gelu_divisor_1d`): onnx2tf fuses exact GELU (``x / sqrt(2) -> Erf ->
++ 1 -> * x -> * 0.5``, the graph both torch exporters write for ``nn.GELU()``) into TFLite's builtin ``GELU``
+only when its test ``divisor == 1.4142135`` holds (``onnx2tf/ops/Div.py``, PINTO0309/onnx2tf#465). With the
+exporters' 0-d divisor, numpy 1.26 (onnx2tf's venv) compares the float32 scalar with the Python float in
+float64 and the test fails; the ``Erf`` is then ``tf.math.erf``, a Select TensorFlow op that LiteRT's
+interpreter refuses ("Select TensorFlow op(s) ... not supported": InternImage's and FlashInternImage's GELUs,
+measured here with onnx2tf 1.29.24 and LiteRT 2.1.0). The divisor written with shape ``[1]`` passes the test
+(numpy compares an array in its own dtype) and divides every element alike.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from onnx import helper, numpy_helper
 
 from .repair_stack import _static_shapes
 
-__all__ = ["constant_operand_last"]
+__all__ = ["constant_operand_last", "gelu_divisor_1d"]
 
 _COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Equal"})
 _BINARY = _COMMUTATIVE | {"Sub", "Div"}
@@ -158,3 +167,45 @@ def constant_operand_last(model: onnx.ModelProto) -> list[str]:
 
         model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))  # the old constants
     return [f"{changed} elementwise op(s) with a constant operand written value first"] if changed else []
+
+
+def gelu_divisor_1d(model: onnx.ModelProto) -> list[str]:
+    """Write each 0-d constant divisor of a ``Div`` that feeds an ``Erf`` with shape ``[1]``; edits ``model`` in place.
+
+    Only where the dividend's rank is known and at least 1 (then ``[1]`` broadcasts to the same output shape).
+
+    Returns:
+        One line saying how many divisors changed (empty when none).
+    """
+    g = model.graph
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in g.node:
+        for x in node.input:
+            consumers.setdefault(x, []).append(node)
+    constants = {t.name: t for t in g.initializer}
+    constants.update(
+        (n.output[0], n.attribute[0].t)
+        for n in g.node
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.attribute and n.attribute[0].name == "value"
+    )
+    shapes = _static_shapes(model)
+    changed = 0
+    for node in g.node:
+        if node.op_type != "Div" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            continue
+        divisor = constants.get(node.input[1])
+        rank = len(shapes.get(node.input[0], ()))
+        erf = [c for c in consumers.get(node.output[0], []) if c.op_type == "Erf"]
+        if divisor is None or tuple(divisor.dims) != () or not rank or not erf:
+            continue
+        name = f"{node.name or node.output[0]}__divisor"
+        g.initializer.append(numpy_helper.from_array(numpy_helper.to_array(divisor).reshape(1), name))
+        node.input[1] = name
+        changed += 1
+    if not changed:
+        return []
+    import onnx_ir as ir
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))  # the old constants
+    return [f"{changed} GELU divisor(s) written with shape [1] (onnx2tf fuses them into TFLite's GELU)"]

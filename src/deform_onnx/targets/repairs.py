@@ -30,6 +30,9 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   gets the value first and the constant without leading 1-axes (onnx2tf transposes a constant added to a
   square ``[N, H, W]`` value otherwise: a flow warp's ``xs + flow[:, 0]``; MNN 3.6.1 samples a wrong layout when
   a ``GridSample`` reads such an op with a 4-D constant first and a ``Conv`` output second: BasicVSR++).
+- ``"GELU divisor as [1]"`` (:mod:`.repair_tflite`): exact GELU's ``x / sqrt(2)`` with a ``[1]`` divisor instead of
+  a 0-d one, so that onnx2tf fuses it into TFLite's ``GELU`` (otherwise its ``Erf`` is a Select TensorFlow op
+  that LiteRT refuses: InternImage's GELUs).
 - ``"static shape arithmetic folded"`` (:mod:`.repair_shapes`): TorchScript's ``Shape -> Gather -> ...`` chains
   on static shapes (``torch.chunk``'s split points) as constants (TVM's frontend and ncnn's blob rule lost the
   shapes after such a ``Slice``).
@@ -54,7 +57,7 @@ from .repair_pool import ceil_mode_pooling_explicit
 from .repair_shapes import static_shape_arithmetic_folded
 from .repair_split import split_as_slice
 from .repair_stack import stack_flatten_as_concat
-from .repair_tflite import constant_operand_last
+from .repair_tflite import constant_operand_last, gelu_divisor_1d
 
 __all__ = ["REPAIRS", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
 
@@ -163,6 +166,7 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "scatter as Concat": scatter_as_concat,  # repair_index.py
     "index list as Concat": index_list_as_concat,  # repair_index.py
     "constant operand last": constant_operand_last,  # repair_tflite.py
+    "GELU divisor as [1]": gelu_divisor_1d,  # repair_tflite.py
     "static shape arithmetic folded": static_shape_arithmetic_folded,  # repair_shapes.py
     "Split as Slice": split_as_slice,  # repair_split.py
     "ceil_mode pooling explicit": ceil_mode_pooling_explicit,  # repair_pool.py

@@ -98,6 +98,90 @@ def test_center_feature_scale_and_projections():
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0, atol=ATOL)
 
 
+def test_float16_layer_through_torchscript_at_opset_11(tmp_path):
+    """A float16 DCNv4 layer (with its depthwise conv and centre feature scale) exports with the TorchScript
+    exporter at opset 11 (gather) and matches the layer in PyTorch float16 in ONNX Runtime within the float16
+    rule (``1e-2 * (1 + |torch|)``, tests/exporting/test_dtypes.py). The core's float16 ``torch.arange`` failed
+    in TorchScript's ``Range`` symbolic ("tensor does not have a device": FlashInternImage with ``--dtype
+    float16``)."""
+    import onnxruntime as ort
+
+    m = _layer(dw_kernel_size=3, center_feature_scale=True).half()
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x, (4, 5))
+
+    x = torch.randn(1, 20, 16, generator=torch.Generator().manual_seed(7)).half()
+    path = tmp_path / "dcnv4_f16.onnx"
+    deform_onnx.export(Layer().eval(), (x,), path, opset_version=11, dynamo=False, method="gather", verify=False)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    with torch.no_grad():
+        want = Layer()(x).float().numpy()
+    assert got.dtype == np.float16
+    np.testing.assert_array_less(np.abs(got.astype(np.float32) - want), 1e-2 * (1 + np.abs(want)))
+
+
+def test_ncnn_target_samples_each_group_over_the_batch(tmp_path):
+    """Target ncnn (form ``"batch 1"``): the core samples each group with its own GridSample over the model's batch
+    (ncnn has no axis for the folded ``[N * group, ...]`` batch: FlashInternImage was refused, rule ``GridSample
+    batch 1``), and the file matches the layer in ONNX Runtime; the plain export folds the groups (what the rule
+    refuses). FlashInternImage through ncnn itself: 5.7e-6 (measured here, ``deform-onnx export --target ncnn``)."""
+    import onnx
+    import onnxruntime as ort
+
+    from deform_onnx.ops.grid_sample.rules import gridsample_batch_1
+
+    m = _layer(dw_kernel_size=3, center_feature_scale=True)
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x, (4, 5))
+
+    x = torch.randn(1, 20, 16, generator=torch.Generator().manual_seed(8))
+    ncnn, plain = tmp_path / "ncnn.onnx", tmp_path / "plain.onnx"
+    deform_onnx.export(Layer().eval(), (x,), ncnn, target="ncnn", verify=False)
+    deform_onnx.export(Layer().eval(), (x,), plain, verify=False)
+    written = onnx.load(str(ncnn))
+    assert gridsample_batch_1(written) == []
+    (refused,) = gridsample_batch_1(onnx.load(str(plain)))
+    assert "deform_onnx.ops.dcnv3.dcnv3_core" in refused  # the batch is the model's groups: the fix named
+    assert sum(n.op_type == "GridSample" for n in written.graph.node) == 2  # one per group
+    session = ort.InferenceSession(str(ncnn), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        want = Layer()(x).numpy()
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], want, rtol=0, atol=ATOL)
+
+
+def test_ncnn_batch_rule_names_the_fix_for_an_image_batch():
+    """Rule ``GridSample batch 1`` on a GridSample over the input's own batch of 2: the fix is batch 1, not the core."""
+    from onnx import TensorProto, helper
+
+    from deform_onnx.ops.grid_sample.rules import gridsample_batch_1
+
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], name="gs")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8, 8]),
+            helper.make_tensor_value_info("g", TensorProto.FLOAT, [2, 8, 8, 2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8, 8])],
+    )
+    (refused,) = gridsample_batch_1(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert "gs (batch 2)" in refused and "export with batch 1" in refused and "dcnv3_core" not in refused
+
+
 def test_errors_name_the_fix():
     with pytest.raises(ValueError, match="divisible by group"):
         DCNv4(30, group=4)

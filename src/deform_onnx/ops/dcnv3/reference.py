@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...builder.forms import wants
 from .lower import kernel_points
 
 __all__ = ["dcnv3_core", "dcnv4_core", "DCNv3", "kernel_points"]
@@ -88,9 +89,11 @@ def dcnv3_core(
     Ho = (H + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) // stride_h + 1
     Wo = (W + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) // stride_w + 1
     dtype = input.dtype
-    # Pixel position of each output's kernel centre in the padded map.
-    cx = torch.arange(Wo, dtype=dtype) * stride_w + dilation_w * (kernel_w - 1) // 2
-    cy = torch.arange(Ho, dtype=dtype) * stride_h + dilation_h * (kernel_h - 1) // 2
+    # Pixel position of each output's kernel centre in the padded map. The aranges count in float32 and are cast
+    # (the same values: arange rounds each index once either way): the TorchScript exporter's Range of a float16
+    # arange fails ("tensor does not have a device", torch 2.14.1: FlashInternImage with --dtype float16).
+    cx = torch.arange(Wo, dtype=torch.float32).to(dtype) * stride_w + dilation_w * (kernel_w - 1) // 2
+    cy = torch.arange(Ho, dtype=torch.float32).to(dtype) * stride_h + dilation_h * (kernel_h - 1) // 2
     # Every tensor stays at rank <= 5 (Core ML's limit): groups and points share one axis, index g * P + p.
     spread = torch.tensor(points, dtype=dtype).repeat(group, 1)  # [G * P, 2]
     off = offset.reshape(N, Ho, Wo, group * P, 2)
@@ -99,6 +102,8 @@ def dcnv3_core(
     py = delta[..., 1] + cy.reshape(1, Ho, 1, 1)
     # grid_sample's align_corners=False normalisation: pixel p <-> (2p + 1) / size - 1.
     grid = torch.stack(((2 * px + 1) / Wp - 1, (2 * py + 1) / Hp - 1), dim=-1)
+    if wants("batch 1"):  # ncnn (a target's graph form, read while the exporter traces)
+        return _groups_apart(x, grid, mask, group, group_channels, P).reshape(N, Ho, Wo, C)
     grid = grid.reshape(N, Ho * Wo, group, P, 2).permute(0, 2, 1, 3, 4).reshape(N * group, Ho * Wo, P, 2)
     value = x.reshape(N, Hp * Wp, group, group_channels).permute(0, 2, 3, 1)
     value = value.reshape(N * group, group_channels, Hp, Wp)
@@ -106,6 +111,31 @@ def dcnv3_core(
     weight = mask.reshape(N, Ho * Wo, group, P).permute(0, 2, 1, 3).reshape(N * group, 1, Ho * Wo, P)
     out = (sampled * weight).sum(-1)  # [N * G, group_channels, Ho * Wo]
     return out.reshape(N, C, Ho * Wo).transpose(1, 2).reshape(N, Ho, Wo, C)
+
+
+def _groups_apart(x: torch.Tensor, grid: torch.Tensor, mask: torch.Tensor, group: int, group_channels: int, P: int):
+    """:func:`dcnv3_core`'s sampling with one ``F.grid_sample`` per group over the model's batch: ``[N, Ho*Wo, C]``.
+
+    The target form ``"batch 1"`` (:mod:`deform_onnx.builder.forms`, ncnn): the folded form samples
+    ``[N * group, group_channels, Hp, Wp]``, a batch ncnn's GridSample has no axis for (target ncnn refused
+    FlashInternImage's DCNv4, rule ``GridSample batch 1``). Each group's points are weighted and summed by a
+    ``MatMul`` with a column of ones: pnnx 20261020 -> ncnn 1.0.20261020 returned the unreduced
+    ``[1, 4, 16, 9]`` for ``sum(-1)`` of the weighted samples (measured here), the MatMul within 7.2e-7. The
+    groups' channels are concatenated in the folded form's order (channel ``g * group_channels + k``).
+    """
+    N, Hp, Wp, C = x.shape
+    Ho, Wo = grid.shape[1], grid.shape[2]
+    value = x.reshape(N, Hp * Wp, C).transpose(1, 2).reshape(N, C, Hp, Wp)
+    grid = grid.reshape(N, Ho * Wo, group, P, 2)
+    weight = mask.reshape(N, Ho * Wo, group, P)
+    ones = torch.ones(P, 1, dtype=x.dtype)
+    outs = []
+    for g in range(group):
+        value_g = value[:, g * group_channels : (g + 1) * group_channels]
+        sampled = F.grid_sample(value_g, grid[:, :, g], mode="bilinear", padding_mode="zeros", align_corners=False)
+        summed = torch.matmul(sampled * weight[:, :, g].unsqueeze(1), ones)  # [N, group_channels, Ho * Wo, 1]
+        outs.append(summed.reshape(N, group_channels, Ho * Wo))
+    return torch.cat(outs, dim=1).transpose(1, 2)
 
 
 def dcnv4_core(

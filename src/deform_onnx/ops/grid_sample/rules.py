@@ -79,8 +79,17 @@ def gridsample_batch_1(model: onnx.ModelProto) -> list[str]:
         for n in model.graph.node
         if n.op_type == "GridSample" and n.domain in ("", "ai.onnx") and batch.get(n.input[0]) != 1
     ]
+    inits = {t.name for t in g.initializer}
+    images = [i for i in g.input if i.name not in inits and len(i.type.tensor_type.shape.dim) >= 3]
+    if any(batch.get(i.name) != 1 for i in images):
+        hint = " (export with batch 1 and run the extractor once per image)"
+    else:  # the model's code made the batch: InternImage's dcnv3_core_pytorch folds its groups into it
+        hint = (
+            " (groups folded into the batch, as InternImage's dcnv3_core_pytorch does: call "
+            "deform_onnx.ops.dcnv3.dcnv3_core with the same arguments, which samples each group apart for ncnn)"
+        )
     return (
-        [f"GridSample node(s) over a batch other than 1, which ncnn has no axis for: {', '.join(found[:3])}"]
+        [f"GridSample node(s) over a batch other than 1, which ncnn has no axis for: {', '.join(found[:3])}{hint}"]
         if (found)
         else []
     )
