@@ -290,7 +290,14 @@ done(ncnn.__version__, out, times)
 """
 )
 
-# onnx2tf writes NHWC models: 4-D inputs are fed transposed, and an NHWC output is transposed back.
+# onnx2tf writes channels-last models. Its layout of each input and output is read from onnx2tf, never guessed from
+# shapes alone: a [1, 8, 8, 8] value has the same shape either way (C == H == W). Inputs: onnx2tf 1.29's
+# ops/Input.py makes every 3-D to 5-D input channels-last unless keep_* flags name it (none are given here).
+# Outputs: convert() returns no final transpose (each output is its tensor as the graph left it, onnx2tf.py
+# get_tf_model_outputs) and records per output whether that tensor is channels-last (model.onnx_output_layouts,
+# the ops' "nhwc" flag: Conv sets it, elementwise ops carry it; a Reshape's output is the ONNX layout). An output is
+# read as onnx2tf recorded it, else as its shape says; one whose shape reads both ways and that onnx2tf recorded
+# nothing for is refused as ambiguous.
 # It exits 0 on some failures too: success is a *_float32.tflite file.
 TFLITE = (
     _HEAD
@@ -317,9 +324,30 @@ env = dict(os.environ, PATH=path if meta["tool"] in path.split(os.pathsep) else 
 # onnx2tf's own convert() and its float32 .tflite step, as its command line runs them (the same bytes, measured),
 # without the command's saved_model and float16 .tflite that nothing here reads (most of its time on small files)
 convert = '''
-import sys, onnx2tf, tensorflow as tf
+import json, sys, onnx2tf, tensorflow as tf
+import onnx2tf.onnx2tf as core
+# onnx2tf's record of each tensor (its op, its ONNX shape, its "nhwc" flag): the dict convert() hands to
+# get_tf_model_outputs when it picks the outputs
+records = {}
+def outputs_of(*, tf_layers_dict, output_names, _get=core.get_tf_model_outputs):
+    records.update(tf_layers_dict)
+    return _get(tf_layers_dict=tf_layers_dict, output_names=output_names)
+core.get_tf_model_outputs = outputs_of
 model = onnx2tf.convert(input_onnx_file_path=sys.argv[1], output_folder_path=sys.argv[2], non_verbose=True,
                         disable_model_save=True)
+def layout(name):
+    # "channels-last": the op recorded it so (Conv sets "nhwc", elementwise ops carry it; onnx2tf itself reads
+    # model.onnx_output_layouts so). "as file": a Reshape to a static ONNX shape (ops/Reshape.py reshapes the
+    # value moved back to the ONNX layout to the ONNX output shape). None: onnx2tf recorded nothing
+    rec = records.get(name) or records.get(name.replace(":", "__")) or {}
+    if rec.get("nhwc") or (getattr(model, "onnx_output_layouts", None) or {}).get(name):
+        return "channels-last"
+    shape = rec.get("shape")
+    static = shape is not None and all(isinstance(d, int) and d > 0 for d in shape)
+    if rec.get("optype") == "Reshape" and static and not rec.get("unnecessary_reshape"):
+        return "as file"
+    return None
+json.dump({n: layout(n) for n in sys.argv[3:]}, open(sys.argv[2] + "/layouts.json", "w"))
 try:
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
 except Exception:
@@ -330,7 +358,7 @@ converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.O
 converter.unfold_batchmatmul = False
 open(sys.argv[2] + "/model_float32.tflite", "wb").write(converter.convert())
 '''
-conv = subprocess.run([sys.executable, "-c", convert, model, work],
+conv = subprocess.run([sys.executable, "-c", convert, model, work, *out_names],
                       capture_output=True, text=True, timeout=1800, cwd=work, env=env)
 found = glob.glob(os.path.join(work, "*_float32.tflite"))
 if not found:
@@ -351,9 +379,12 @@ try:
         by_name = [n for n in meta["inputs"] if n == bare]
         n = by_name[0] if by_name else meta["inputs"][details.index(d)]
         a = feeds[n]
-        # onnx2tf moves axis 1 last on 3-D to 5-D inputs (NCW, NCHW, NCDHW -> channels last)
-        moved = np.moveaxis(a, 1, -1) if a.ndim >= 3 else a
-        a = moved.copy() if list(d["shape"]) != list(a.shape) and list(d["shape"]) == list(moved.shape) else a
+        # onnx2tf moves axis 1 last on every 3-D to 5-D input (NCW, NCHW, NCDHW -> channels last), whatever its shape
+        if 3 <= a.ndim <= 5:
+            a = np.moveaxis(a, 1, -1).copy()
+        if list(d["shape"]) != list(a.shape):
+            raise RuntimeError(f"LiteRT input {d['name']!r} has shape {list(d['shape'])}, not {n!r}'s "
+                               f"{list(a.shape)} (channels last for 3-D to 5-D)")
         return a.astype(d["dtype"]) if n in bf16 and a.dtype != d["dtype"] else a
     # the file's outputs in its order: the output tensors are PartitionedCall:0, 1, ... in another order, and
     # the signature names them with the ONNX names (onnx2tf may sanitise a name: then its position)
@@ -366,16 +397,31 @@ try:
         picked = [sig.get(n) or clean.get("".join(c if c.isalnum() else "_" for c in n)) for n in out_names]
         return picked if all(d is not None for d in picked) and len(picked) == len(details) else details
     outputs = out_details(it.get_output_details())
-    def back_to_nchw(y, shape):
-        # onnx2tf keeps some outputs NCHW (a final transpose folds away): move back only a channels-last one
-        back = np.moveaxis(y, -1, 1) if y.ndim >= 3 else y
-        channels_last = shape is not None and list(y.shape) != shape and list(back.shape) == shape
-        return back.copy() if channels_last else y
+    layouts = json.load(open(os.path.join(work, "layouts.json")))
+    def back_to_nchw(y, i):
+        # onnx2tf keeps some outputs as the file lays them out (a Reshape's, a final transpose folded away): move
+        # back a channels-last one only
+        if not 3 <= y.ndim <= 5:
+            return y
+        shape, name, back = shape_of(i), out_names[i], np.moveaxis(y, -1, 1)
+        as_file = shape is not None and list(y.shape) == shape
+        as_moved = shape is not None and list(back.shape) == shape
+        recorded = layouts.get(name)
+        if as_file and as_moved and recorded is None:
+            raise RuntimeError(f"output {name!r} {shape} has the same shape channels-first and channels-last, and "
+                               "onnx2tf recorded no layout for it: cannot tell how to read it (an output whose "
+                               "channel and spatial sizes differ can be read)")
+        if (recorded == "channels-last" and as_file and not as_moved) or (
+                recorded == "as file" and as_moved and not as_file):
+            raise RuntimeError(f"onnx2tf recorded output {name!r} {recorded}, but LiteRT's shape "
+                               f"{list(y.shape)} says otherwise (the file's: {shape})")
+        moved = recorded == "channels-last" or (recorded is None and as_moved and not as_file)
+        return back.copy() if moved else y
     def run():
         for d in details:
             it.set_tensor(d["index"], feed(d))
         it.invoke()
-        return [back_to_nchw(it.get_tensor(d["index"]), shape_of(i)) for i, d in enumerate(outputs)]
+        return [back_to_nchw(it.get_tensor(d["index"]), i) for i, d in enumerate(outputs)]
     out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))
