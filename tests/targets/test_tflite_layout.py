@@ -5,8 +5,8 @@ channel and spatial sizes are equal (a Conv2d's ``[1, 8, 8, 8]``, a Conv1d's ``[
 either way: the runner used to pick a layout by shape, fed such an input channels-first and read such an
 output as the file's layout, so a right file came out 2.4 off PyTorch in LiteRT (measured here; a
 ``[1, 8, 8, 9]`` input ran right). The runner now feeds every 3-D to 5-D input channels-last (onnx2tf 1.29's
-ops/Input.py) and reads an output channels-last where onnx2tf recorded it so (its ``onnx_output_layouts``); an
-output whose shape reads both ways and that onnx2tf recorded no layout for is refused as ambiguous, never
+ops/Input.py) and reads a square output in the layout onnx2tf's converter for its op gives it (a Conv's:
+channels-last); a square output whose op's layout is not known (a Transpose's) is refused as ambiguous, never
 guessed by which reading matches. One onnx2tf conversion per file; expected values are PyTorch's.
 """
 
@@ -76,7 +76,35 @@ def test_a_really_transposed_output_is_refused(square_file, tmp_path) -> None:
     onnx.save(m, planted)
     row = check_runtimes(planted, ["tflite"], model=model, args=args, repeats=1)[0]
     assert not row.ok
-    # refused as ambiguous (onnx2tf recorded no layout for a Transpose's output) or by the comparison of 'y'
+    # refused as ambiguous (a Transpose's square output) or by the comparison of 'y'
     assert (row.error and "'y'" in row.error and "channels-first and channels-last" in row.error) or (
         row.failure and "'y'" in row.failure
     ), (row.error, row.failure)
+
+
+def test_output_layouts_follow_the_op_onnx2tf_converted() -> None:
+    """The rule itself, on a hand-built graph (no conversion): a Conv's output and a Relu of it are channels-last,
+    a Reshape's to a static shape and an ArgMax over channels are laid out as the file, a Transpose's is not known;
+    a converter record naming another op than the graph makes it not known."""
+    from onnx import TensorProto, numpy_helper
+
+    from deform_onnx.runtimes.deployed.tflite_layout import output_layouts
+
+    v = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
+    w = numpy_helper.from_array(torch.zeros(8, 8, 1, 1).numpy(), "w")
+    shape = numpy_helper.from_array(torch.tensor([1, 8, 8, 8]).numpy(), "shape")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Reshape", ["c", "shape"], ["re"]),
+        helper.make_node("ArgMax", ["x"], ["a"], axis=1, keepdims=0),
+        helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("Add", ["c", "re"], ["mixed"]),
+    ]
+    outs = ["c", "r", "re", "a", "t", "mixed"]
+    graph = helper.make_graph(nodes, "g", [v("x", [1, 8, 8, 8])], [v(n, None) for n in outs], [w, shape])
+    records = {"re": {"optype": "Reshape", "shape": [1, 8, 8, 8]}, "a": {"optype": "ArgMax", "shape": [1, 8, 8]}}
+    got = output_layouts(graph, records, outs)
+    assert got == {"c": "channels-last", "r": "channels-last", "re": "as file", "a": "as file", "t": None,
+                   "mixed": None}  # fmt: skip
+    assert output_layouts(graph, {"c": {"optype": "Transpose"}}, ["c", "r"]) == {"c": None, "r": None}

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .. import onnx2torch as onnx2torch_converter
-from . import tvm_build
+from . import tflite_layout, tvm_build
 
 
 def _source(module: ModuleType) -> str:
@@ -294,13 +294,13 @@ done(ncnn.__version__, out, times)
 # shapes alone: a [1, 8, 8, 8] value has the same shape either way (C == H == W). Inputs: onnx2tf 1.29's
 # ops/Input.py makes every 3-D to 5-D input channels-last unless keep_* flags name it (none are given here).
 # Outputs: convert() returns no final transpose (each output is its tensor as the graph left it, onnx2tf.py
-# get_tf_model_outputs) and records per output whether that tensor is channels-last (model.onnx_output_layouts,
-# the ops' "nhwc" flag: Conv sets it, elementwise ops carry it; a Reshape's output is the ONNX layout). An output is
-# read as onnx2tf recorded it, else as its shape says; one whose shape reads both ways and that onnx2tf recorded
-# nothing for is refused as ambiguous.
+# get_tf_model_outputs): its layout follows from the op that made it, as onnx2tf's converter for that op lays
+# it out (the convert step below). An output is read in that layout, else as its shape says; one whose shape reads
+# both ways and whose layout is not known is refused as ambiguous.
 # It exits 0 on some failures too: success is a *_float32.tflite file.
 TFLITE = (
     _HEAD
+    + f"LAYOUT = {_source(tflite_layout)!r}\n"
     + """
 import glob, os, shutil, subprocess
 from importlib.metadata import version as dist_version
@@ -323,10 +323,10 @@ path = os.environ.get("PATH", "")
 env = dict(os.environ, PATH=path if meta["tool"] in path.split(os.pathsep) else meta["tool"] + os.pathsep + path)
 # onnx2tf's own convert() and its float32 .tflite step, as its command line runs them (the same bytes, measured),
 # without the command's saved_model and float16 .tflite that nothing here reads (most of its time on small files)
-convert = '''
-import json, sys, onnx2tf, tensorflow as tf
+convert = LAYOUT + '''
+import json, sys, onnx, onnx2tf, tensorflow as tf
 import onnx2tf.onnx2tf as core
-# onnx2tf's record of each tensor (its op, its ONNX shape, its "nhwc" flag): the dict convert() hands to
+# onnx2tf's record of each tensor (its op, its ONNX shape): the dict convert() hands to
 # get_tf_model_outputs when it picks the outputs
 records = {}
 def outputs_of(*, tf_layers_dict, output_names, _get=core.get_tf_model_outputs):
@@ -335,19 +335,10 @@ def outputs_of(*, tf_layers_dict, output_names, _get=core.get_tf_model_outputs):
 core.get_tf_model_outputs = outputs_of
 model = onnx2tf.convert(input_onnx_file_path=sys.argv[1], output_folder_path=sys.argv[2], non_verbose=True,
                         disable_model_save=True)
-def layout(name):
-    # "channels-last": the op recorded it so (Conv sets "nhwc", elementwise ops carry it; onnx2tf itself reads
-    # model.onnx_output_layouts so). "as file": a Reshape to a static ONNX shape (ops/Reshape.py reshapes the
-    # value moved back to the ONNX layout to the ONNX output shape). None: onnx2tf recorded nothing
-    rec = records.get(name) or records.get(name.replace(":", "__")) or {}
-    if rec.get("nhwc") or (getattr(model, "onnx_output_layouts", None) or {}).get(name):
-        return "channels-last"
-    shape = rec.get("shape")
-    static = shape is not None and all(isinstance(d, int) and d > 0 for d in shape)
-    if rec.get("optype") == "Reshape" and static and not rec.get("unnecessary_reshape"):
-        return "as file"
-    return None
-json.dump({n: layout(n) for n in sys.argv[3:]}, open(sys.argv[2] + "/layouts.json", "w"))
+# each output's layout in onnx2tf's conversion (tflite_layout: its source runs first), from the graph it converted
+graph = onnx.load(sys.argv[1], load_external_data=False).graph
+json.dump({"layouts": output_layouts(graph, records, sys.argv[3:]), "ops": op_names(graph, sys.argv[3:])},
+          open(sys.argv[2] + "/layouts.json", "w"))
 try:
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
 except Exception:
@@ -406,16 +397,15 @@ try:
         shape, name, back = shape_of(i), out_names[i], np.moveaxis(y, -1, 1)
         as_file = shape is not None and list(y.shape) == shape
         as_moved = shape is not None and list(back.shape) == shape
-        recorded = layouts.get(name)
+        recorded = layouts["layouts"].get(name)
         if as_file and as_moved and recorded is None:
+            op = layouts["ops"].get(name, "?")
             raise RuntimeError(f"output {name!r} {shape} has the same shape channels-first and channels-last, and "
-                               "onnx2tf recorded no layout for it: cannot tell how to read it (an output whose "
-                               "channel and spatial sizes differ can be read)")
-        if (recorded == "channels-last" and as_file and not as_moved) or (
-                recorded == "as file" and as_moved and not as_file):
-            raise RuntimeError(f"onnx2tf recorded output {name!r} {recorded}, but LiteRT's shape "
-                               f"{list(y.shape)} says otherwise (the file's: {shape})")
-        moved = recorded == "channels-last" or (recorded is None and as_moved and not as_file)
+                               f"the layout onnx2tf gives its op ({op}) is not known here: cannot tell how to read it "
+                               "(an output whose channel and spatial sizes differ can be read)")
+        # a shape that reads one way only says it; the layout from onnx2tf's ops decides a square one
+        moved = (as_moved and not as_file) or (as_moved and as_file and recorded == "channels-last") or (
+            shape is None and recorded == "channels-last")
         return back.copy() if moved else y
     def run():
         for d in details:
