@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .. import onnx2torch as onnx2torch_converter
-from . import tvm_build
+from . import tflite_layout, tvm_build
 
 
 def _source(module: ModuleType) -> str:
@@ -290,10 +290,17 @@ done(ncnn.__version__, out, times)
 """
 )
 
-# onnx2tf writes NHWC models: 4-D inputs are fed transposed, and an NHWC output is transposed back.
+# onnx2tf writes channels-last models. Its layout of each input and output is read from onnx2tf, never guessed from
+# shapes alone: a [1, 8, 8, 8] value has the same shape either way (C == H == W). Inputs: onnx2tf 1.29's
+# ops/Input.py makes every 3-D to 5-D input channels-last unless keep_* flags name it (none are given here).
+# Outputs: convert() returns no final transpose (each output is its tensor as the graph left it, onnx2tf.py
+# get_tf_model_outputs): its layout follows from the op that made it, as onnx2tf's converter for that op lays
+# it out (the convert step below). An output is read in that layout, else as its shape says; one whose shape reads
+# both ways and whose layout is not known is refused as ambiguous.
 # It exits 0 on some failures too: success is a *_float32.tflite file.
 TFLITE = (
     _HEAD
+    + f"LAYOUT = {_source(tflite_layout)!r}\n"
     + """
 import glob, os, shutil, subprocess
 from importlib.metadata import version as dist_version
@@ -316,10 +323,22 @@ path = os.environ.get("PATH", "")
 env = dict(os.environ, PATH=path if meta["tool"] in path.split(os.pathsep) else meta["tool"] + os.pathsep + path)
 # onnx2tf's own convert() and its float32 .tflite step, as its command line runs them (the same bytes, measured),
 # without the command's saved_model and float16 .tflite that nothing here reads (most of its time on small files)
-convert = '''
-import sys, onnx2tf, tensorflow as tf
+convert = LAYOUT + '''
+import json, sys, onnx, onnx2tf, tensorflow as tf
+import onnx2tf.onnx2tf as core
+# onnx2tf's record of each tensor (its op, its ONNX shape): the dict convert() hands to
+# get_tf_model_outputs when it picks the outputs
+records = {}
+def outputs_of(*, tf_layers_dict, output_names, _get=core.get_tf_model_outputs):
+    records.update(tf_layers_dict)
+    return _get(tf_layers_dict=tf_layers_dict, output_names=output_names)
+core.get_tf_model_outputs = outputs_of
 model = onnx2tf.convert(input_onnx_file_path=sys.argv[1], output_folder_path=sys.argv[2], non_verbose=True,
                         disable_model_save=True)
+# each output's layout in onnx2tf's conversion (tflite_layout: its source runs first), from the graph it converted
+graph = onnx.load(sys.argv[1], load_external_data=False).graph
+json.dump({"layouts": output_layouts(graph, records, sys.argv[3:]), "ops": op_names(graph, sys.argv[3:])},
+          open(sys.argv[2] + "/layouts.json", "w"))
 try:
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
 except Exception:
@@ -330,7 +349,7 @@ converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.O
 converter.unfold_batchmatmul = False
 open(sys.argv[2] + "/model_float32.tflite", "wb").write(converter.convert())
 '''
-conv = subprocess.run([sys.executable, "-c", convert, model, work],
+conv = subprocess.run([sys.executable, "-c", convert, model, work, *out_names],
                       capture_output=True, text=True, timeout=1800, cwd=work, env=env)
 found = glob.glob(os.path.join(work, "*_float32.tflite"))
 if not found:
@@ -351,9 +370,12 @@ try:
         by_name = [n for n in meta["inputs"] if n == bare]
         n = by_name[0] if by_name else meta["inputs"][details.index(d)]
         a = feeds[n]
-        # onnx2tf moves axis 1 last on 3-D to 5-D inputs (NCW, NCHW, NCDHW -> channels last)
-        moved = np.moveaxis(a, 1, -1) if a.ndim >= 3 else a
-        a = moved.copy() if list(d["shape"]) != list(a.shape) and list(d["shape"]) == list(moved.shape) else a
+        # onnx2tf moves axis 1 last on every 3-D to 5-D input (NCW, NCHW, NCDHW -> channels last), whatever its shape
+        if 3 <= a.ndim <= 5:
+            a = np.moveaxis(a, 1, -1).copy()
+        if list(d["shape"]) != list(a.shape):
+            raise RuntimeError(f"LiteRT input {d['name']!r} has shape {list(d['shape'])}, not {n!r}'s "
+                               f"{list(a.shape)} (channels last for 3-D to 5-D)")
         return a.astype(d["dtype"]) if n in bf16 and a.dtype != d["dtype"] else a
     # the file's outputs in its order: the output tensors are PartitionedCall:0, 1, ... in another order, and
     # the signature names them with the ONNX names (onnx2tf may sanitise a name: then its position)
@@ -366,16 +388,30 @@ try:
         picked = [sig.get(n) or clean.get("".join(c if c.isalnum() else "_" for c in n)) for n in out_names]
         return picked if all(d is not None for d in picked) and len(picked) == len(details) else details
     outputs = out_details(it.get_output_details())
-    def back_to_nchw(y, shape):
-        # onnx2tf keeps some outputs NCHW (a final transpose folds away): move back only a channels-last one
-        back = np.moveaxis(y, -1, 1) if y.ndim >= 3 else y
-        channels_last = shape is not None and list(y.shape) != shape and list(back.shape) == shape
-        return back.copy() if channels_last else y
+    layouts = json.load(open(os.path.join(work, "layouts.json")))
+    def back_to_nchw(y, i):
+        # onnx2tf keeps some outputs as the file lays them out (a Reshape's, a final transpose folded away): move
+        # back a channels-last one only
+        if not 3 <= y.ndim <= 5:
+            return y
+        shape, name, back = shape_of(i), out_names[i], np.moveaxis(y, -1, 1)
+        as_file = shape is not None and list(y.shape) == shape
+        as_moved = shape is not None and list(back.shape) == shape
+        recorded = layouts["layouts"].get(name)
+        if as_file and as_moved and recorded is None:
+            op = layouts["ops"].get(name, "?")
+            raise RuntimeError(f"output {name!r} {shape} has the same shape channels-first and channels-last, and "
+                               f"the layout onnx2tf gives its op ({op}) is not known here: cannot tell how to read it "
+                               "(an output whose channel and spatial sizes differ can be read)")
+        # a shape that reads one way only says it; the layout from onnx2tf's ops decides a square one
+        moved = (as_moved and not as_file) or (as_moved and as_file and recorded == "channels-last") or (
+            shape is None and recorded == "channels-last")
+        return back.copy() if moved else y
     def run():
         for d in details:
             it.set_tensor(d["index"], feed(d))
         it.invoke()
-        return [back_to_nchw(it.get_tensor(d["index"]), shape_of(i)) for i, d in enumerate(outputs)]
+        return [back_to_nchw(it.get_tensor(d["index"]), i) for i, d in enumerate(outputs)]
     out, times = timed(run)
 except Exception as exc:
     done(version, error=first_line(exc))
