@@ -170,11 +170,12 @@ def check_ranks(args: tuple) -> None:
 def _without_bicubic(ep, notes: list[str]):
     """``ep`` with bicubic 4-D ``grid_sample`` decomposed (Core ML samples bilinear and nearest only), or as it is."""
     from ..ops.grid_sample.decompose import BICUBIC, bicubic_decompositions
+    from .decompose import eager_strides
 
     if not any(n.target is torch.ops.aten.grid_sampler_2d.default and n.args[2] == BICUBIC for n in ep.graph.nodes):
         return ep
     try:
-        ep = ep.run_decompositions(bicubic_decompositions())
+        ep = ep.run_decompositions({op: eager_strides(fn) for op, fn in bicubic_decompositions().items()})
     except Exception as exc:
         raise ExportError(f"{TITLE}: decomposing bicubic grid_sample failed: {str(exc).strip()[:300]}") from exc
     notes.append(
