@@ -10,7 +10,8 @@ predictions need macOS, so the package is never run here: the report says ``veri
 it; instead the exact program converted is run in PyTorch against the model before the conversion
 (:class:`ProgramSession`, the same comparison as every file), and a note gives its error.
 coremltools 9.0's torch.export frontend has no ``grid_sampler_2d`` entry (only TorchScript's
-``grid_sampler``; :func:`_alias_grid_sampler_2d` maps it) and no ``prod`` (:func:`_register_prod`).
+``grid_sampler``; :func:`_alias_grid_sampler_2d` maps it) and no ``prod`` (:func:`_register_prod`), and takes
+no max pooling without a stride (:func:`explicit_pool_strides`).
 The package computes in float32 (``compute_precision=FLOAT32``; coremltools' own default is float16)
 unless ``precision="float16"``. A region of rank-6 tensors the rewrite cannot carry and a rank-6 input are
 refused in one line.
@@ -90,6 +91,26 @@ def _register_prod() -> None:
         context.add(Builder.reduce_prod(x=inputs[0], axes=axes, keep_dims=keep, name=node.name))
 
     register_torch_op(prod, torch_alias=["prod.dim_int"])
+
+
+def explicit_pool_strides(ep) -> None:
+    """Give each max pooling of ``ep`` without a stride its stride (the kernel size, PyTorch's default), in place.
+
+    ``F.max_pool2d(x, 2)`` (the Spatial Transformer tutorial's, and many classifiers') is
+    ``max_pool2d_with_indices(x, [2, 2])`` in the program, its default arguments dropped; coremltools 9.0's
+    converter takes three arguments at least ("node max_pool2d_with_indices got 2 input(s), expected minimum 3
+    inputs"). The same op with the stride written computes the same values.
+    """
+    aten = torch.ops.aten
+    pools = {aten.max_pool1d.default, aten.max_pool2d.default, aten.max_pool3d.default,
+             aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default}  # fmt: skip
+    changed = False
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and node.target in pools and len(node.args) == 2 and "stride" not in node.kwargs:
+            node.args = (*node.args, list(node.args[1]))
+            changed = True
+    if changed:
+        ep.graph_module.recompile()
 
 
 def convert(ep, folder: Path, precision: str = "float32") -> None:
@@ -244,6 +265,7 @@ def write(model, args, path, **settings) -> ExportReport:
         plan = plan_sizes(model, args, None, opts["verify_shapes"], False)  # verify_shapes= as for a static file
         ep = exported(model, args, None, method, TITLE, notes=notes)
         ep = _without_bicubic(ep, notes)
+        explicit_pool_strides(ep)
         notes.extend(_rank_lowered(ep))
         if opts["verify"]:
             notes.append(_program_note(prove(ProgramSession(ep, args), model, plan, opts)))
