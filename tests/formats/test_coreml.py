@@ -143,12 +143,17 @@ def test_deformable_detr_encoder_to_mlpackage(tmp_path):
 
 @_needs("coremltools")
 def test_bicubic_grid_sample_to_mlpackage(tmp_path):
-    """Bicubic (which Core ML lacks) as the 16-tap gather form beside a bilinear call that stays Core ML's."""
+    """Bicubic (which Core ML lacks) as the 16-tap gather form beside a bilinear call that stays Core ML's.
+
+    Then ``F.max_pool2d(y, 2)`` without a stride (the Spatial Transformer tutorial's, ``tests/real_code/stn_style.py``):
+    coremltools 9.0 refused it ("node max_pool2d_with_indices got 2 input(s), expected minimum 3 inputs") until
+    the writer gave it its stride (``coreml.explicit_pool_strides``).
+    """
 
     class Resampler(torch.nn.Module):
         def forward(self, x, grid):
             cubic = F.grid_sample(x, grid, mode="bicubic", padding_mode="reflection", align_corners=False)
-            return cubic + F.grid_sample(x, grid, mode="bilinear", align_corners=False)
+            return F.max_pool2d(cubic + F.grid_sample(x, grid, mode="bilinear", align_corners=False), 2)
 
     gen = torch.Generator().manual_seed(0)
     args = (torch.randn(1, 2, 5, 6, generator=gen), torch.rand(1, 3, 4, 2, generator=gen) * 2.4 - 1.2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._prims_common import make_contiguous_strides_for
 
 import deform_onnx
 from deform_onnx.ops import ms_deform_attn
@@ -204,3 +205,37 @@ def test_family_only_table_takes_meshgrid_without_indexing():
     ep = exported(Grid(), (torch.randn(1, 2, 4, 6),), dims, "gather", "ExecuTorch", core=False)
     x = torch.randn(1, 2, 7, 5)  # another size: the grid follows it
     torch.testing.assert_close(ep.module()(x), Grid()(x), rtol=0, atol=0)
+
+
+def test_outputs_keep_the_eager_ops_strides():
+    """A decomposed op returns row-major strides, as the eager op does: the lowerings end in a permuted view.
+
+    The Spatial Transformer tutorial's net (``tests/real_code/stn_style.py``) views ``conv1``'s pooled output
+    with ``x.view(-1, 4 * 12 * 12)``: after a channels-last grid_sample output, conv and max_pool are
+    channels-last too (one channel in), and the view failed in run_decompositions ("Cannot view a tensor with
+    shape [1, 4, 12, 12] and strides (576, 1, 48, 4)"), so the .pte and .tflite exports of the model failed.
+    """
+    from real_code.stn_style import Net
+
+    torch.manual_seed(0)
+    model, x = Net().eval(), torch.randn(2, 1, 28, 28)
+    ep = _decomposed(model, (x,), "gather")
+    assert "aten.grid_sampler_2d.default" not in _ops(ep)
+    with torch.no_grad():
+        got, want = ep.module()(x), model(x)
+    assert all((g - w).abs().max().item() <= ATOL for g, w in zip(got, want))
+    table = deform_onnx.decompositions("gather", core=False)
+    x, weight, offset, mask = (
+        torch.randn(1, 4, 8, 8),
+        torch.randn(6, 4, 3, 3),
+        torch.randn(1, 18, 8, 8),
+        torch.rand(1, 9, 8, 8),
+    )
+    dcn = table[torch.ops.torchvision.deform_conv2d.default](
+        x, weight, offset, mask, torch.zeros(6), 1, 1, 1, 1, 1, 1, 1, 1, True
+    )
+    sampled = table[torch.ops.aten.grid_sampler_2d.default](
+        torch.randn(1, 3, 5, 6), torch.rand(1, 4, 7, 2), 0, 0, False
+    )
+    for out in (dcn, sampled):
+        assert out.stride() == make_contiguous_strides_for(out.shape)

@@ -24,6 +24,7 @@ import deform_onnx
 from deform_onnx.core.errors import ExportError, VerificationError
 from deform_onnx.ops.msda.op import MSDeformAttnCore, MSDeformAttnReference
 from models import Neck
+from real_code.raft_style import TinyRAFT
 
 SHAPES = [(4, 5), (2, 3)]
 #: The .pte's dynamic H: example 6, declared 4..16 (checked at both bounds and a second size).
@@ -376,25 +377,33 @@ def test_float16_pte_within_the_float16_rule(tmp_path, monkeypatch):
 
 class _SplitProjection(torch.nn.Module):
     """``nn.MultiheadAttention``'s packed input projection with ``query is key``, ``key is not value``
-    (``_in_projection_packed``: ``w.split([E, 2 * E])``), as in every DETR decoder layer's self-attention."""
+    (``_in_projection_packed``: ``w.split([E, 2 * E])``), as in every DETR decoder layer's self-attention;
+    and RAFT's ``upsample_flow`` (``tests/real_code/raft_style.py``) on two more inputs."""
 
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
         self.w, self.b = torch.nn.Parameter(torch.randn(12, 4)), torch.nn.Parameter(torch.randn(12))
 
-    def forward(self, x):
+    def forward(self, x, flow, mask):
         w_q, w_kv = self.w.split([4, 8])
         b_q, b_kv = self.b.split([4, 8])
-        return F.linear(x, w_q, b_q), F.linear(x, w_kv, b_kv)
+        return F.linear(x, w_q, b_q), F.linear(x, w_kv, b_kv), TinyRAFT.upsample_flow(self, flow, mask)
 
 
 @_needs("executorch")
 def test_pte_of_a_split_parameter_matches_pytorch(tmp_path):
     """ExecuTorch's ``constant_prop_pass`` folds ``w.split(...)[1]`` into a view at a storage offset, which
     XNNPACK serialized from the storage's start: the second projection ran 4.2 off PyTorch (a Deformable-DETR
-    decoder layer's .pte 1.3 off, refused; found by the new-user trial). Each such constant is copied now."""
-    model, args = _SplitProjection().eval(), (torch.randn(3, 4),)
+    decoder layer's .pte 1.3 off, refused; found by the new-user trial). Each such constant is copied now.
+
+    The same program holds RAFT's ``upsample_flow`` (a softmax over a 7-D view): XNNPACK defines tensors of rank
+    <= 6, yet its partitioner took it and the program failed to load ("Failed to define tensor 85 with code:
+    xnn_status_unsupported_parameter", said as ExecuTorch's "Failed to load method forward, error: 0x:1": RAFT's
+    .pte). Such nodes run on the portable kernels now."""
+    torch.manual_seed(0)
+    model = _SplitProjection().eval()
+    args = (torch.randn(3, 4), torch.randn(1, 2, 2, 3), torch.randn(1, 576, 2, 3))
     report = deform_onnx.export(model, args, tmp_path / "split.pte")
     assert report.verified
     _close(_run_pte(tmp_path / "split.pte", args), model(*args))

@@ -9,6 +9,12 @@ class VerificationError(ExportError):
     """The exported model's ONNX Runtime outputs differ from PyTorch's; no file was written."""
 
 
+class UndefinedReferenceError(VerificationError):
+    """PyTorch gives NaN/Inf (in float64 too) where the file gives other values: the model is undefined at those
+    inputs (a division by a size of 1, say), so nothing proves the file there; no file was written.
+    """
+
+
 class MissingKernelError(ExportError):
     """ONNX Runtime has no kernel for a node of the exported model at its dtype, so it cannot be verified."""
 

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 import onnx
 
-from ..core.errors import ExportError, MissingKernelError, VerificationError
+from ..core.errors import ExportError, MissingKernelError, UndefinedReferenceError, VerificationError
 from ..exporters.guards import parameter_names
 from . import sizes
 from .frozen import describe, static_dims
 from .sizes import Axis, shown
-from .verification import Verified, make_session, run_pytorch, verify
+from .verification import UNDEFINED_TAIL, Verified, make_session, run_pytorch, verify
 
 if TYPE_CHECKING:
     from .api import ExportReport
@@ -30,6 +30,12 @@ ADVICE = (
     "ops such as deform_onnx.ops.ms_deform_attn) instead of Python numbers, torch.tensor(...) of sizes "
     "or lists built in loops; or export without dynamic axes (a static file at the example size); "
     "or give verify_shapes= sizes the model supports"
+)
+
+#: What to do when PyTorch itself is undefined (NaN/Inf) at a second size.
+UNDEFINED_ADVICE = (
+    "declare dynamic bounds where the model is defined (torch.export.Dim(min=..., max=...): the bounds are "
+    "checked too), or give verify_shapes= sizes the model is defined at"
 )
 
 
@@ -96,6 +102,11 @@ def check_dynamic_file(
             done.append(check(new_args, where))
         except MissingKernelError:
             raise
+        except UndefinedReferenceError as exc:  # the model's fault at that size, not a frozen size of the file's
+            raise ExportError(
+                f"the file cannot be checked at the second size {shown(shapes)}: {str(exc).removesuffix(UNDEFINED_TAIL)}; "
+                f"no file was written. What to do: {UNDEFINED_ADVICE}"
+            ) from None
         except VerificationError as exc:
             problem = str(exc).removesuffix("; no file was written")
             raise ExportError(_second_size_message(proto, plan.axes, shapes, problem, model=model)) from None

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..core.errors import ExportError, VerificationError
-from ..proof.compare import DEFAULT_TOLERANCES, Tolerance, compare_output, max_abs, tolerance_for, within
+from ..core.errors import ExportError, UndefinedReferenceError, VerificationError
+from ..proof.compare import DEFAULT_TOLERANCES, Tolerance, close, compare_output, max_abs, tolerance_for, within
 from ..runtimes.sessions import _numpy, input_tensors, make_session, output_tensors, run_file
 from .choices import discrete_flip
 from .pairing import check_count, order_error, swapped_with
@@ -61,6 +61,8 @@ FLOAT64_FACTOR = 2.0
 #: result is not a trustworthy reference: on CPU it may differ between runs, hold NaNs, or be a
 #: pixel off on wide maps).
 LOW_PRECISION = ("float16", "bfloat16")
+#: The end of an :class:`UndefinedReferenceError`'s message (a second-size check replaces it with its own advice).
+UNDEFINED_TAIL = "; no file was written (check at sizes where the model is defined, or pass verify=False)"
 
 
 @dataclass
@@ -337,8 +339,10 @@ def _own_dtype(name, g, e, tol: Tolerance, refs: _Refs, index: int, label: str =
     whose = "PyTorch" if label == "pytorch" else "the float32 model"
     if _within(g, e, tol):
         return OutputCheck(label, err, None, f"within {_source(tol)} tolerance of {whose}")
+    lone = int(np.sum(np.isnan(np.asarray(g, np.float64)) ^ np.isnan(np.asarray(e, np.float64))))
+    lone_text = f" ({lone} elements NaN on one side only, not counted in it)" if lone else ""
     head = (
-        f"output {name!r} differs from {whose}{where}: max abs error {err:.3g} "
+        f"output {name!r} differs from {whose}{where}: max abs error {err:.3g}{lone_text} "
         f"(atol={tol.atol}, rtol={tol.rtol}, {_source(tol)}){_worst(g, e, tol)}"
     )
     if reference is None or tol.explicit:  # a given tolerance is a hard bound: no float64 rescue
@@ -360,6 +364,7 @@ def _own_dtype(name, g, e, tol: Tolerance, refs: _Refs, index: int, label: str =
     finite = np.isfinite(r64)
     if not np.all(np.isfinite(g)[finite]):
         raise VerificationError(f"{head}; the file gives NaN/Inf where float64 PyTorch has none; no file was written")
+    _raise_if_undefined(head, g, r64, finite, tol, "PyTorch gives NaN/Inf, in float64 too,")
     file_err, torch_err = _max_abs(g, r64, finite), _max_abs(e, r64, finite)
     if file_err <= FLOAT64_FACTOR * torch_err:
         return OutputCheck(
@@ -373,6 +378,22 @@ def _own_dtype(name, g, e, tol: Tolerance, refs: _Refs, index: int, label: str =
         f"{head}; against the model run in float64 the file is off by {file_err:.3g}, PyTorch float32 by "
         f"{torch_err:.3g} (allowed: {FLOAT64_FACTOR:g}x); no file was written"
     )
+
+
+def _raise_if_undefined(head: str, g, ref: np.ndarray, finite: np.ndarray, tol: Tolerance, whose: str) -> None:
+    """Refuse a file that gives other values where the reference is NaN/Inf (``finite``: where it is not).
+
+    The rescue rules compare the finite elements of their reference only; an element where the reference is
+    NaN/Inf too and the file is not is a mismatch nothing proves (RAFT's ``bilinear_sampler`` at a pyramid
+    level of width 1: ``2 * x / (W - 1)`` divides by 0, PyTorch returns NaN everywhere, the file numbers).
+    """
+    undefined = ~finite & ~close(g, ref, tol).reshape(finite.shape)
+    if undefined.any():
+        raise UndefinedReferenceError(
+            f"{head}; {whose} at {int(undefined.sum())} of {undefined.size} elements where the file gives other "
+            "values: the model is undefined there (a division by a size of 1, say), so nothing proves the file"
+            + UNDEFINED_TAIL
+        )
 
 
 def _worst(g: np.ndarray, e: np.ndarray, tol: Tolerance) -> str:
@@ -411,6 +432,8 @@ def _low_precision(name, g, e, ref, why, tol: Tolerance, where: str) -> OutputCh
         raise VerificationError(
             f"output {name!r}{where}: the file gives NaN/Inf where the float32 model has none; no file was written"
         )
+    _raise_if_undefined(f"output {name!r} differs from the float32 model{where}", g, r32, finite, tol,
+                        "the float32 model gives NaN/Inf")  # fmt: skip
     file_err = _max_abs(g, r32, finite)
     torch_err = _max_abs(e, r32, finite & np.isfinite(e)) if e is not None else None
     if _within(np.where(finite, g, 0), np.where(finite, r32, 0), tol):
@@ -434,6 +457,7 @@ def _low_precision(name, g, e, ref, why, tol: Tolerance, where: str) -> OutputCh
 __all__ = [
     "DEFAULT_TOLERANCES",
     "OutputCheck",
+    "UNDEFINED_TAIL",
     "Tolerance",
     "Verified",
     "make_session",

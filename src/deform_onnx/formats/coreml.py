@@ -10,7 +10,8 @@ predictions need macOS, so the package is never run here: the report says ``veri
 it; instead the exact program converted is run in PyTorch against the model before the conversion
 (:class:`ProgramSession`, the same comparison as every file), and a note gives its error.
 coremltools 9.0's torch.export frontend has no ``grid_sampler_2d`` entry (only TorchScript's
-``grid_sampler``; :func:`_alias_grid_sampler_2d` maps it) and no ``prod`` (:func:`_register_prod`).
+``grid_sampler``; :func:`_alias_grid_sampler_2d` maps it) and no ``prod`` (:func:`_register_prod`), and takes
+no max pooling without a stride (:func:`explicit_pool_strides`).
 The package computes in float32 (``compute_precision=FLOAT32``; coremltools' own default is float16)
 unless ``precision="float16"``. A region of rank-6 tensors the rewrite cannot carry and a rank-6 input are
 refused in one line.
@@ -92,6 +93,26 @@ def _register_prod() -> None:
     register_torch_op(prod, torch_alias=["prod.dim_int"])
 
 
+def explicit_pool_strides(ep) -> None:
+    """Give each max pooling of ``ep`` without a stride its stride (the kernel size, PyTorch's default), in place.
+
+    ``F.max_pool2d(x, 2)`` (the Spatial Transformer tutorial's, and many classifiers') is
+    ``max_pool2d_with_indices(x, [2, 2])`` in the program, its default arguments dropped; coremltools 9.0's
+    converter takes three arguments at least ("node max_pool2d_with_indices got 2 input(s), expected minimum 3
+    inputs"). The same op with the stride written computes the same values.
+    """
+    aten = torch.ops.aten
+    pools = {aten.max_pool1d.default, aten.max_pool2d.default, aten.max_pool3d.default,
+             aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default}  # fmt: skip
+    changed = False
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and node.target in pools and len(node.args) == 2 and "stride" not in node.kwargs:
+            node.args = (*node.args, list(node.args[1]))
+            changed = True
+    if changed:
+        ep.graph_module.recompile()
+
+
 def convert(ep, folder: Path, precision: str = "float32") -> None:
     """Convert the decomposed program and save it as the ``.mlpackage`` ``folder``.
 
@@ -170,11 +191,12 @@ def check_ranks(args: tuple) -> None:
 def _without_bicubic(ep, notes: list[str]):
     """``ep`` with bicubic 4-D ``grid_sample`` decomposed (Core ML samples bilinear and nearest only), or as it is."""
     from ..ops.grid_sample.decompose import BICUBIC, bicubic_decompositions
+    from .decompose import eager_strides
 
     if not any(n.target is torch.ops.aten.grid_sampler_2d.default and n.args[2] == BICUBIC for n in ep.graph.nodes):
         return ep
     try:
-        ep = ep.run_decompositions(bicubic_decompositions())
+        ep = ep.run_decompositions({op: eager_strides(fn) for op, fn in bicubic_decompositions().items()})
     except Exception as exc:
         raise ExportError(f"{TITLE}: decomposing bicubic grid_sample failed: {str(exc).strip()[:300]}") from exc
     notes.append(
@@ -243,6 +265,7 @@ def write(model, args, path, **settings) -> ExportReport:
         plan = plan_sizes(model, args, None, opts["verify_shapes"], False)  # verify_shapes= as for a static file
         ep = exported(model, args, None, method, TITLE, notes=notes)
         ep = _without_bicubic(ep, notes)
+        explicit_pool_strides(ep)
         notes.extend(_rank_lowered(ep))
         if opts["verify"]:
             notes.append(_program_note(prove(ProgramSession(ep, args), model, plan, opts)))

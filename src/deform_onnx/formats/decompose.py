@@ -7,11 +7,47 @@ gives its entries; they run the op's ONNX lowering through the torch-ops builder
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 from ..ops.registry import METHODS, OPS
 
-__all__ = ["decompositions"]
+__all__ = ["decompositions", "eager_strides"]
+
+
+def eager_strides(fn):
+    """``fn`` (a decomposition) whose tensor outputs have the row-major strides the eager ops give theirs.
+
+    The lowerings end in a ``Transpose`` (``[N, Ho, Wo, C]`` to ``[N, C, Ho, Wo]``), a permuted view in the
+    torch-ops builder: channels-last strides, where ``aten.grid_sampler_2d``, torchvision's ``deform_conv2d``
+    and ``ms_deform_attn`` return contiguous tensors. The program's later ops were traced on the eager
+    strides, and a ``Conv`` after a channels-last input is channels-last too (even at one channel, whose
+    strides are "contiguous" as well), so a ``view`` there failed: the Spatial Transformer tutorial's
+    ``x.view(-1, 4 * 12 * 12)`` after ``conv1`` and ``max_pool2d`` ("Cannot view a tensor with shape
+    [1, 4, 12, 12] and strides (576, 1, 48, 4)"). An output whose strides are not known to be row-major is
+    copied to them (``clone(memory_format=torch.contiguous_format)``); the others are returned as they are.
+    """
+    import torch
+
+    def fix(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        from torch._prims_common import make_contiguous_strides_for
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        row_major = make_contiguous_strides_for(t.shape)
+        if all(statically_known_true(a == b) for a, b in zip(t.stride(), row_major)):
+            return t
+        return t.clone(memory_format=torch.contiguous_format)
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if isinstance(out, tuple | list):
+            return type(out)(fix(t) for t in out)
+        return fix(out)
+
+    return run
 
 
 def decompositions(method: str = "auto", *, core: bool = True) -> dict:
@@ -55,5 +91,6 @@ def decompositions(method: str = "auto", *, core: bool = True) -> dict:
         table.update({op: default[op] for op in meshgrid if op in default})
     for entry in OPS.values():
         if entry.decompositions is not None:
-            table.update(importlib.import_module(entry.decompositions).decompositions(method))
+            entries = importlib.import_module(entry.decompositions).decompositions(method)
+            table.update({op: eager_strides(fn) for op, fn in entries.items()})
     return table

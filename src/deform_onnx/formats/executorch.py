@@ -48,7 +48,8 @@ class ExecuTorchSession:
                 self._program = Runtime.get().load_program(data)
                 self._method = self._program.load_method("forward")
             except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
-                raise ExportError(f"ExecuTorch refused the program: {first_error(noise) or exc}") from None
+                why = _backend_failure(noise) or first_error(noise) or exc
+                raise ExportError(f"ExecuTorch refused the program: {why}") from None
         meta = self._method.metadata
         counts = [meta.num_inputs, meta.num_outputs]
         n_in, n_out = (c() if callable(c) else c for c in counts)
@@ -129,6 +130,16 @@ def lower(ep) -> bytes:
                 " only: deform_onnx.export(..., dynamic_shapes=...), or export to .onnx)"
             ) from None
         raise
+
+
+def _backend_failure(lines: list[str]) -> str | None:
+    """The XNNPACK backend's first failure line in captured output: why a method did not load.
+
+    ExecuTorch's own error says only "Failed to load method forward, error: 0x:1"; the backend's log line before
+    it names the cause ("[XNNCompiler.cpp:664] Failed to define tensor 85 with code:
+    xnn_status_unsupported_parameter").
+    """
+    return next((ln.strip() for ln in lines if "XNN" in ln and "fail" in ln.lower()), None)
 
 
 def _edge_config():

@@ -139,6 +139,21 @@ def xnnpack_can_serialize(node: torch.fx.Node) -> bool:
     return sum(not isinstance(d, int) for d in shape) <= 1
 
 
+#: The highest tensor rank XNNPACK defines (``XNN_MAX_TENSOR_DIMS``).
+XNNPACK_MAX_RANK = 6
+
+
+def _above_xnnpack_rank(node: torch.fx.Node) -> bool:
+    """Whether ``node`` makes or reads a tensor of rank > :data:`XNNPACK_MAX_RANK`.
+
+    XNNPACK's partitioner takes such nodes and the program then fails to load ("Failed to define tensor 85 with
+    code: xnn_status_unsupported_parameter", executorch 1.5.1): RAFT's ``upsample_flow`` softmaxes a 7-D
+    ``mask.view(N, 1, 9, 8, 8, H, W)``. They run on the portable kernels instead.
+    """
+    values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    return any(isinstance(v, torch.Tensor) and v.dim() > XNNPACK_MAX_RANK for v in values)
+
+
 def partitioner():
     """ExecuTorch's ``XnnpackPartitioner`` whose partitions are cut as :func:`_cut` says.
 
@@ -152,7 +167,7 @@ def partitioner():
     class CutXnnpackPartitioner(XnnpackPartitioner):
         def generate_partitions(self, ep):
             matched = self.get_matched_nodes_from_configs(ep)  # what the parent's method does, then the cuts
-            matched = [g for g in matched if all(xnnpack_can_serialize(n) for n in g)]
+            matched = [g for g in matched if all(xnnpack_can_serialize(n) and not _above_xnnpack_rank(n) for n in g)]
             partitions = generate_grouped_partitions_from_list_of_nodes(ep.graph_module, matched)
             at = {n: i for i, n in enumerate(lazy_order(ep.graph_module.graph))}
             groups = [list(g) for g in matched if len(g) > 1]
