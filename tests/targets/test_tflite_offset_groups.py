@@ -6,8 +6,8 @@ channels-last but records one whose non-batch axes are all equal (C == H == W) a
 compares shapes), so the Reshape that starts the gather table read the channels-last data as channels-first (2.2
 off at 8x8x8, 3.1 at 64x64x64, measured here); the target's repair ``"square input read by Max"`` has such an input
 read through ``Max(x, x)``, whose output onnx2tf records as transposed. One export (one onnx2tf conversion) holds
-three DCNv2 layers: two with 2 offset groups, on a non-square 8x10 map and with C == H == W (8x8x8), and one with one
-offset group and C == H == W; ``export(target="tflite")`` runs the file in LiteRT against PyTorch before it writes it
+three DCNv2 layers: two with 2 offset groups, on a non-square 8x10 map and with C == H == W (8x8x8), and a 1x1 one
+with one offset group and C == H == W; ``export(target="tflite")`` runs the file in LiteRT against PyTorch before it writes it
 (every output) and refuses a file that misses. Expected values are PyTorch's on the same tensors.
 """
 
@@ -31,31 +31,31 @@ G = 2  # offset groups
 
 
 class ThreeLayers(torch.nn.Module):
-    """Three ``DeformConv2d(8, 4, 3, padding=1)`` with offsets and masks as inputs (4 outputs: no output is C == H == W);
-    the last with one offset group."""
+    """Two ``DeformConv2d(8, 4, 3, padding=1)`` with 2 offset groups and a ``DeformConv2d(8, 4, 1)`` with one, offsets
+    and masks as inputs (4 outputs: no output is C == H == W)."""
 
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.wide = torchvision.ops.DeformConv2d(8, 4, 3, padding=1)
         self.cube = torchvision.ops.DeformConv2d(8, 4, 3, padding=1)
-        self.plain = torchvision.ops.DeformConv2d(8, 4, 3, padding=1)
+        self.plain = torchvision.ops.DeformConv2d(8, 4, 1)  # one tap: the table is what a square input breaks
 
     def forward(self, x1, off1, m1, x2, off2, m2, x3, off3, m3):
         return self.wide(x1, off1, m1), self.cube(x2, off2, m2), self.plain(x3, off3, m3)
 
 
-def _inputs(h: int, w: int, groups: int = G) -> tuple[torch.Tensor, ...]:
+def _inputs(h: int, w: int, groups: int = G, taps: int = 9) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(h * 100 + w + groups)
-    return (torch.randn(1, 8, h, w, generator=g), torch.randn(1, 2 * groups * 9, h, w, generator=g) * 2,
-            torch.rand(1, groups * 9, h, w, generator=g))  # fmt: skip
+    return (torch.randn(1, 8, h, w, generator=g), torch.randn(1, 2 * groups * taps, h, w, generator=g) * 2,
+            torch.rand(1, groups * taps, h, w, generator=g))  # fmt: skip
 
 
 @pytest.mark.skipif(NO_RUNTIMES, reason="DEFORM_ONNX_NO_DEPLOYED_RUNTIMES is set")
 def test_offset_groups_run_in_litert(tmp_path):
     """Every layer's outputs matched PyTorch in LiteRT within the float32 rule (the export refuses otherwise), in the
     target's form: every offset-group sample coordinate 2-D; the square inputs (only those) read through Max."""
-    args = (*_inputs(8, 10), *_inputs(8, 8), *_inputs(8, 8, groups=1))
+    args = (*_inputs(8, 10), *_inputs(8, 8), *_inputs(8, 8, groups=1, taps=1))
     path = tmp_path / "og2.onnx"
     names = ["x1", "off1", "m1", "x2", "off2", "m2", "x3", "off3", "m3"]
     report = deform_onnx.export(ThreeLayers().eval(), args, path, target="tflite", input_names=names)
