@@ -38,6 +38,17 @@ float64 and the test fails; the ``Erf`` is then ``tf.math.erf``, a Select Tensor
 interpreter refuses ("Select TensorFlow op(s) ... not supported": InternImage's and FlashInternImage's GELUs,
 measured here with onnx2tf 1.29.24 and LiteRT 2.1.0). The divisor written with shape ``[1]`` passes the test
 (numpy compares an array in its own dtype) and divides every element alike.
+
+Repair ``"square input read by Max"`` (:func:`square_input_read_by_max`): onnx2tf makes every 3-D..5-D graph input
+channels-last (``onnx2tf/ops/Input.py``) and records whether it moved it by comparing the ONNX and TensorFlow shapes;
+for ``[1, C, H, W]`` with ``C == H == W`` they are equal, so the input is recorded as untransposed, and an op that
+reads the record (``Reshape``, ``Transpose``, ``Gather``, ...) takes the channels-last data for channels-first.
+The gather form's table starts with a ``Reshape`` of ``x``: a DCNv2 layer came out 2.2 off PyTorch in LiteRT at
+``[1, 8, 8, 8]`` and 3.1 off at ``[1, 64, 64, 64]`` (measured here, onnx2tf 1.29.24 -> LiteRT 2.1). Every op's
+output whose non-batch axes are all equal is recorded as transposed instead (``inverted_operation_enable_disable``
+in ``onnx2tf/utils/common_functions.py``), which ``Max(x, x)`` of such an input is; so every node that reads the
+input reads ``Max(x, x)`` (the same values, NaN included; one elementwise pass over the input). Other inputs are
+left alone.
 """
 
 from __future__ import annotations
@@ -48,7 +59,7 @@ from onnx import helper, numpy_helper
 
 from .repair_stack import _static_shapes
 
-__all__ = ["constant_operand_last", "gelu_divisor_1d"]
+__all__ = ["constant_operand_last", "gelu_divisor_1d", "square_input_read_by_max"]
 
 _COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Equal"})
 _BINARY = _COMMUTATIVE | {"Sub", "Div"}
@@ -209,3 +220,34 @@ def gelu_divisor_1d(model: onnx.ModelProto) -> list[str]:
 
     model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))  # the old constants
     return [f"{changed} GELU divisor(s) written with shape [1] (onnx2tf fuses them into TFLite's GELU)"]
+
+
+def square_input_read_by_max(model: onnx.ModelProto) -> list[str]:
+    """Make every main-graph node that reads a square 3-D..5-D graph input read ``Max(x, x)`` instead (in place).
+
+    Square: a static shape whose non-batch axes are all equal (``[1, 8, 8, 8]``). ``Max(x, x)`` is ``x``
+    (NaN included). Returns one line naming the inputs changed (empty when none).
+    """
+    g = model.graph
+    fed = {t.name for t in g.initializer}
+    square = []
+    for v in g.input:
+        dims = v.type.tensor_type.shape.dim
+        if v.name in fed or not 3 <= len(dims) <= 5 or not all(d.HasField("dim_value") for d in dims):
+            continue
+        if len({d.dim_value for d in dims[1:]}) == 1:
+            square.append(v.name)
+    readers = [n for n in g.node if any(x in square for x in n.input)]
+    square = [s for s in square if any(s in n.input for n in readers)]
+    if not square:
+        return []
+    read = {s: f"{s}__read" for s in square}
+    for node in readers:
+        for i, x in enumerate(node.input):
+            if x in read:
+                node.input[i] = read[x]
+    first = [helper.make_node("Max", [s, s], [read[s]], name=read[s]) for s in square]
+    nodes = [*first, *g.node]
+    del g.node[:]
+    g.node.extend(nodes)
+    return [f"square input(s) {', '.join(square)} read through Max(x, x) (onnx2tf records them channels-first)"]

@@ -33,6 +33,9 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 - ``"GELU divisor as [1]"`` (:mod:`.repair_tflite`): exact GELU's ``x / sqrt(2)`` with a ``[1]`` divisor instead of
   a 0-d one, so that onnx2tf fuses it into TFLite's ``GELU`` (otherwise its ``Erf`` is a Select TensorFlow op
   that LiteRT refuses: InternImage's GELUs).
+- ``"square input read by Max"`` (:mod:`.repair_tflite`): a 3-D..5-D graph input whose non-batch axes are all
+  equal is read through ``Max(x, x)`` (onnx2tf makes it channels-last but records it as untransposed, so a
+  ``Reshape`` reading it mixed the axes: a DCNv2 layer on ``[1, 8, 8, 8]`` 2.2 off in LiteRT).
 - ``"static shape arithmetic folded"`` (:mod:`.repair_shapes`): TorchScript's ``Shape -> Gather -> ...`` chains
   on static shapes (``torch.chunk``'s split points) as constants (TVM's frontend and ncnn's blob rule lost the
   shapes after such a ``Slice``).
@@ -57,7 +60,7 @@ from .repair_pool import ceil_mode_pooling_explicit
 from .repair_shapes import static_shape_arithmetic_folded
 from .repair_split import split_as_slice
 from .repair_stack import stack_flatten_as_concat
-from .repair_tflite import constant_operand_last, gelu_divisor_1d
+from .repair_tflite import constant_operand_last, gelu_divisor_1d, square_input_read_by_max
 
 __all__ = ["REPAIRS", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
 
@@ -167,6 +170,7 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "index list as Concat": index_list_as_concat,  # repair_index.py
     "constant operand last": constant_operand_last,  # repair_tflite.py
     "GELU divisor as [1]": gelu_divisor_1d,  # repair_tflite.py
+    "square input read by Max": square_input_read_by_max,  # repair_tflite.py
     "static shape arithmetic folded": static_shape_arithmetic_folded,  # repair_shapes.py
     "Split as Slice": split_as_slice,  # repair_split.py
     "ceil_mode pooling explicit": ceil_mode_pooling_explicit,  # repair_pool.py

@@ -204,7 +204,7 @@ TABLE: tuple[Target, ...] = (
         ),
         status="measured here",
         forms=("flat offset groups", "flat sampling grid", "table padded flat"),
-        repairs=("stack flatten as Concat", "constant operand last", "GELU divisor as [1]"),
+        repairs=("stack flatten as Concat", "constant operand last", "GELU divisor as [1]", "square input read by Max"),
     ),
     Target(
         name="ncnn",
