@@ -109,18 +109,18 @@ def lower(ep) -> bytes:
     with quiet():
         from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 
-        cut = schedule.partitioner()
-
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
     compact_constants(ep)
     fast_paths.full_where_branches(ep)
     fast_paths.isnan_guards(ep)
     ops = patterns.Ops()  # the edge program's ops: XNNPACK's examples it cannot match are not built
+    with quiet():
+        cut = schedule.partitioner(ops)  # records them before it partitions
     try:
         # shared: no deep copy of node histories; the program is functional: no trace that would change nothing
         with shared_provenance(), patterns.unmatchable_skipped(ops), retrace.idle_retraces_skipped(ep):
-            return _lowered(ep, [cut], [ops])
+            return _lowered(ep, [cut])
     except ExportError as exc:
         if "dynamic dimension" in str(exc):  # XNNPACK's sentence, without the one it leaves unfinished
             head = str(exc).split(". This may occur")[0]

@@ -123,8 +123,12 @@ def _cut(partition: Partition, at: dict, groups: list) -> list[list[torch.fx.Nod
     return list(pieces.values())
 
 
-def partitioner():
-    """ExecuTorch's ``XnnpackPartitioner`` whose partitions are cut as :func:`_cut` says."""
+def partitioner(ops=None):
+    """ExecuTorch's ``XnnpackPartitioner`` whose partitions are cut as :func:`_cut` says.
+
+    ``ops``: called with the edge program's graph module before anything is partitioned (a
+    :class:`~deform_onnx.formats.patterns.Ops` records the program's ops there).
+    """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir.backend.canonical_partitioners.pattern_op_partitioner import (
         generate_grouped_partitions_from_list_of_nodes,
@@ -132,6 +136,8 @@ def partitioner():
 
     class CutXnnpackPartitioner(XnnpackPartitioner):
         def generate_partitions(self, ep):
+            if ops is not None:
+                ops(ep.graph_module)
             matched = self.get_matched_nodes_from_configs(ep)  # what the parent's method does, then the cuts
             partitions = generate_grouped_partitions_from_list_of_nodes(ep.graph_module, matched)
             at = {n: i for i, n in enumerate(lazy_order(ep.graph_module.graph))}
