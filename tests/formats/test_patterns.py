@@ -84,3 +84,18 @@ def test_getters_skip_only_what_the_program_lacks(stand_ins):
         assert bool(inside[key]) == (prefix == "aten._softmax."), key
         assert seen_elsewhere[key]  # another thread: ExecuTorch's own
     assert {key: getattr(_module(key[0]), key[1]) for key in ANCHORS} == stand_ins  # restored
+
+
+def test_pte_partitioner_records_the_program_before_it_partitions(monkeypatch):
+    """The .pte's partitioner hands the program to its Ops before XNNPACK's configs match anything."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from deform_onnx.formats import schedule
+
+    seen = []
+    monkeypatch.setattr(XnnpackPartitioner, "get_matched_nodes_from_configs", lambda self, ep: seen.append(
+        ops.names) or [])  # fmt: skip
+    ops = Ops()
+    ep = torch.export.export(torch.nn.Linear(2, 3).eval(), (torch.randn(1, 2),))
+    assert schedule.partitioner(ops).generate_partitions(ep) == []
+    assert seen == [{"aten.linear.default"}]

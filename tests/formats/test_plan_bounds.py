@@ -56,7 +56,8 @@ def test_written_file_runs_beyond_the_example_kernel_test(written, H):
     from executorch.runtime import Runtime
 
     path, model, _ = written
-    method = Runtime.get().load_program(path.read_bytes()).load_method("forward")
+    program = Runtime.get().load_program(path.read_bytes())  # kept: the method points into it (a freed one crashes)
+    method = program.load_method("forward")
     x = torch.randn(1, 16, H, 32, generator=torch.Generator().manual_seed(H))
     (got,) = method.execute([x])
     with torch.no_grad():

@@ -55,7 +55,8 @@ def test_runs_at_a_new_size_in_executorch(written):
 
     path, model, report = written
     assert (1, 3, 22, 16) not in [shapes[0] for shapes in report.checked_shapes]
-    method = Runtime.get().load_program(path.read_bytes()).load_method("forward")
+    program = Runtime.get().load_program(path.read_bytes())  # kept: the method points into it (a freed one crashes)
+    method = program.load_method("forward")
     x = torch.randn(1, 3, 22, 16, generator=torch.Generator().manual_seed(22))
     (got,) = method.execute([x])
     with torch.no_grad():

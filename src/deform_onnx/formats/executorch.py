@@ -20,7 +20,7 @@ from ..builder.forms import graph_forms
 from ..core.atomic_io import write_bytes_atomic
 from ..core.errors import ExportError
 from ..exporting.api import ExportReport
-from . import fast_paths, patterns, schedule
+from . import fast_paths, patterns, retrace, schedule
 from .plan_bounds import declared_bounds
 from .provenance import shared_provenance
 from .torch_export import Named, eval_mode, exported, first_error, plan_sizes, prepare, prove, quiet, report_for
@@ -98,8 +98,9 @@ def lower(ep) -> bytes:
 
     The memory plan is sized from the declared ``Dim`` ranges (:mod:`~deform_onnx.formats.plan_bounds`: a
     backend retrace's fake convolution narrowed them). While it lowers, node provenance is shared rather than
-    deep-copied (:mod:`~deform_onnx.formats.provenance`) and XNNPACK's example subgraphs that the program cannot
-    match are not built (:mod:`~deform_onnx.formats.patterns`): the same program, written sooner.
+    deep-copied (:mod:`~deform_onnx.formats.provenance`), XNNPACK's example subgraphs that the program cannot
+    match are not built (:mod:`~deform_onnx.formats.patterns`) and ExecuTorch's traces of the program that would
+    decompose nothing are skipped (:mod:`~deform_onnx.formats.retrace`): the same program, written sooner.
 
     Measured with executorch 1.5.1: XNNPACK refuses a reshape with more than one dynamic dimension
     ("XNNPACK reshape only supports 1 dynamic dimension"): an error naming the limit, not a fallback. The
@@ -111,17 +112,18 @@ def lower(ep) -> bytes:
     with quiet():
         from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 
-        cut = schedule.partitioner()
-
     with torch.no_grad():  # folded from parameters: plain tensors (the lowering deep-copies them)
         ep = constant_prop_pass(ep)
     compact_constants(ep)
     fast_paths.full_where_branches(ep)
     fast_paths.isnan_guards(ep)
     ops = patterns.Ops()  # the edge program's ops: XNNPACK's examples it cannot match are not built
+    with quiet():
+        cut = schedule.partitioner(ops)  # records them before it partitions
     try:
-        with shared_provenance(), patterns.unmatchable_skipped(ops):  # shared: no deep copy of node histories
-            return _lowered(ep, [cut], [ops])
+        # shared: no deep copy of node histories; the program is functional: no trace that would change nothing
+        with shared_provenance(), patterns.unmatchable_skipped(ops), retrace.idle_retraces_skipped(ep):
+            return _lowered(ep, [cut])
     except ExportError as exc:
         if "dynamic dimension" in str(exc):  # XNNPACK's sentence, without the one it leaves unfinished
             head = str(exc).split(". This may occur")[0]

@@ -6,10 +6,11 @@ process (``executorch.backends.xnnpack.partition.graphs``: ``torch.export`` and 
 interpolations and of the attention forms): seconds of the first ``.pte`` a process writes, the same for every
 program. A subgraph matches only a partition that holds every op of it; every interpolation example holds
 ``upsample_bilinear2d`` and every attention example ``_softmax`` (tests/formats/test_patterns.py checks the
-installed ExecuTorch's examples). :class:`Ops`, a transform pass of ``to_edge_transform_and_lower``, records
-the ops of the edge program the partitions are cut from; inside :func:`unmatchable_skipped` the example
-getters give no examples of a kind whose op the program lacks, so those passes find nothing, as they would
-have found nothing, without building the examples. Where the program holds the op, or the getters are not
+installed ExecuTorch's examples). :class:`Ops`, called by the ``.pte``'s partitioner before it partitions
+(:func:`deform_onnx.formats.schedule.partitioner`), records the ops of the edge program the partitions are cut
+from (as a transform pass of ``to_edge_transform_and_lower`` it cost a pass manager run and two edge
+verifications); inside :func:`unmatchable_skipped` the example getters give no examples of a kind whose op the
+program lacks, so those passes find nothing, as they would have found nothing, without building the examples. Where the program holds the op, or the getters are not
 where this module looks (another ExecuTorch), the examples are built and matched as before.
 """
 
@@ -34,7 +35,7 @@ _PACKAGE = "executorch.backends.xnnpack.partition.graphs"
 
 
 class Ops:
-    """A transform pass that records the op names of the edge program (all its graphs) and changes nothing."""
+    """Records the op names of the edge program (all its graphs) and changes nothing; callable as a pass."""
 
     def __init__(self) -> None:
         #: ``str`` of each call's ATen overload (``"aten.mm.default"``); ``None`` until the pass ran

@@ -154,10 +154,14 @@ def _above_xnnpack_rank(node: torch.fx.Node) -> bool:
     return any(isinstance(v, torch.Tensor) and v.dim() > XNNPACK_MAX_RANK for v in values)
 
 
-def partitioner():
+def partitioner(ops=None):
     """ExecuTorch's ``XnnpackPartitioner`` whose partitions are cut as :func:`_cut` says.
 
-    Nodes XNNPACK's serializer would refuse (:func:`xnnpack_can_serialize`) are left out of every partition.
+    Nodes XNNPACK's serializer would refuse (:func:`xnnpack_can_serialize`) or whose ranks XNNPACK does not define
+    (:data:`XNNPACK_MAX_RANK`) are left out of every partition.
+
+    ``ops``: called with the edge program's graph module before anything is partitioned (a
+    :class:`~deform_onnx.formats.patterns.Ops` records the program's ops there).
     """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir.backend.canonical_partitioners.pattern_op_partitioner import (
@@ -166,6 +170,8 @@ def partitioner():
 
     class CutXnnpackPartitioner(XnnpackPartitioner):
         def generate_partitions(self, ep):
+            if ops is not None:
+                ops(ep.graph_module)
             matched = self.get_matched_nodes_from_configs(ep)  # what the parent's method does, then the cuts
             matched = [g for g in matched if all(xnnpack_can_serialize(n) and not _above_xnnpack_rank(n) for n in g)]
             partitions = generate_grouped_partitions_from_list_of_nodes(ep.graph_module, matched)
