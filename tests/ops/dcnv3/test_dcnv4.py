@@ -36,6 +36,17 @@ def _layer(seed: int = 0, **kw) -> DCNv4:
     return m
 
 
+class _OnMap(torch.nn.Module):
+    """A DCNv4 layer called on a 4x5 map of tokens (``forward(x, shape)``, as FlashInternImage's blocks call it)."""
+
+    def __init__(self, m: DCNv4):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        return self.m(x, (4, 5))
+
+
 def test_state_dict_matches_dcnv4s_module():
     """A FlashInternImage checkpoint loads: the same keys and shapes (padded offset_mask width) as DCNv4's module."""
     assert set(DCNv4(64, group=4, output_bias=False).state_dict()) == DCNV4_KEYS
@@ -108,21 +119,13 @@ def test_float16_layer_through_torchscript_at_opset_11(tmp_path):
 
     m = _layer(dw_kernel_size=3, center_feature_scale=True).half()
 
-    class Layer(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, x):
-            return self.m(x, (4, 5))
-
     x = torch.randn(1, 20, 16, generator=torch.Generator().manual_seed(7)).half()
     path = tmp_path / "dcnv4_f16.onnx"
-    deform_onnx.export(Layer().eval(), (x,), path, opset_version=11, dynamo=False, method="gather", verify=False)
+    deform_onnx.export(_OnMap(m).eval(), (x,), path, opset_version=11, dynamo=False, method="gather", verify=False)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     with torch.no_grad():
-        want = Layer()(x).float().numpy()
+        want = _OnMap(m)(x).float().numpy()
     assert got.dtype == np.float16
     np.testing.assert_array_less(np.abs(got.astype(np.float32) - want), 1e-2 * (1 + np.abs(want)))
 
@@ -139,18 +142,10 @@ def test_ncnn_target_samples_each_group_over_the_batch(tmp_path):
 
     m = _layer(dw_kernel_size=3, center_feature_scale=True)
 
-    class Layer(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, x):
-            return self.m(x, (4, 5))
-
     x = torch.randn(1, 20, 16, generator=torch.Generator().manual_seed(8))
     ncnn, plain = tmp_path / "ncnn.onnx", tmp_path / "plain.onnx"
-    deform_onnx.export(Layer().eval(), (x,), ncnn, target="ncnn", verify=False)
-    deform_onnx.export(Layer().eval(), (x,), plain, verify=False)
+    deform_onnx.export(_OnMap(m).eval(), (x,), ncnn, target="ncnn", verify=False)
+    deform_onnx.export(_OnMap(m).eval(), (x,), plain, verify=False)
     written = onnx.load(str(ncnn))
     assert gridsample_batch_1(written) == []
     (refused,) = gridsample_batch_1(onnx.load(str(plain)))
@@ -158,7 +153,7 @@ def test_ncnn_target_samples_each_group_over_the_batch(tmp_path):
     assert sum(n.op_type == "GridSample" for n in written.graph.node) == 2  # one per group
     session = ort.InferenceSession(str(ncnn), providers=["CPUExecutionProvider"])
     with torch.no_grad():
-        want = Layer()(x).numpy()
+        want = _OnMap(m)(x).numpy()
     np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], want, rtol=0, atol=ATOL)
 
 
