@@ -29,3 +29,24 @@ def inferred_dims(model: onnx.ModelProto) -> dict[str, list[int | None]]:
         for v in (*inferred.input, *inferred.value_info, *inferred.output)
         if v.type.tensor_type.HasField("shape")
     }
+
+
+def constant_tensors(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """Each value of ``graph`` that an initializer or a default-domain ``Constant`` node (its ``value``) holds."""
+    found = {t.name: t for t in graph.initializer}
+    found.update(
+        (n.output[0], a.t)
+        for n in graph.node
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+        for a in n.attribute
+        if a.name == "value"
+    )
+    return found
+
+
+def drop_unused_nodes(model: onnx.ModelProto) -> None:
+    """Remove the nodes and initializers no graph output needs (onnx-ir's ``RemoveUnusedNodesPass``), in place."""
+    import onnx_ir as ir
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))

@@ -17,7 +17,7 @@ import math
 import onnx
 from onnx import helper, numpy_helper
 
-from ..core.protos import inferred_dims
+from ..core.protos import constant_tensors, inferred_dims
 
 __all__ = ["split_as_slice"]
 
@@ -45,9 +45,7 @@ def split_as_slice(model: onnx.ModelProto) -> list[str]:
     graph = model.graph
     if not any(n.op_type == "Split" and n.domain in ("", "ai.onnx") for n in graph.node):
         return []
-    consts = {t.name: t for t in graph.initializer}
-    consts.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute
-                   if a.name == "value"})  # fmt: skip
+    consts = constant_tensors(graph)
     dims = inferred_dims(model)
     nodes: list[onnx.NodeProto] = []
     changed = 0

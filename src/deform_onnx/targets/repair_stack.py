@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..core.protos import drop_unused_nodes
+
 __all__ = ["stack_flatten_as_concat"]
 
 #: Shape-arithmetic ops whose values are folded when every input is known (``Shape`` of static values).
@@ -140,9 +142,5 @@ def stack_flatten_as_concat(model: onnx.ModelProto) -> list[str]:
         changed += 1
     if not changed:
         return []
-    import onnx_ir as ir
-    from onnx_ir.passes.common import RemoveUnusedNodesPass
-
-    cleaned = ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model)
-    model.CopyFrom(cleaned)
+    drop_unused_nodes(model)
     return [f"stack then flatten written as one Concat on {changed} node(s)"]

@@ -57,6 +57,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..core.protos import constant_tensors, drop_unused_nodes
 from .repair_stack import _static_shapes
 
 __all__ = ["constant_operand_last", "gelu_divisor_1d", "square_input_read_by_max"]
@@ -173,10 +174,7 @@ def constant_operand_last(model: onnx.ModelProto) -> list[str]:
     if changed:
         del g.node[:]
         g.node.extend(nodes)
-        import onnx_ir as ir
-        from onnx_ir.passes.common import RemoveUnusedNodesPass
-
-        model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))  # the old constants
+        drop_unused_nodes(model)  # the old constants
     return [f"{changed} elementwise op(s) with a constant operand written value first"] if changed else []
 
 
@@ -193,12 +191,7 @@ def gelu_divisor_1d(model: onnx.ModelProto) -> list[str]:
     for node in g.node:
         for x in node.input:
             consumers.setdefault(x, []).append(node)
-    constants = {t.name: t for t in g.initializer}
-    constants.update(
-        (n.output[0], n.attribute[0].t)
-        for n in g.node
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.attribute and n.attribute[0].name == "value"
-    )
+    constants = constant_tensors(g)
     shapes = _static_shapes(model)
     changed = 0
     for node in g.node:
@@ -215,10 +208,7 @@ def gelu_divisor_1d(model: onnx.ModelProto) -> list[str]:
         changed += 1
     if not changed:
         return []
-    import onnx_ir as ir
-    from onnx_ir.passes.common import RemoveUnusedNodesPass
-
-    model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))  # the old constants
+    drop_unused_nodes(model)  # the old constants
     return [f"{changed} GELU divisor(s) written with shape [1] (onnx2tf fuses them into TFLite's GELU)"]
 
 

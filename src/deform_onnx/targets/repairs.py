@@ -55,6 +55,7 @@ from collections.abc import Callable
 import onnx
 from onnx import numpy_helper
 
+from ..core.protos import drop_unused_nodes
 from .repair_index import index_list_as_concat, scatter_as_concat
 from .repair_pool import ceil_mode_pooling_explicit
 from .repair_shapes import static_shape_arithmetic_folded
@@ -153,10 +154,7 @@ def range_as_constant(model: onnx.ModelProto) -> list[str]:
         changed += 1
     if not changed:
         return []
-    import onnx_ir as ir
-    from onnx_ir.passes.common import RemoveUnusedNodesPass
-
-    model.CopyFrom(ir.to_proto(RemoveUnusedNodesPass()(ir.from_proto(model)).model))
+    drop_unused_nodes(model)
     return [f"Range written as a constant on {changed} node(s)"]
 
 
