@@ -23,6 +23,7 @@ graph among them, is traced as before.
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import threading
 import weakref
@@ -61,6 +62,7 @@ def idle(ep, table) -> bool:
 
 
 def _skipping(original):
+    @functools.wraps(original)
     def run_decompositions(self, decomp_table=None, *args, **kwargs):
         known = getattr(_this_thread, "known", None)
         if known is None:  # another thread, or outside every block
@@ -71,9 +73,6 @@ def _skipping(original):
         known.add(out)  # a trace's output is functional
         return out
 
-    run_decompositions.__name__ = original.__name__
-    run_decompositions.__qualname__ = original.__qualname__
-    run_decompositions.__doc__ = original.__doc__
     return run_decompositions
 
 
