@@ -26,6 +26,23 @@ then with one thread (the thread's CPU time: less moved by other jobs on a share
 - ``quad_sum``: one quad gather per tap, weighted, the corners added by ``sum.dim``.
 - ``ufirst``: the contraction first: one ``mm`` of the table with every tap's weight (``[R, K*Co]``), then 36
   gathers of ``Co``-wide rows, each weighted and added (bilinear sampling and the contraction commute).
+- ``band2``, ``band4``: ``v0`` on 2 or 4 chunks of the points (rows of the output), each chunk's taps accumulated
+  and the chunks concatenated: a chunk's four corner blocks of a tap fit the L2 cache; the index computation is not
+  repeated (the ``.pte``'s row bands repeat it), only the sampling's nodes multiply.
+- ``ebag``: each tap's four corners gathered, weighted and summed by ONE ``aten._embedding_bag`` (``mode="sum"``,
+  ``per_sample_weights``, a bag of four rows per point), then the tap's ``mm``. The edge dialect takes it
+  (``_embedding_bag`` is a core ATen op; ``F.embedding_bag`` itself decomposes to ``_embedding_bag_forward_only``,
+  which it refuses), but executorch 1.5.1's pip runtime registers no kernel for it (portable or optimized:
+  ``_get_operator_names()``), so the program does not load ("Missing operator: aten::_embedding_bag.out"): the
+  row says so instead of a time.
+- ``grid``: ``aten.grid_sampler_2d`` of the unpadded map with every tap stacked along H (grid ``[1, K*H, W, 2]``,
+  one call; what ``F.grid_sample`` lowers to), the ``[C*K, H*W]`` columns transposed and contracted by one ``mm``
+  with the ``[C*K, Co]`` weight. The pip build registers the optimized library's ``opt_grid_sampler_2d``, whose
+  fast path is aarch64 NEON only: on x86-64 it calls the portable kernel (its disassembly: every path jumps to
+  ``grid_sampler_2d_out``).
+
+The corner weights are bilinear (from the fractions of random sample points inside the padded map), so that
+``grid`` samples the same points as the table variants.
 """
 
 from __future__ import annotations
@@ -56,9 +73,15 @@ class Variant(torch.nn.Module):
         self.kind, self.row = kind, width + 3
         reps = {"pair_mm": 2, "pair3": 2, "quad_mm": 4}.get(kind, 1)
         self.register_buffer("w", weight.repeat(1, reps, 1).contiguous())  # [K, reps*C, Co]
+        self.register_buffer("wg", weight.permute(1, 0, 2).reshape(-1, weight.shape[2]).contiguous())  # [C*K, Co]
 
-    def forward(self, x, idx, wts, pairs):
-        """``idx [K, M]`` corner-00 rows, ``wts [4, K, M, 1]`` corner weights, ``pairs [2, K, M, 2, 1]`` (top, bottom)."""
+    def forward(self, x, idx, wts, pairs, grid=None):
+        """``idx [K, M]`` corner-00 rows, ``wts [4, K, M, 1]`` corner weights, ``pairs [2, K, M, 2, 1]`` (top, bottom);
+        ``grid [1, K*H, W, 2]`` the same points for ``grid_sample`` (variant ``grid`` only)."""
+        if self.kind == "grid":
+            _, c, h, w = x.shape
+            s = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+            return s.reshape(c * self.w.shape[0], h * w).t() @ self.wg  # [C, K, H, W]: column c*K + k
         t = table(x)
         r, c = t.shape
         row = self.row
@@ -81,11 +104,32 @@ class Variant(torch.nn.Module):
             for term in terms[1:]:
                 out = out + term
             return out
+        if self.kind.startswith("band"):  # v0 on row chunks of the points: each chunk's corner blocks in L2
+            bands = int(self.kind[4:])
+            m = idx.shape[1]
+            outs = []
+            for b in range(bands):
+                lo, hi = b * m // bands, (b + 1) * m // bands
+                acc = None
+                for k in range(idx.shape[0]):
+                    i00 = idx[k, lo:hi]
+                    g = [t.index_select(0, i) for i in (i00, i00 + 1, i00 + row, i00 + row + 1)]
+                    w = [wts[j, k, lo:hi] for j in range(4)]
+                    s = g[0] * w[0] + g[1] * w[1] + g[2] * w[2] + g[3] * w[3]
+                    p = s @ self.w[k]
+                    acc = p if acc is None else acc + p
+                outs.append(acc)
+            return torch.cat(outs)
         for k in range(idx.shape[0]):
             i00 = idx[k]  # [M]
             m = i00.shape[0]
             w = [wts[j, k] for j in range(4)]  # [M, 1] each
-            if self.kind in ("v0", "embedding", "index"):
+            if self.kind == "ebag":  # one bag of the four corner rows per point, weighted and summed in the kernel
+                ids = torch.stack([i00, i00 + 1, i00 + row, i00 + row + 1], 1).reshape(-1)  # [4M], point-major
+                per = torch.cat(w, 1).reshape(-1)  # [M, 4] -> [4M]
+                offsets = torch.arange(0, 4 * m, 4, device=ids.device)
+                s = torch.ops.aten._embedding_bag(t, ids, offsets, False, 0, False, per)[0]
+            elif self.kind in ("v0", "embedding", "index"):
                 ids = [i00, i00 + 1, i00 + row, i00 + row + 1]
                 take = {"v0": lambda i: t.index_select(0, i), "index": lambda i: t[i]}.get(
                     self.kind, lambda i: torch.nn.functional.embedding(i, t)
@@ -118,16 +162,21 @@ class Variant(torch.nn.Module):
 
 
 def inputs(size: int, channels: int):
+    """``(x, idx, wts, pairs), weight, grid``: the map, random sample points as table rows and bilinear weights,
+    the contraction weight ``[K, C, Co]``, and the same points as a ``grid_sample`` grid ``[1, K*H, W, 2]``."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(1, channels, size, size, generator=gen)
     k, m, row = 9, size * size, size + 3
     py = torch.rand(k, m, generator=gen) * (size + 1)  # padded coordinates 0 .. size+1 (corner 11 inside)
     px = torch.rand(k, m, generator=gen) * (size + 1)
     idx = (py.floor() * row + px.floor()).long()
-    wts = torch.rand(4, k, m, 1, generator=gen)
+    fy, fx = py - py.floor(), px - px.floor()
+    wts = torch.stack([(1 - fy) * (1 - fx), (1 - fy) * fx, fy * (1 - fx), fy * fx]).unsqueeze(-1)  # [4, K, M, 1]
     pairs = wts.reshape(2, 2, k, m).permute(0, 2, 3, 1).unsqueeze(-1).contiguous()  # [2, K, M, 2, 1]
     weight = torch.randn(k, channels, channels, generator=gen) / (9 * channels) ** 0.5
-    return (x, idx, wts, pairs), weight
+    # padded p is pixel p - 1; align_corners=False: pixel = ((g + 1) * size - 1) / 2; taps stacked along H
+    norm = torch.stack([(2 * (px - 1) + 1) / size - 1, (2 * (py - 1) + 1) / size - 1], -1)  # [K, M, 2]
+    return (x, idx, wts, pairs), weight, norm.reshape(1, k * size, size, 2)
 
 
 def profile(kind: str, data: bytes, args, calls: int = 10) -> None:
@@ -163,7 +212,9 @@ def profile(kind: str, data: bytes, args, calls: int = 10) -> None:
 
 BEGIN = "<!-- pte corner tables: begin (generated by scripts/repro/pte_corner_tables.py) -->"
 END = "<!-- pte corner tables: end -->"
-VARIANTS = "v0,embedding,index,pair_mm,pair3,pair3h,pair3_sum,quad_mm,quad_bmm,quad_sum,ufirst"
+VARIANTS = "v0,embedding,index,pair_mm,pair3,pair3h,pair3_sum,quad_mm,quad_bmm,quad_sum,ufirst,band2,band4,ebag,grid"
+#: ``{(case, variant): why}``: variants ExecuTorch's runtime refused to load (no kernel for an op).
+refused: dict[tuple[str, str], str] = {}
 
 
 def programs(label: str, size: int, channels: int, variants: list[str], profiled: bool) -> dict:
@@ -173,20 +224,29 @@ def programs(label: str, size: int, channels: int, variants: list[str], profiled
     from deform_onnx.formats.executorch import lower
     from deform_onnx.formats.torch_export import quiet
 
-    args, weight = inputs(size, channels)
-    ref = Variant("v0", weight, size).eval()(*args)
+    common, weight, grid = inputs(size, channels)
+    ref = Variant("v0", weight, size).eval()(*common)
     runs = {}
     for kind in variants:
         started = time.perf_counter()
+        args = (*common, grid) if kind == "grid" else common  # an unused input would be copied in every call
         data = lower(torch.export.export(Variant(kind, weight, size).eval(), args))
-        with quiet():
-            program = Runtime.get().load_program(data)
-            method = program.load_method("forward")
+        failed = None
+        with quiet() as noise:  # its lines arrive when the block ends
+            try:
+                program = Runtime.get().load_program(data)
+                method = program.load_method("forward")
+            except Exception as exc:  # noqa: BLE001 - the runtime's refusal, any kind: reported, not timed
+                failed = str(exc)
+        if failed is not None:
+            refused[(label, kind)] = next((ln.split("] ")[-1] for ln in noise if "Missing operator" in ln), failed)
+            print(f"{label} {kind}: ExecuTorch refused it: {refused[(label, kind)]}", flush=True)
+            continue
         err = float((method.execute(list(args))[0] - ref).abs().max())
         if err > 1e-4:
             raise SystemExit(f"{label} {kind}: off by {err:.1e} from the eager v0")
         print(f"{label} {kind}: written in {time.perf_counter() - started:.1f} s, max error {err:.1e}", flush=True)
-        runs[kind] = (program, lambda m=method: m.execute(list(args)))  # the method points into the program
+        runs[kind] = (program, lambda m=method, a=args: m.execute(list(a)))  # the method points into the program
         if profiled:
             profile(f"{label} {kind}", data, args)
     return {k: run for k, (_, run) in runs.items()} | {"_keep": [p for p, _ in runs.values()]}
@@ -245,7 +305,10 @@ def main(argv: list[str]) -> None:
         "|---|" + "---|" * len(heads),
     ]
     for v in variants:
-        cells = [f"{r[v] * 1e3:.2f} ({r[v] / r[variants[0]]:.2f}x)" for r in results.values()]
+        cells = [
+            f"{r[v] * 1e3:.2f} ({r[v] / r[variants[0]]:.2f}x)" if v in r else f"no kernel: {refused.get((c, v), '?')}"
+            for (c, _), r in results.items()
+        ]
         lines.append(f"| {v} | " + " | ".join(cells) + " |")
     lines += ["", END]
     block = "\n".join(lines)
