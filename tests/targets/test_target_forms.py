@@ -12,6 +12,7 @@ each check can fail. Running it on ncnn itself: scripts/runtime_matrix.py.
 from __future__ import annotations
 
 import io
+import os
 import warnings
 
 import onnx
@@ -235,10 +236,41 @@ def test_mnn_samples_every_tap_at_once_and_contracts_with_a_1x1_conv(layer, defa
     _, inputs, want = layer
     mnn = _export(layer, target="mnn")
     assert op_types(mnn).count("GridSample") == 1 and conv_kernels(mnn) == [[1, 1]]
-    assert "MatMul" not in op_types(mnn)
+    assert "MatMul" not in op_types(mnn) and "Expand" not in op_types(mnn)  # 4 channels per offset group: one block
     assert_close(run_ort(mnn.SerializeToString(), inputs), want, what="target mnn")
     # the control: the default form samples kernel row by kernel row and contracts with MatMuls
     assert op_types(default_file).count("GridSample") > 1 and not conv_kernels(default_file)
+
+
+def _grid_sample_shapes(proto: onnx.ModelProto) -> list[tuple[list[int], list[int]]]:
+    """(map shape, grid shape) of every GridSample, from onnx's shape inference."""
+    g = onnx.shape_inference.infer_shapes(proto).graph
+    dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in (*g.value_info, *g.input)}
+    return [(dims[n.input[0]], dims[n.input[1]]) for n in g.node if n.op_type == "GridSample"]
+
+
+@pytest.mark.parametrize("channels, offset_groups, batch", [(64, 1, 2), (128, 2, 1)])
+def test_mnn_samples_channel_blocks_of_32(channels, offset_groups, batch):
+    """The ``mnn`` target's ``GridSample channel blocks``: an offset group of 64 channels is sampled as 2 batch
+    entries of 32 channels, each with its copy of the grid, by one GridSample; torchvision's numbers on ONNX
+    Runtime, and for the batch of 2 in MNN too (the export's own check in the target's runtime). The control: the
+    6-channel layer above is sampled as one entry (no Expand)."""
+    cfg = CFG.at(N=batch, C_in=channels, C_out=4, H=5, W=6, groups=1, offset_groups=offset_groups)
+    module, inputs = DeformLayer(cfg).eval(), make_inputs(cfg)
+    in_mnn = batch == 2 and not os.environ.get("DEFORM_ONNX_NO_DEPLOYED_RUNTIMES")
+    buf = io.BytesIO()
+    report = deform_onnx.export(module, tuple(inputs.values()), buf, input_names=list(inputs), target="mnn",
+                                **({} if in_mnn else {"verify_runtimes": ()}))  # fmt: skip
+    proto = onnx.load_from_string(buf.getvalue())
+    assert any(line.startswith("mnn") for line in report.runtimes) == in_mnn, report.runtimes
+    blocks = channels // offset_groups // 32
+    entries = batch * offset_groups * blocks
+    ho, wo = cfg.out_hw()
+    assert _grid_sample_shapes(proto) == [
+        ([entries, channels // offset_groups // blocks, 5, 6], [entries, 9 * ho, wo, 2])
+    ]
+    assert "Expand" in op_types(proto)
+    assert_close(run_ort(proto.SerializeToString(), inputs), reference(module, inputs), what=f"{channels} channels")
 
 
 @pytest.mark.parametrize("forms", [("contraction as Conv",), ("taps as channels", "whole map")], ids=["Kx1", "1x1"])

@@ -113,6 +113,14 @@ reach the lowerings through this context instead, set around the export by
   layer at 64x64 is two bands otherwise); the ``.pte`` writer asks for it.
   The ``mnn`` target too: with ``"taps as channels"`` MNN ran the 64x64 layer in one piece 10% faster
   than in two bands (its columns, ``C*K*Ho*Wo`` values, are then alive at once).
+- ``"GridSample channel blocks"``: the grid_sample form of deformable convolution samples each offset group's
+  channels in blocks of 32 (:data:`~deform_onnx.ops.deform_conv.lower_grid_sample.BLOCK_CHANNELS`) when it has
+  more than 32 and a multiple of 32: the map read as ``[N*G*blocks, 32, H, W]``, the grid repeated for each block
+  (``Expand``), one GridSample; the same numbers and the same sampled columns in memory. MNN's CPU GridSample
+  reads every 8-channel pack of a point's corners from planes a power of two apart (its packed layout); with 64
+  or more channels per point, per-op (``runSessionWithCallBackInfo``, one thread) its GridSample took about half
+  the time in blocks of 32 (measured here, MNN 3.6.1 on the DCNv2 layers of BENCHMARKS.md; blocks of 16 and 8
+  ran slower than 32). The ``mnn`` target asks for it.
 - ``"float row index"``: the gather form of deformable convolution computes each sample's corner row
   (:func:`~deform_onnx.sampler.gather.padded_channel_rows`) in the coordinate dtype and casts it to int64
   once, where the sizes are static and every row number is a whole number that dtype holds exactly
@@ -161,6 +169,7 @@ EMIT_FORMS = (
     "DeformConv sampler",
     "four corner gathers",
     "whole map",
+    "GridSample channel blocks",
     "GridSample one dtype",
     "float row index",
     "table by one Pad",

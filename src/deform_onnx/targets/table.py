@@ -268,7 +268,9 @@ TABLE: tuple[Target, ...] = (
         # every tap in one GridSample, contracted by a 1x1 Conv, the whole map at once: 1.1-2.2x faster on MNN
         # than one MatMul per band (DCNv2 1x64x64 / 4x64x32 / 1x64x64 og8 / 1x256x32: 3.30x / 3.73x / 3.91x /
         # 2.14x MNN's own dense Conv, was 3.85x / 4.15x / 8.79x / 2.74x; measured here, 3 interleaved rounds)
-        forms=("no GridSample reflection", "taps as channels", "whole map"),
+        # 32 channels per GridSample batch entry: MNN's GridSample about half as long, the layer's CPU time
+        # 0.90-0.91x on DCNv2 1x64x64 / 4x64x32 / 1x256x32 (measured here, 9 interleaved rounds; og8 unchanged)
+        forms=("no GridSample reflection", "taps as channels", "whole map", "GridSample channel blocks"),
         grid_sample=("5-D",),  # GridSample-20 5-D within 1.3e-6 (opset_version=20); its GridSample cubic is off by 0.8
         faults=(_no_kernel("MNN", "not run here: the matrix runs the standard-op forms"),),
         status="measured here",

@@ -74,6 +74,9 @@ MIN_OPSET = DEFORM_CONV_GRID_SAMPLE_MIN_OPSET
 #: Largest static H or W sampled with bilinear GridSample (output error about 2e-5
 #: there, measured); larger or dynamic maps use the exact gather sampler.
 BILINEAR_MAX_SIZE = 512
+#: Channels per GridSample batch entry in the ``"GridSample channel blocks"`` form (MNN's fastest: see
+#: :mod:`deform_onnx.builder.forms`).
+BLOCK_CHANNELS = 32
 
 
 def lower_grid_sample(
@@ -272,14 +275,38 @@ def _bilinear_rows(
     m = None if mask is None else b.reshape(mask, [-1, 1, K, Ho, Wo])  # [N*G, 1, K, Ho, Wo]
     zeros = GridSampleSpec("bilinear", "zeros", align_corners=False)  # torchvision's sampling rule
     step = step or kw
+    blocks = channel_blocks(Cg)
+    if blocks > 1:  # [N*G*blocks, C/G/blocks, H, W]: each block's map is sampled by its own copy of the grid
+        xg = b.reshape(x, [-1, Cg // blocks, H, W])
     for k0 in range(0, K, step):
         k1 = k0 + step
-        g = b.reshape(b.slice(grid, k0, k1, axis=1), [-1, b.mul_dim(step, Ho), Wo, 2])
+        rows = b.mul_dim(step, Ho)
+        g = b.reshape(b.slice(grid, k0, k1, axis=1), [-1, rows, Wo, 2])
+        if blocks > 1:  # [N*G, blocks, rows*Wo*2] -> [N*G*blocks, rows, Wo, 2]
+            g = b.op("Expand", b.reshape(g, [-1, 1, b.mul_dim(b.mul_dim(rows, Wo), 2)]), b.i64([1, blocks, 1]))
+            g = b.reshape(g, [-1, rows, Wo, 2])
         cols = grid_sample_node(b, zeros, xg, g, half)  # one GridSample
-        # cols: [N*G, C/G, kw*Ho, Wo]
+        # cols: [N*G, C/G, kw*Ho, Wo] ([N*G, blocks, C/G/blocks, kw*Ho, Wo] with channel blocks: the same memory)
         if m is not None:
-            cols = b.op("Mul", cols, b.reshape(b.slice(m, k0, k1, axis=2), [-1, 1, b.mul_dim(step, Ho), Wo]))
-        yield b.reshape(cols, [-1, Cg, b.mul_dim(b.mul_dim(step, Ho), Wo)])
+            m_k = b.slice(m, k0, k1, axis=2)
+            if blocks > 1:
+                cols = b.reshape(cols, [-1, blocks, Cg // blocks, rows, Wo])
+                m_k = b.reshape(m_k, [-1, 1, 1, rows, Wo])
+            else:
+                m_k = b.reshape(m_k, [-1, 1, rows, Wo])
+            cols = b.op("Mul", cols, m_k)
+        yield b.reshape(cols, [-1, Cg, b.mul_dim(rows, Wo)])
+
+
+def channel_blocks(channels: int) -> int:
+    """How many blocks of :data:`BLOCK_CHANNELS` channels the ``"GridSample channel blocks"`` form samples in.
+
+    ``channels``: the channels of one offset group. 1 (one block) without the form, or unless ``channels`` is a
+    multiple of :data:`BLOCK_CHANNELS` above it.
+    """
+    if not wants("GridSample channel blocks") or channels <= BLOCK_CHANNELS or channels % BLOCK_CHANNELS:
+        return 1
+    return channels // BLOCK_CHANNELS
 
 
 def _split(b: Builder, spec: DeformConvSpec, offset: Value, Ho, Wo) -> tuple[Value, Value]:
