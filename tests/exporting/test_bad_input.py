@@ -297,3 +297,24 @@ def test_console_script_error_has_no_traceback(user_dir):
     assert proc.stderr.strip() == "error: dcn (DeformConv2d): stride must be >= 1, got (0, 0)", proc.stderr
     assert "Traceback" not in proc.stdout
     assert not (user_dir / "out").exists()
+
+
+class _MixedDtypes(torch.nn.Module):
+    """TOOD's ``deform_sampling`` after ``.float()`` (mmdet's ``reg_dist ... .float()``): cast to float16 the
+    module feeds ``deform_conv2d`` a float32 map and float16 offsets, which PyTorch itself refuses."""
+
+    def __init__(self):
+        super().__init__()
+        self.offset = torch.nn.Conv2d(4, 8, 3, padding=1)
+
+    def forward(self, x):
+        feat = x.float()
+        return torchvision.ops.deform_conv2d(feat, self.offset(x), feat.new_ones(4, 1, 1, 1))
+
+
+def test_a_model_that_fails_in_pytorch_itself_is_named_so(tmp_path):
+    """Both exporters fail on a model that does not run eagerly: the one-line error says the model fails first."""
+    model, x = _MixedDtypes().half().eval(), torch.randn(1, 4, 6, 6).half()
+    with pytest.raises(deform_onnx.ExportError, match=r"^the model fails in PyTorch itself on these inputs \("):
+        deform_onnx.export(model, (x,), tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()

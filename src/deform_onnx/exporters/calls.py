@@ -24,6 +24,7 @@ from .examples import widen_unit_dims
 from .forward_defaults import bound
 from .function_fallbacks import dead_nodes_dropped
 from .guards import checked_program, parameter_names
+from .view_mutations import rebased
 
 if TYPE_CHECKING:
     from ..exporting.options import ExportOptions  # what deform_onnx.export resolved (no import at run time)
@@ -277,6 +278,7 @@ def export_torchscript(model, args, opts: ExportOptions, sink=None) -> onnx.Mode
         bound(model, args),
         _output_names.recording(model) as seen,
         dead_nodes_dropped(),  # a model's try: Function.apply(...) except: fallback (function_fallbacks.py)
+        rebased(),  # ref[..., 1].div_(a).mul_(b): every in-place op on a view reaches the file (view_mutations.py)
         typing_copies(),  # lowerings type their outputs (dropped below)
     ):
         torch.onnx.export(

@@ -25,22 +25,35 @@ def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
 
 
-def both_failed(abandoned: str, exc: BaseException) -> ExportError:
+def both_failed(abandoned: str, exc: BaseException, eager: Callable[[], object] | None = None) -> ExportError:
     """The error when the dynamo path was abandoned (``abandoned``: why) and the TorchScript one raised ``exc``:
     of ``exc``'s class when it is an :class:`ExportError`, else an :class:`ExportError`.
+
+    ``eager`` runs the model in PyTorch on the export's inputs: when it raises too, the message says so first
+    (DAT or TOOD cast to float16 mix float32 tensors in and fail in PyTorch itself; both exporters' errors
+    alone read as an exporter's fault).
     """
     message = (
         f"no exporter wrote a file: the dynamo exporter was abandoned first ({abandoned}); "
         f"then the TorchScript exporter failed: {_text(exc)}; no file was written"
     )
+    if eager is not None and not isinstance(exc, ExportError):
+        try:
+            eager()
+        except Exception as own:  # noqa: BLE001 - any failure of the model itself is the one to report
+            message = (
+                f"the model fails in PyTorch itself on these inputs ({_text(own)}): make it run eagerly on "
+                f"inputs of this shape and dtype first; {message}"
+            )
     return type(exc)(message) if isinstance(exc, ExportError) else ExportError(message)
 
 
 @contextlib.contextmanager
-def reasons_named(abandoned: str | None) -> Iterator[None]:
+def reasons_named(abandoned: str | None, eager: Callable[[], object] | None = None) -> Iterator[None]:
     """Around the TorchScript path of an export whose dynamo path was abandoned (``abandoned``: why; ``None``:
     it was not abandoned, and errors pass unchanged). User errors (``ValueError``) and a runtime without a
-    kernel (:class:`MissingKernelError`) pass unchanged: they name their own fix.
+    kernel (:class:`MissingKernelError`) pass unchanged: they name their own fix. ``eager``: see
+    :func:`both_failed`.
     """
     try:
         yield
@@ -49,7 +62,7 @@ def reasons_named(abandoned: str | None) -> Iterator[None]:
     except Exception as exc:
         if abandoned is None:
             raise
-        raise both_failed(abandoned, exc) from None
+        raise both_failed(abandoned, exc, eager) from None
 
 
 @contextlib.contextmanager

@@ -113,6 +113,16 @@ def _dynamo_file(model, args: tuple, opts: ExportOptions, sized: SizeCheck, sink
     return Produced(proto, data, verified, [*repairs, *repaired])
 
 
+def _eager(model, args: tuple) -> object:
+    """The model run in PyTorch on the export's inputs (a trailing dict: keyword arguments, as torch.onnx reads it)."""
+    import torch
+
+    with torch.no_grad():
+        if args and isinstance(args[-1], dict):
+            return model(*args[:-1], **args[-1])
+        return model(*args)
+
+
 def _torchscript_file(
     model, args: tuple, opts: ExportOptions, sized: SizeCheck, sink: ExternalSink | None, abandoned: str | None
 ) -> Produced:
@@ -130,7 +140,7 @@ def _torchscript_file(
         DYNAMO_MIN_OPSET,
         opts.opset,
     )
-    with reasons_named(abandoned), dynamo_hint(probe):
+    with reasons_named(abandoned, lambda: _eager(model, args)), dynamo_hint(probe):
         proto = export_torchscript(model, args, ts_opts, sink=sink)
         data, repaired = finish(proto, ts_opts, sink)
         verified = sized.run(model, args, data, proto, ts_opts)

@@ -46,6 +46,8 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   PyTorch (an average counting pads whose last window overhangs: PaddleOCR's ``ResNet_vd`` shortcut
   ``AvgPool2d(2, 2, ceil_mode=True)`` on an odd map; a last window PyTorch drops) as ``ceil_mode=0``, or an
   explicit ``Pad`` + ``count_include_pad=0``.
+- ``"Einsum as MatMul"`` (:mod:`.repair_einsum`): a two-operand batched-matmul ``Einsum`` as ``Transpose`` +
+  ``MatMul`` (MNN 3.6.1 returns ``bmn,bcn->bcm`` with its output axes swapped: DAT's attention).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..core.protos import drop_unused_nodes
+from .repair_einsum import einsum_as_matmul
 from .repair_index import index_list_as_concat, scatter_as_concat
 from .repair_pool import ceil_mode_pooling_explicit
 from .repair_shapes import static_shape_arithmetic_folded
@@ -172,4 +175,5 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "static shape arithmetic folded": static_shape_arithmetic_folded,  # repair_shapes.py
     "Split as Slice": split_as_slice,  # repair_split.py
     "ceil_mode pooling explicit": ceil_mode_pooling_explicit,  # repair_pool.py
+    "Einsum as MatMul": einsum_as_matmul,  # repair_einsum.py
 }

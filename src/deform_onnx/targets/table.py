@@ -278,7 +278,11 @@ TABLE: tuple[Target, ...] = (
         # layout (BasicVSR++'s flow_warp of feat_prop = zeros + backbone(...): 0.011 to 1e17 off, varying run to
         # run); with the value first it is right (tests/targets/test_mnn_constant_first.py)
         # measured here: MNN keeps a last ceil_mode pooling window PyTorch drops (tests/targets/test_ncnn_pooling.py)
-        repairs=("constant operand last", "ceil_mode pooling explicit"),
+        # measured here: MNN 3.6.1 swaps the output axes of Einsum("bmn,bcn->bcm") (DAT's attention,
+        # tests/targets/test_mnn_einsum.py)
+        # measured here: MNN 3.6.1 runs the ScatterElements of x[:, i] = y wrong (VFNet's star offsets,
+        # tests/targets/test_vfnet_tood.py)
+        repairs=("constant operand last", "ceil_mode pooling explicit", "Einsum as MatMul", "scatter as Concat"),
     ),
     Target(
         name="tvm",
