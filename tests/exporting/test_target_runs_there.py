@@ -141,3 +141,16 @@ def test_a_runtime_is_held_to_exports_rules(tmp_path: Path, rectifier_runs: dict
     with pytest.raises(deform_onnx.VerificationError, match=r"mnn \(9\.9\): output '\w+' misses"):
         deform_onnx.export(model, (x,), tmp_path / "wrong.onnx", **kw)
     assert not (tmp_path / "wrong.onnx").exists()
+
+
+def test_openvino_ir_is_held_to_exports_rules(tmp_path: Path) -> None:
+    """The .xml writer judges OpenVINO's run of the IR by the same rules: ASTER's rectifier, 3.4e-4 off PyTorch
+    float32 in OpenVINO as PyTorch float32 is off float64, is written (it was refused by the plain 1e-4)."""
+    pytest.importorskip("openvino")
+    from real_code.aster_tps_style import Rectifier
+
+    torch.manual_seed(0)
+    model, x = Rectifier().eval(), torch.randn(1, 3, 32, 100, generator=torch.Generator().manual_seed(2))
+    report = deform_onnx.export(model, (x,), tmp_path / "r.xml")
+    assert (tmp_path / "r.xml").is_file() and report.runtimes[-1].startswith("openvino"), report.runtimes
+    assert any("float64 rule" in c.rule for c in report.checks.values()), report.checks

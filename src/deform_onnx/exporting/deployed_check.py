@@ -78,46 +78,26 @@ def _export_rules(data: bytes, model, args: tuple, row, tolerance: tuple[float |
     MNN and ncnn whose outputs were as close. A row that did not run (or returned other outputs) stays failed.
     """
     from ..core.errors import ExportError
+    from ..runtimes.sessions import ReplaySession
     from .verification import verify
 
     if model is None or row.error is not None or not row.outputs:
         return None
     rtol, atol = tolerance
     try:
-        checked = verify(model, args, data, rtol, atol, session=_Replay(data, row.outputs, row.title))
+        checked = verify(model, args, data, rtol, atol, session=ReplaySession(_inputs(data), row.outputs, row.title))
     except (VerificationError, ExportError):
         return None
     return checked.checks[checked.worst_output].rule if checked.worst_output in checked.checks else "export's rules"
 
 
-class _Replay:
-    """The part of ONNX Runtime's session API :func:`~deform_onnx.runtimes.sessions.run_file` uses, answering with the
-    outputs a deployed runtime already returned (in the file's order).
-    """
+def _inputs(data: bytes) -> list[str]:
+    """The graph inputs of a serialized model that are not initializers, in order."""
+    import onnx
 
-    def __init__(self, data: bytes, outputs: list, runtime: str):
-        import onnx
-
-        graph = onnx.load_model_from_string(data).graph
-        init = {i.name for i in graph.initializer}
-        self._inputs = [_Name(i.name) for i in graph.input if i.name not in init]
-        self._outputs = [_Name(name) for name, _ in outputs]
-        self._values = [value for _, value in outputs]
-        self.runtime = runtime
-
-    def get_inputs(self) -> list:
-        return self._inputs
-
-    def get_outputs(self) -> list:
-        return self._outputs
-
-    def run(self, names, feeds) -> list:
-        return list(self._values)
-
-
-class _Name:
-    def __init__(self, name: str):
-        self.name = name
+    graph = onnx.load_model_from_string(data).graph
+    init = {i.name for i in graph.initializer}
+    return [i.name for i in graph.input if i.name not in init]
 
 
 def _line(row) -> str:
