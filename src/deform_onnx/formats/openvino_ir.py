@@ -145,7 +145,8 @@ def _verify(xml: Path, model, args: tuple, report, rtol: float | None, atol: flo
         for name, g, w in zip(names, got, want, strict=True):
             tol = tolerance_for(w.dtype, rtol, atol)
             ok, err = _compare(g, w, tol)
-            if not ok:
+            rescued = not ok and _by_export_rules(model, call, feeds, names, got, version, rtol, atol)
+            if not ok and not rescued:
                 raise VerificationError(
                     f"OpenVINO {version} (a plain Core{_precision_note(compiled)}) runs the IR's output {name!r} "
                     f"{'with shape ' + str(g.shape) if g.shape != w.shape else f'{err:.3g} off'} PyTorch "
@@ -154,14 +155,36 @@ def _verify(xml: Path, model, args: tuple, report, rtol: float | None, atol: flo
                 )
             tolerances[name] = tol
             if call is args:
-                checks[name] = OutputCheck("pytorch", err, None, f"OpenVINO {version} (IR, plain Core): within the "
-                                           f"{tol.dtype} tolerance of PyTorch")  # fmt: skip
+                rule = (
+                    "export's float64 rule (PyTorch float32 is as far off)" if rescued else f"the {tol.dtype} tolerance"
+                )
+                checks[name] = OutputCheck("pytorch", err, None, f"OpenVINO {version} (IR, plain Core): within {rule} "
+                                           "of PyTorch")  # fmt: skip
             if err >= worst:
                 worst, worst_name = err, name
     if report.max_error is not None:
         report.notes.append(f"the ONNX file the IR came from: max abs error {report.max_error:.2g} in ONNX Runtime")
     report.max_error, report.worst_output, report.tolerances, report.checks = worst, worst_name, tolerances, checks
     return f"openvino {version} (IR, plain Core): max abs error {worst:.2g}"
+
+
+def _by_export_rules(model, call: tuple, feeds: list, names: list, got: list, version: str, rtol, atol) -> bool:
+    """Whether the IR's outputs on ``call`` pass the rules ``export`` holds ONNX Runtime to (a float32 output within 2x
+    PyTorch float32's own error against a float64 copy: ASTER's ill-conditioned TPS rectifier, 3.4e-4 off PyTorch
+    float32 like the ONNX file ONNX Runtime passed), judged by :func:`~deform_onnx.exporting.verification.verify`.
+    """
+    from ..core.errors import ExportError
+    from ..exporting.verification import verify
+    from ..runtimes.sessions import ReplaySession
+
+    if any(g.dtype != np.float32 for g in got) or len(names) != len(got):
+        return False
+    session = ReplaySession([f"input {i}" for i in range(len(feeds))], list(zip(names, got)), f"OpenVINO {version}")
+    try:
+        verify(model, call, b"", rtol, atol, session=session)
+    except (VerificationError, ExportError):
+        return False
+    return True
 
 
 def _precision_note(compiled) -> str:

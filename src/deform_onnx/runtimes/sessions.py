@@ -226,3 +226,38 @@ def _node_input_dtype(data: bytes, node_name: str) -> str | None:
             elem = info.data_type if isinstance(info, onnx.TensorProto) else info.type.tensor_type.elem_type
             return onnx.helper.tensor_dtype_to_np_dtype(elem).name if elem else None
     return None
+
+
+class ReplaySession:
+    """The part of ONNX Runtime's session API :func:`run_file` uses, answering with outputs another runtime already
+    returned: so that :func:`deform_onnx.exporting.verification.verify` judges a deployed runtime's (or an OpenVINO
+    IR's) outputs by export's own rules.
+
+    Args:
+        inputs: the file's input names, in order.
+        outputs: ``[(name, array), ...]`` as the runtime returned them, in the file's order.
+        runtime: who returned them, for the messages.
+    """
+
+    def __init__(self, inputs: list[str], outputs: list, runtime: str):
+        self._inputs = [_Name(name) for name in inputs]
+        self._outputs = [_Name(name) for name, _ in outputs]
+        self._values = [value for _, value in outputs]
+        self.runtime = runtime
+
+    def get_inputs(self) -> list:
+        """The inputs (items with ``.name``)."""
+        return self._inputs
+
+    def get_outputs(self) -> list:
+        """The outputs (items with ``.name``), in the file's order."""
+        return self._outputs
+
+    def run(self, names, feeds) -> list:
+        """The replayed outputs (``names`` and ``feeds`` are not read: the runtime ran on the same inputs)."""
+        return list(self._values)
+
+
+class _Name:
+    def __init__(self, name: str):
+        self.name = name

@@ -25,7 +25,9 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   becomes the constant it computes; RKNN-Toolkit2's op table marks ``Range`` "Not Supported". A ``Range``
   of a dynamic size is left (rule ``rknn ops`` then names it).
 - ``"scatter as Concat"`` / ``"index list as Concat"`` (:mod:`.repair_index`): ``x[:, i] = y`` and
-  ``x[[1, 0]]`` (``ScatterElements`` / ``GatherND``, which ncnn does not load) as ``Slice`` + ``Concat``.
+  ``x[[1, 0]]`` (``ScatterElements`` / ``GatherND``, which ncnn does not load) as ``Slice`` + ``Concat``;
+  MNN 3.6.1 loads ``ScatterElements`` but ran PWC-Net's ``vgrid[:, 1, :, :] = ...`` 22 off, so target mnn applies
+  the first too.
 - ``"constant operand last"`` (:mod:`.repair_tflite`): a binary elementwise op with one constant operand
   gets the value first and the constant without leading 1-axes (onnx2tf transposes a constant added to a
   square ``[N, H, W]`` value otherwise: a flow warp's ``xs + flow[:, 0]``; MNN 3.6.1 samples a wrong layout when

@@ -281,7 +281,8 @@ TABLE: tuple[Target, ...] = (
         # measured here: MNN 3.6.1 swaps the output axes of Einsum("bmn,bcn->bcm") (DAT's attention,
         # tests/targets/test_mnn_einsum.py)
         # measured here: MNN 3.6.1 runs the ScatterElements of x[:, i] = y wrong (VFNet's star offsets,
-        # tests/targets/test_vfnet_tood.py)
+        # tests/targets/test_vfnet_tood.py; PWC-Net's in-place vgrid[:, 1, :, :] = ... kept the unnormalised y,
+        # 22 off, tests/targets/test_mnn_scatter.py); as Slice + Concat it matches
         repairs=("constant operand last", "ceil_mode pooling explicit", "Einsum as MatMul", "scatter as Concat"),
     ),
     Target(
