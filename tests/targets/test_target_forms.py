@@ -249,26 +249,26 @@ def _grid_sample_shapes(proto: onnx.ModelProto) -> list[tuple[list[int], list[in
     return [(dims[n.input[0]], dims[n.input[1]]) for n in g.node if n.op_type == "GridSample"]
 
 
+@pytest.mark.parametrize("target, size, taps", [("mnn", 32, 9), ("openvino", 8, 3)])
 @pytest.mark.parametrize("channels, offset_groups, batch", [(64, 1, 2), (128, 2, 1)])
-def test_mnn_samples_channel_blocks_of_32(channels, offset_groups, batch):
-    """The ``mnn`` target's ``GridSample channel blocks``: an offset group of 64 channels is sampled as 2 batch
-    entries of 32 channels, each with its copy of the grid, by one GridSample; torchvision's numbers on ONNX
-    Runtime, and for the batch of 2 in MNN too (the export's own check in the target's runtime). The control: the
-    6-channel layer above is sampled as one entry (no Expand)."""
+def test_targets_sample_channel_blocks(channels, offset_groups, batch, target, size, taps):
+    """The ``mnn`` target's ``GridSample channel blocks`` (the ``openvino`` target's ``... of 8``): an offset group
+    of 64 channels is sampled as 2 batch entries of 32 channels (8 of 8), each with its copy of the grid, by one
+    GridSample; torchvision's numbers on ONNX Runtime, and for the batch of 2 in the target's runtime too (the
+    export's own check); ``taps`` per GridSample (mnn: all, openvino: a kernel row). The control: the 6-channel
+    layer above is sampled as one entry (no Expand)."""
     cfg = CFG.at(N=batch, C_in=channels, C_out=4, H=5, W=6, groups=1, offset_groups=offset_groups)
     module, inputs = DeformLayer(cfg).eval(), make_inputs(cfg)
-    in_mnn = batch == 2 and not os.environ.get("DEFORM_ONNX_NO_DEPLOYED_RUNTIMES")
+    in_runtime = batch == 2 and not os.environ.get("DEFORM_ONNX_NO_DEPLOYED_RUNTIMES")
     buf = io.BytesIO()
-    report = deform_onnx.export(module, tuple(inputs.values()), buf, input_names=list(inputs), target="mnn",
-                                **({} if in_mnn else {"verify_runtimes": ()}))  # fmt: skip
+    report = deform_onnx.export(module, tuple(inputs.values()), buf, input_names=list(inputs), target=target,
+                                method="grid_sample", **({} if in_runtime else {"verify_runtimes": ()}))  # fmt: skip
     proto = onnx.load_from_string(buf.getvalue())
-    assert any(line.startswith("mnn") for line in report.runtimes) == in_mnn, report.runtimes
-    blocks = channels // offset_groups // 32
+    assert any(line.startswith(target) for line in report.runtimes) == in_runtime, report.runtimes
+    blocks = channels // offset_groups // size
     entries = batch * offset_groups * blocks
     ho, wo = cfg.out_hw()
-    assert _grid_sample_shapes(proto) == [
-        ([entries, channels // offset_groups // blocks, 5, 6], [entries, 9 * ho, wo, 2])
-    ]
+    assert _grid_sample_shapes(proto) == [([entries, size, 5, 6], [entries, taps * ho, wo, 2])] * (9 // taps)
     assert "Expand" in op_types(proto)
     assert_close(run_ort(proto.SerializeToString(), inputs), reference(module, inputs), what=f"{channels} channels")
 

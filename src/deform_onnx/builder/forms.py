@@ -121,6 +121,11 @@ reach the lowerings through this context instead, set around the export by
   or more channels per point, per-op (``runSessionWithCallBackInfo``, one thread) its GridSample took about half
   the time in blocks of 32 (measured here, MNN 3.6.1 on the DCNv2 layers of BENCHMARKS.md; blocks of 16 and 8
   ran slower than 32). The ``mnn`` target asks for it.
+- ``"GridSample channel blocks of 8"``: the same in blocks of 8 channels
+  (:data:`~deform_onnx.ops.deform_conv.lower_grid_sample.SMALL_BLOCK_CHANNELS`; it overrides the form above).
+  OpenVINO's CPU GridSample at one thread ran the DCNv2 layers of BENCHMARKS.md faster in blocks of 8 in every
+  interleaved run, blocks of 16 and 32 less reliably (measured here: scripts/repro/channel_blocks.py, OpenVINO
+  2026.4). The ``openvino`` target asks for it.
 - ``"float row index"``: the gather form of deformable convolution computes each sample's corner row
   (:func:`~deform_onnx.sampler.gather.padded_channel_rows`) in the coordinate dtype and casts it to int64
   once, where the sizes are static and every row number is a whole number that dtype holds exactly
@@ -170,6 +175,7 @@ EMIT_FORMS = (
     "four corner gathers",
     "whole map",
     "GridSample channel blocks",
+    "GridSample channel blocks of 8",
     "GridSample one dtype",
     "float row index",
     "table by one Pad",

@@ -77,6 +77,8 @@ BILINEAR_MAX_SIZE = 512
 #: Channels per GridSample batch entry in the ``"GridSample channel blocks"`` form (MNN's fastest: see
 #: :mod:`deform_onnx.builder.forms`).
 BLOCK_CHANNELS = 32
+#: The same in the ``"GridSample channel blocks of 8"`` form (OpenVINO's fastest).
+SMALL_BLOCK_CHANNELS = 8
 
 
 def lower_grid_sample(
@@ -299,14 +301,19 @@ def _bilinear_rows(
 
 
 def channel_blocks(channels: int) -> int:
-    """How many blocks of :data:`BLOCK_CHANNELS` channels the ``"GridSample channel blocks"`` form samples in.
+    """How many blocks the ``"GridSample channel blocks"`` forms sample an offset group's channels in.
 
-    ``channels``: the channels of one offset group. 1 (one block) without the form, or unless ``channels`` is a
-    multiple of :data:`BLOCK_CHANNELS` above it.
+    ``channels``: the channels of one offset group; a block: :data:`BLOCK_CHANNELS` of them, or
+    :data:`SMALL_BLOCK_CHANNELS` with ``"GridSample channel blocks of 8"``. 1 (one block) without either form, or
+    unless ``channels`` is a multiple of the block above it.
     """
-    if not wants("GridSample channel blocks") or channels <= BLOCK_CHANNELS or channels % BLOCK_CHANNELS:
+    if wants("GridSample channel blocks of 8"):
+        size = SMALL_BLOCK_CHANNELS
+    elif wants("GridSample channel blocks"):
+        size = BLOCK_CHANNELS
+    else:
         return 1
-    return channels // BLOCK_CHANNELS
+    return 1 if channels <= size or channels % size else channels // size
 
 
 def _split(b: Builder, spec: DeformConvSpec, offset: Value, Ho, Wo) -> tuple[Value, Value]:
