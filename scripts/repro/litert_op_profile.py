@@ -4,13 +4,14 @@ LiteRT's Python interpreter has no per-op profiler. This script runs the whole m
 ``experimental_preserve_all_tensors`` (builtin kernels) to get every op's real inputs, then writes each op as a
 one-op model (its tensors, constants and options; its non-constant inputs made the model's inputs), feeds
 it those inputs and times it (the default interpreter, so the XNNPACK delegate takes the op where it can; or
-``--no-delegate``). The sum of the ops is close to the whole model's time when the delegate does not regroup
+``--no-delegate``; ``--cpu``: the process's CPU time, which other work on a shared machine inflates far less than
+wall time). The sum of the ops is close to the whole model's time when the delegate does not regroup
 the graph (see BENCHMARKS.md, "Deployed runtimes"). Prints the milliseconds per op type and the slowest ops.
 
 Runs in the onnx2tf venv (``ai_edge_litert`` and ``flatbuffers``), e.g. on the ``*_float32.tflite`` that
 ``deform_onnx.runtimes.deployed.run_file`` leaves in its work folder:
 
-    ~/.cache/deform-onnx/venvs/onnx2tf/bin/python scripts/repro/litert_op_profile.py MODEL.tflite [--no-delegate]
+    ~/.cache/deform-onnx/venvs/onnx2tf/bin/python scripts/repro/litert_op_profile.py MODEL.tflite [--no-delegate] [--cpu]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main() -> None:
     parser.add_argument("--no-delegate", action="store_true", help="builtin kernels only (no XNNPACK)")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--cpu", action="store_true", help="the process's CPU time, not wall time (a loaded machine)")
     args = parser.parse_args()
     kw = NO_DELEGATE if args.no_delegate else {}
 
@@ -104,10 +106,11 @@ def main() -> None:
             it.set_tensor(d["index"], full.get_tensor(t))
         it.invoke()
         times = []
+        clock = time.process_time if args.cpu else time.perf_counter
         for _ in range(args.repeats):
-            start = time.perf_counter()
+            start = clock()
             it.invoke()
-            times.append(time.perf_counter() - start)
+            times.append(clock() - start)
         ms = statistics.median(times) * 1000
         name = op_name(op)
         by_type[name] += ms

@@ -236,7 +236,8 @@ def test_cli_targets_and_faults(tmp_path, layer_inputs):
     result = runner.invoke(app, ["targets", "tflite"])  # one target: one field per line
     assert result.exit_code == 0, result.output
     assert (
-        "gather@13 (forms: flat offset groups, flat sampling grid, table padded flat)" in result.stdout
+        "gather@13 (forms: flat offset groups, flat sampling grid, table padded flat, corner-major" in result.stdout
+        and "gather, float row index, int32 row index);" in result.stdout  # the table wraps the line
         and "tensorrt" not in result.stdout
     )
     result = runner.invoke(app, ["targets", "nope"])

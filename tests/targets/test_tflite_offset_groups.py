@@ -32,7 +32,8 @@ G = 2  # offset groups
 
 class ThreeLayers(torch.nn.Module):
     """Two ``DeformConv2d(8, 4, 3, padding=1)`` with 2 offset groups and a ``DeformConv2d(8, 4, 1)`` with one, offsets
-    and masks as inputs (4 outputs: no output is C == H == W)."""
+    and masks as inputs, and a ``DeformConv2d(32, 4, 3, padding=1)`` with one (32-channel rows, which the other forms
+    gather with one batched MatMul) (no output is C == H == W)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -40,24 +41,27 @@ class ThreeLayers(torch.nn.Module):
         self.wide = torchvision.ops.DeformConv2d(8, 4, 3, padding=1)
         self.cube = torchvision.ops.DeformConv2d(8, 4, 3, padding=1)
         self.plain = torchvision.ops.DeformConv2d(8, 4, 1)  # one tap: the table is what a square input breaks
+        self.rows32 = torchvision.ops.DeformConv2d(32, 4, 3, padding=1)
 
-    def forward(self, x1, off1, m1, x2, off2, m2, x3, off3, m3):
-        return self.wide(x1, off1, m1), self.cube(x2, off2, m2), self.plain(x3, off3, m3)
+    def forward(self, x1, off1, m1, x2, off2, m2, x3, off3, m3, x4, off4, m4):
+        return self.wide(x1, off1, m1), self.cube(x2, off2, m2), self.plain(x3, off3, m3), self.rows32(x4, off4, m4)
 
 
-def _inputs(h: int, w: int, groups: int = G, taps: int = 9) -> tuple[torch.Tensor, ...]:
+def _inputs(h: int, w: int, groups: int = G, taps: int = 9, channels: int = 8) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(h * 100 + w + groups)
-    return (torch.randn(1, 8, h, w, generator=g), torch.randn(1, 2 * groups * taps, h, w, generator=g) * 2,
+    return (torch.randn(1, channels, h, w, generator=g), torch.randn(1, 2 * groups * taps, h, w, generator=g) * 2,
             torch.rand(1, groups * taps, h, w, generator=g))  # fmt: skip
 
 
 @pytest.mark.skipif(NO_RUNTIMES, reason="DEFORM_ONNX_NO_DEPLOYED_RUNTIMES is set")
 def test_offset_groups_run_in_litert(tmp_path):
     """Every layer's outputs matched PyTorch in LiteRT within the float32 rule (the export refuses otherwise), in the
-    target's form: every offset-group sample coordinate 2-D; the square inputs (only those) read through Max."""
-    args = (*_inputs(8, 10), *_inputs(8, 8), *_inputs(8, 8, groups=1, taps=1))
+    target's form: every offset-group sample coordinate 2-D; the square inputs (only those) read through Max; every
+    table row gathered by int32 indices (``int32 row index``), by one ``Gather`` of ``[4, M]`` corners per tap
+    summed by ``ReduceSum`` (``corner-major gather``), no batched ``MatMul`` of 1x4 corner weights."""
+    args = (*_inputs(8, 10), *_inputs(8, 8), *_inputs(8, 8, groups=1, taps=1), *_inputs(5, 6, groups=1, channels=32))
     path = tmp_path / "og2.onnx"
-    names = ["x1", "off1", "m1", "x2", "off2", "m2", "x3", "off3", "m3"]
+    names = ["x1", "off1", "m1", "x2", "off2", "m2", "x3", "off3", "m3", "x4", "off4", "m4"]
     report = deform_onnx.export(ThreeLayers().eval(), args, path, target="tflite", input_names=names)
     assert any(line.startswith("tflite") for line in report.runtimes), report.runtimes
     read = [line for line in report.repairs if "read through Max" in line]
@@ -65,7 +69,18 @@ def test_offset_groups_run_in_litert(tmp_path):
     g = onnx.shape_inference.infer_shapes(onnx.load(str(path))).graph
     ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in g.value_info}
     floors = [ranks[n.input[0]] for n in g.node if n.op_type == "Floor"]
-    assert floors[:4] == [2] * 4  # y and x of each offset-grouped layer (the one-group layer's follow)
+    assert floors[:4] == [2] * 4  # y and x of each offset-grouped layer (the one-group layers' follow)
+    types = {v.name: v.type.tensor_type for v in [*g.value_info, *g.input]}
+    types.update({t.name: onnx.helper.make_tensor_type_proto(t.data_type, t.dims).tensor_type for t in g.initializer})
+    # the row gathers: a 2-D float table read at computed indices (the taps' slices read constant scalars)
+    constants = {t.name for t in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
+    rows = [n for n in g.node if n.op_type == "Gather" and len(types[n.input[0]].shape.dim) == 2
+            and types[n.input[0]].elem_type == TensorProto.FLOAT and n.input[1] not in constants]  # fmt: skip
+    assert rows and all(types[n.input[1]].elem_type == TensorProto.INT32 for n in rows)
+    # one Gather of [4, M] corner rows per tap (and layer), summed by ReduceSum: 9 + 9 + 1 + 9
+    assert len(rows) == 28 and all(types[n.input[1]].shape.dim[0].dim_value == 4 for n in rows)
+    assert sum(n.op_type == "ReduceSum" for n in g.node) == 28
+    assert not [n for n in g.node if n.op_type == "MatMul" and len(types[n.input[0]].shape.dim) > 2]
 
 
 def _graph(shapes: dict[str, list[int]]) -> onnx.ModelProto:

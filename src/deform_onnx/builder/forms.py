@@ -139,6 +139,18 @@ reach the lowerings through this context instead, set around the export by
   concatenating zero blocks along H, then W: one pass over the map instead of two. ExecuTorch's XNNPACK
   delegate takes the ``Pad``; the ONNX graphs keep the blocks (onnx's version converter, which
   ``torch.onnx.export`` runs below opset 18, has no adapter for ``Pad``). The ``.pte`` writer asks for it.
+- ``"corner-major gather"``: the gather samplers (:class:`~deform_onnx.sampler.gather.BilinearCorners`) take the
+  four corners of ``M`` points, rows of every width, with one ``Gather`` of ``[4, M]`` rows (corner axis first: the per-corner rows
+  and weights concatenated as whole blocks), weight them with one broadcast ``Mul`` by ``[4, M, 1]`` and sum
+  them with one ``ReduceSum`` over the corner axis; never the batched ``MatMul`` of ``[M, 1, 4]`` by
+  ``[M, 4, C]`` nor a corner axis last. In LiteRT (through onnx2tf) the batched MatMul of 1x4 matrices was the
+  largest cost of the DCNv2 layer's gather form after its contraction, and the last-axis ``Concat`` of ``[..., 1]``
+  corner values ran element by element (``scripts/repro/litert_op_profile.py``); with 8 offset groups (8-channel
+  rows) it also ran faster than four ``Gather`` nodes and a ``Sum``. The ``tflite`` target asks for it.
+- ``"int32 row index"`` (with ``"float row index"``): the corner rows computed in float are cast to int32, not
+  int64, where every row number fits (:func:`~deform_onnx.ops.deform_conv.gather_flat.row_index_type`): LiteRT's
+  ``Gather`` then reads int32 indices and onnx2tf's negative-index fix (``Less``, ``Cast``, ``Mul``, ``Add`` on
+  each dynamic index tensor) runs in int32. The ``tflite`` target asks for it (and for ``"float row index"``).
 - ``"GridSample one dtype"``: a ``GridSample`` of a float16 map on the float32 grid the lowerings compute
   float16 coordinates in (:func:`~deform_onnx.sampler.coords.coordinate_dtype`) takes the map cast to float32
   and its result cast back to float16: ONNX lets the two dtypes differ, TVM 0.27's ONNX frontend does not
@@ -181,6 +193,8 @@ EMIT_FORMS = (
     "table by one Pad",
     "table padded flat",
     "rows per image",
+    "corner-major gather",
+    "int32 row index",
 )
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 

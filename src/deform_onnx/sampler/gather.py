@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import onnx
 
 from ..builder import Builder, Dim, Value
@@ -174,10 +175,12 @@ class BilinearCorners:
     Args:
         rows: the ``[R, width]`` table.
         width: channels per row (an int, or an int64 ``[1]`` value when dynamic).
-        i00: int64 row of each point's corner ``(floor(y), floor(x))``, any shape ``S``.
+        i00: int64 (or ``index_dtype``) row of each point's corner ``(floor(y), floor(x))``, any shape ``S``.
         row: rows per table row of pixels (``(W+3) * groups``), an int or int64 ``[1]``.
         step: rows per pixel (the offset groups, 1 for one group).
         weights: the bilinear weights of corners 00, 01, 10, 11 (``S``, the table's dtype).
+        index_dtype: ``i00``'s integer type, ``np.int64`` or ``np.int32`` (the ``"int32 row index"`` form; a
+            static ``row`` only).
 
     :meth:`sample` returns ``sum(w * rows[i])`` over the four corners as
     ``[prod(S), width]``, in the form ONNX Runtime ran faster for the width
@@ -190,14 +193,21 @@ class BilinearCorners:
     time) slices the stacked tensors with ``take``.
     """
 
-    def __init__(self, b: Builder, rows: Value, width: Dim, i00: Value, row: Dim, step: int, weights: list[Value]):
-        i01 = b.op("Add", i00, b.i64(step))
-        i10 = b.op("Add", i00, b.as_dim(row))
-        idx = [i00, i01, i10, b.op("Add", i10, b.i64(step))]
+    def __init__(
+        self, b: Builder, rows: Value, width: Dim, i00: Value, row: Dim, step: int, weights: list[Value],
+        index_dtype: type = np.int64,
+    ):  # fmt: skip
+        if index_dtype is np.int32 and not isinstance(row, int):
+            raise ValueError("BilinearCorners: int32 rows need a static row count")
+        index = lambda v: b.const(np.asarray(v, dtype=index_dtype))  # noqa: E731 - the rows' integer type
+        i01 = b.op("Add", i00, index(step))
+        i10 = b.op("Add", i00, index([row]) if isinstance(row, int) else b.as_dim(row))
+        idx = [i00, i01, i10, b.op("Add", i10, index(step))]
         self.rows, self.width = rows, width
         # A width known only at run time gets the wide form (the common case: 32+ channels per group).
         wide = not isinstance(width, int) or width >= GATHER4_MIN_WIDTH
-        self.stacked = wide and not wants("four corner gathers")
+        self.corner_major = wants("corner-major gather")  # rows of every width
+        self.stacked = wide and not wants("four corner gathers") and not self.corner_major
         if self.stacked:
             # Corner axis last, a Concat of trailing 1s (a broadcast Add onto a trailing 4 profiled slower).
             self.idx = b.op("Concat", *[b.unsqueeze(i, [-1]) for i in idx], axis=-1)
@@ -207,6 +217,12 @@ class BilinearCorners:
 
     def sample(self, b: Builder, take: Callable[[Value], Value] = lambda v: v) -> Value:
         """``[M, width]``: the weighted corners of the points ``take`` selects (all by default)."""
+        if self.corner_major:  # [4, M] rows, one Gather of [4, M, width], weighted and summed over the corners
+            idx = b.op("Concat", *[b.reshape(take(i), [1, -1]) for i in self.idx], axis=0)
+            # 2-D [4, M], then [4, M, 1]: onnx2tf lays a 3-D Concat of [1, M, 1] out as [1, M, 4] and transposes
+            wgt = b.reshape(b.op("Concat", *[b.reshape(take(w), [1, -1]) for w in self.wgt], axis=0), [4, -1, 1])
+            v = b.op("Mul", b.op("Gather", self.rows, idx, axis=0), wgt)
+            return b.reduce_sum(v, [0], keepdims=0)
         if self.stacked:
             v = b.op("Gather", self.rows, b.reshape(take(self.idx), [-1, 4]), axis=0)  # [M, 4, width]
             out = b.op("MatMul", b.reshape(take(self.wgt), [-1, 1, 4]), v)  # [M, 1, width]

@@ -208,7 +208,15 @@ TABLE: tuple[Target, ...] = (
             ),
         ),
         status="measured here",
-        forms=("flat offset groups", "flat sampling grid", "table padded flat"),
+        # the last three: measured faster in LiteRT (deform_onnx.builder.forms; scripts/repro/litert_op_profile.py)
+        forms=(
+            "flat offset groups",
+            "flat sampling grid",
+            "table padded flat",
+            "corner-major gather",
+            "float row index",
+            "int32 row index",
+        ),
         repairs=("stack flatten as Concat", "constant operand last", "GELU divisor as [1]", "square input read by Max"),
     ),
     Target(

@@ -22,12 +22,28 @@ import numpy as np
 import onnx
 
 from ...builder import Builder, Dim, Value
+from ...builder.forms import wants
 from ...sampler.coords import in_coordinate_dtype, in_input_dtype
 from ...sampler.gather import PAD_AFTER, PAD_BEFORE, BilinearCorners, padded_corner
 from .common import Band
 from .spec import DeformConvSpec
 
-__all__ = ["flat_corners", "take_flat"]
+__all__ = ["flat_corners", "index_dtype", "row_index_type", "take_flat"]
+
+
+def row_index_type(rows: int) -> int:
+    """The ONNX integer type of corner rows computed in float (``"float row index"``) for a table of ``rows`` rows:
+    int32 under ``"int32 row index"`` when every row number fits, else int64.
+
+    LiteRT gathers with int32 indices, and onnx2tf's negative-index fix (``Less``, ``Cast``, ``Mul``, ``Add`` on
+    every dynamic index tensor) then runs on half the bytes.
+    """
+    return onnx.TensorProto.INT32 if wants("int32 row index") and rows <= 2**31 - 1 else onnx.TensorProto.INT64
+
+
+def index_dtype(exact: bool, rows: int) -> type:
+    """The numpy type of the corner rows: int32 only when computed in float (``exact``) under :func:`row_index_type`."""
+    return np.int32 if exact and row_index_type(rows) == onnx.TensorProto.INT32 else np.int64
 
 
 def flat_corners(
@@ -76,10 +92,18 @@ def flat_corners(
         if term is not None:
             i00 = b.op("Add", i00, term)
     if exact:
-        i00 = b.op("Cast", i00, to=onnx.TensorProto.INT64)
+        i00 = b.op("Cast", i00, to=row_index_type(_table_rows(N, H, W, G)))
     flat = [K, -1]
     weights = [b.reshape(in_input_dtype(b, x, b.op("Mul", wy, wx)), flat) for wy in (hy, ly) for wx in (hx, lx)]
-    return BilinearCorners(b, rows, Cg, b.reshape(i00, flat), row, G, weights)
+    table = _table_rows(N, H, W, G) if exact else 0
+    return BilinearCorners(b, rows, Cg, b.reshape(i00, flat), row, G, weights, index_dtype(exact, table))
+
+
+def _table_rows(N: Dim, H: Dim, W: Dim, G: int) -> int:
+    """Rows of the padded table (static sizes: the ``"float row index"`` form needs them)."""
+    assert isinstance(N, int) and isinstance(H, int) and isinstance(W, int)
+    pad = PAD_BEFORE + PAD_AFTER
+    return N * (H + pad) * (W + pad) * G
 
 
 def take_flat(b: Builder, v: Value, tap: Value, image: int | None, columns: Dim) -> Value:

@@ -34,7 +34,6 @@ MatMul for rows of 32+ channels, four Gathers and a Sum for narrower ones).
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
 from ...builder import Builder, Dim, Value
 from ...builder.forms import wants
@@ -52,7 +51,7 @@ from .common import (
     pick,
     row_bands,
 )
-from .gather_flat import flat_corners, take_flat
+from .gather_flat import flat_corners, index_dtype, row_index_type, take_flat
 from .integer_contraction import tap_product
 from .spec import DeformConvSpec
 
@@ -193,7 +192,8 @@ def _corners(
 
     # Flat row of the corner (y0, x0) = ((n*(H+3) + iy)*(W+3) + ix)*G + g; the other
     # corners are +G (next column), +row (next row) and +row+G.
-    row = b.as_dim(b.mul_dim(b.add_dim(W, 3), G))
+    row_dim = b.mul_dim(b.add_dim(W, 3), G)  # an int when static (int32 rows add an int32 constant)
+    row = b.as_dim(row_dim)
     if exact:  # static sizes, every row number a whole number of the coordinate dtype: one Cast at the end
         assert isinstance(N, int) and isinstance(H, int) and isinstance(W, int)
         per_row = (W + 3) * G
@@ -202,7 +202,7 @@ def _corners(
         i00 = b.op("Add", i00, ix if G == 1 else b.op("Mul", ix, b.float_const(float(G), coord)))
         if ng.any():  # more than one image or offset group
             i00 = b.op("Add", i00, b.float_const(ng, coord))
-        i00 = b.op("Cast", i00, to=onnx.TensorProto.INT64)
+        i00 = b.op("Cast", i00, to=row_index_type(N * (H + 3) * (W + 3) * G))
     else:
         n = b.op("Range", b.i64(0), b.scalar(N), b.i64(1))
         n = b.op("Mul", b.reshape(n, [1, -1, 1, 1, 1]), b.as_dim(b.mul_dim(b.add_dim(H, 3), row)))
@@ -212,7 +212,9 @@ def _corners(
     if G > 1:  # [K, N, Ho, Wo, G]: G next to the gathered C/G
         i00 = b.op("Transpose", i00, perm=[0, 1, 3, 4, 2])
         weights = [b.op("Transpose", w_, perm=[0, 1, 3, 4, 2]) for w_ in weights]
-    return BilinearCorners(b, rows, Cg, i00, row, G, [in_input_dtype(b, x, w_) for w_ in weights])
+    weights = [in_input_dtype(b, x, w_) for w_ in weights]
+    table = N * (H + 3) * (W + 3) * G if exact else 0  # static when exact
+    return BilinearCorners(b, rows, Cg, i00, row_dim, G, weights, index_dtype(exact, table))
 
 
 #: Largest row count (table rows, :func:`~deform_onnx.sampler.gather.padded_channel_rows`) whose row numbers
