@@ -238,7 +238,8 @@ def test_cli_targets_and_faults(tmp_path, layer_inputs):
     text = " ".join(result.stdout.replace("│", " ").split())  # the table wraps its cells at the terminal's width
     assert (
         "gather@13 (forms: flat offset groups, flat sampling grid, table padded flat, corner-major gather, "
-        "float row index, int32 row index);" in text
+        "float row index, int32 row index);"
+        in text
         and "tensorrt" not in result.stdout
     )
     result = runner.invoke(app, ["targets", "nope"])
