@@ -118,7 +118,10 @@ def rectifier_runs(monkeypatch: pytest.MonkeyPatch) -> dict:
         with torch.no_grad():
             outs = copy.deepcopy(state["model"]).double()(*(torch.from_numpy(a).double() for a in feeds.values()))
         arrays = [o.float().numpy() + np.float32(state["off"]) for o in outs]
-        return Run("9.9", None, 1.0, outputs=[("grid_sampler", arrays[0]), ("view", arrays[1])])
+        converted = Path(work) / "converted.mnn"  # the stand-in converter's file, for keep_artifacts
+        converted.write_bytes(b"mnn")
+        outputs = [("grid_sampler", arrays[0]), ("view", arrays[1])]
+        return Run("9.9", None, 1.0, outputs=outputs, artifacts=[(converted, ".mnn")])
 
     monkeypatch.setattr(deployed, "interpreter", lambda fam, timeout=0, log=None: Path(sys.executable))
     monkeypatch.setattr(deployed, "run_file", run_file)
@@ -131,7 +134,10 @@ def test_a_runtime_is_held_to_exports_rules(tmp_path: Path, rectifier_runs: dict
     ncnn, TVM and LiteRT were refused by the plain 1e-4 before); a runtime off by 2e-3 is still refused."""
     model, x = rectifier_runs["model"], torch.randn(1, 3, 32, 100, generator=torch.Generator().manual_seed(2))
     kw = {"target": "mnn", "dynamo": False, "opset_version": 16}
-    report = deform_onnx.export(model, (x,), tmp_path / "r.onnx", **kw)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    report = deform_onnx.export(model, (x,), tmp_path / "r.onnx", keep_artifacts=kept, **kw)
+    assert [p.name for p in kept.iterdir()] == ["r.mnn"]  # the runtime passed by the rule keeps its file too
     with torch.no_grad():
         plain = float((model(x)[0] - model.double()(x.double())[0].float()).abs().max())
     model.float()
@@ -139,8 +145,8 @@ def test_a_runtime_is_held_to_exports_rules(tmp_path: Path, rectifier_runs: dict
     assert len(report.runtimes) == 1 and "against float64" in report.runtimes[0], report.runtimes
     rectifier_runs["off"] = 2e-3
     with pytest.raises(deform_onnx.VerificationError, match=r"mnn \(9\.9\): output '\w+' misses"):
-        deform_onnx.export(model, (x,), tmp_path / "wrong.onnx", **kw)
-    assert not (tmp_path / "wrong.onnx").exists()
+        deform_onnx.export(model, (x,), tmp_path / "wrong.onnx", keep_artifacts=kept, **kw)
+    assert not (tmp_path / "wrong.onnx").exists() and [p.name for p in kept.iterdir()] == ["r.mnn"]
 
 
 def test_openvino_ir_is_held_to_exports_rules(tmp_path: Path) -> None:

@@ -55,15 +55,18 @@ def check_deployed(
         staged = Path(tmp) / "kept"
         staged.mkdir()
         rtol, atol = tolerance
+        # keep_unmatched: a row that only the rules below pass keeps its files too
         rows = check_runtimes(path, runtimes, model=model, args=args, rtol=rtol, atol=atol, repeats=1,
-                              keep_artifacts=staged if keep_artifacts is not None else None)  # fmt: skip
+                              keep_artifacts=staged if keep_artifacts is not None else None,
+                              keep_unmatched=True)  # fmt: skip
         rules = {id(row): _export_rules(data, model, args, row, tolerance) for row in failed(rows)}
         bad = [row for row in failed(rows) if rules[id(row)] is None]
         if bad:
             raise VerificationError(f"the file fails on {len(bad)} of {len(rows)} runtimes: "
                                     + "; ".join(describe(r) for r in bad) + "; nothing was written")  # fmt: skip
         if keep_artifacts is not None:  # all or none, with a new file's mode
-            commit_copies([(kept, Path(keep_artifacts) / kept.name) for row in rows for kept in row.artifacts])
+            commit_copies([(kept, Path(keep_artifacts) / kept.name) for row in rows for kept in row.artifacts
+                           if row.ok or rules.get(id(row))])  # fmt: skip
     return [_line(r) + (f" ({rules[id(r)]})" if rules.get(id(r)) else "") for r in rows]
 
 

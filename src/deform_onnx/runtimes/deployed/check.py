@@ -73,6 +73,7 @@ def check_runtimes(
     args: tuple | None = None,
     inputs: dict[str, np.ndarray] | None = None,
     keep_artifacts: str | os.PathLike | None = None,
+    keep_unmatched: bool = False,
     rtol: float | None = None,
     atol: float | None = None,
     tolerances: Mapping[str, tuple[float | None, float | None]] | None = None,
@@ -100,6 +101,9 @@ def check_runtimes(
         keep_artifacts: a folder: each converter's output (``.mnn``, ``.ncnn.param``/``.ncnn.bin``, ``.tflite``,
             OpenVINO ``.xml``/``.bin``) is kept there as ``<file stem><suffix>``, only when that runtime matched
             (all of a runtime's files or none).
+        keep_unmatched: keep the files of a runtime that ran but missed the tolerance too, for a caller that
+            judges its outputs by other rules and keeps only what passes them (``export``'s check:
+            :mod:`deform_onnx.exporting.deployed_check`).
         rtol, atol: the tolerance of every output (default: each output dtype's, as ``export`` verifies).
         tolerances: ``{output name: (rtol, atol)}`` for some outputs (wins over ``rtol``/``atol``).
         repeats: timed runs after a warm-up.
@@ -133,7 +137,7 @@ def check_runtimes(
             runner = FamilyRunner(fam.name, work, repeats=repeats, timeout=timeout, keep=keep is not None, log=log)
             runner.shapes = [list(a.shape) for _, a in want]
             row = _row(runner, path, feeds, want, (rtol, atol, tolerances), log)
-            if row.ok and keep is not None:
+            if keep is not None and (row.ok or (keep_unmatched and row.error is None)):
                 row.artifacts = _keep(runner.artifacts, keep, path.stem)
             rows.append(row)
     return rows
