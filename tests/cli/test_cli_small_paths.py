@@ -182,10 +182,11 @@ def test_check_runs_a_bfloat16_file_on_openvino_with_nonzero_inputs(tmp_path):
     # An independent reference: the same convolution in float32 on the same (bfloat16) values.
     w16 = weight.astype(ml_dtypes.bfloat16).astype(np.float32)
     want = F.conv2d(torch.from_numpy(x.astype(np.float32)), torch.from_numpy(w16), padding=1).numpy()
-    # One bfloat16 rounding of the output is 2^-9 relative; OpenVINO's bf16 convolution measured 3.5e-3 relative
-    # at most (1.6e-2 absolute on outputs up to 10.4): within 2^-8 (3.9e-3) of |want| plus 2^-8 near zero. The
-    # old bound, 0.08 + 0.08 * max|want| (0.91), passed errors 50 times that.
-    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2**-8, atol=2**-8)
+    # One bfloat16 rounding of the output is 2^-9 relative; OpenVINO's bf16 convolution rounds more than once on
+    # some CPUs (3.5e-3 relative at most on an Intel host, 6.5e-3 on an AVX2-only AMD EPYC, measured): the rule
+    # is a faithful bfloat16 result, within one bfloat16 step (2^-7 relative) of |want|, plus 2^-8 near zero. The
+    # old bound, 0.08 + 0.08 * max|want| (0.91), passed errors 25 times that.
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2**-7, atol=2**-8)
     result = runner.invoke(app, ["check", str(path), "--repeat", "0", "-r", "openvino"])
     assert result.exit_code == 0, result.output
 
