@@ -211,16 +211,34 @@ def test_user_errors_exit_2_with_one_line_and_no_file(user_module, args, message
 
 
 def test_error_above_tolerance_exits_1_and_writes_nothing(user_module, monkeypatch):
-    """A check that fails (here: tolerance 0, which float32 rounding exceeds) gives exit code 1, row NO, no file."""
-    from deform_onnx.cli import export_cmd
+    """A check that fails (here: export()'s rules made exact, which float32 rounding exceeds) gives exit code 1,
+    row NO, no file: the CLI checks with export()'s rules, so tightening them there fails the row."""
+    from deform_onnx.exporting import verification
+    from deform_onnx.proof import compare
 
-    monkeypatch.setitem(export_cmd.TOLERANCES, "float32", (0.0, 0.0))
+    monkeypatch.setitem(compare.DEFAULT_TOLERANCES, "float32", (0.0, 0.0))
+    monkeypatch.setattr(verification, "FLOAT64_FACTOR", 0.0)
     path = user_module / "net.onnx"
     result = invoke("user_models.py:build", "-s", "1,3,12,10", "--method", "gather", "--opset", "11", "-o", str(path))
     assert result.exit_code == 1, result.stdout + result.stderr
     assert _rows(result.stdout)["gather"][-1] == "NO"
     assert "differs from PyTorch" in result.stderr
     assert not path.exists()
+
+
+def test_cli_checks_with_exports_rules(tmp_path):
+    """The CLI writes what deform_onnx.export writes: ASTER's TPS rectifier (tests/real_code/aster_tps_style.py) is
+    ill-conditioned in float32 (PyTorch float32 itself is off its float64 run by more than 1e-4 on this photo), and
+    export()'s float64 rule passes the file; the CLI once held it to its own flat 1e-4 and refused it."""
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[1] / "real_code" / "aster_tps_style.py"
+    out = tmp_path / "aster.onnx"
+    result = invoke(f"{model}:Rectifier", "-s", "1,3,64,256", "-m", "grid_sample", "--opset", "17", "--repeat", "1",
+                    "-o", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert _rows(result.stdout)["grid_sample"][-1] == "yes"
+    assert "float64" in result.stdout and out.exists()
 
 
 def test_dynamo_failure_retries_with_torchscript_unless_exporter_given(user_module, monkeypatch):

@@ -133,23 +133,6 @@ def test_second_size_failure_is_a_row_not_a_traceback(models, tmp_path):
     assert onnx_files(out) == [], onnx_files(out)  # item 2
 
 
-def test_resized_check_names_an_onnx_runtime_failure(models, tmp_path):
-    """Item 1: ONNX Runtime's own error at the second size (a file with a fixed batch) is one labelled line."""
-    import onnxruntime as ort
-    import torch
-
-    import deform_onnx
-    from deform_onnx.cli._common import load_factory
-    from deform_onnx.cli._export_rows import _resized_check
-
-    net = load_factory(f"{models}:dcn")().eval()
-    path = tmp_path / "static.onnx"
-    deform_onnx.export(net, (torch.randn(1, 3, 16, 16),), path, opset_version=17, method="gather")
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    with pytest.raises(RuntimeError, match=r"^ONNX Runtime fails on the file: \w+: .*dimensions"):
-        _resized_check(session, net, torch.randn(2, 3, 16, 16), 1e-4, 0.0)
-
-
 def test_row_that_fails_the_cli_check_leaves_no_file(models, tmp_path):
     """Item 2: a file that differs from PyTorch at the second size is not left in the folder."""
     out = tmp_path / "out"

@@ -5,10 +5,6 @@ from __future__ import annotations
 from ._export_rows import Job, Result
 
 
-def _bound(atol: float, rtol: float) -> str:
-    return f"max abs error <= {atol:g}" if rtol == 0 else f"|ort - torch| <= {atol:g} + {rtol:g}*|torch|"
-
-
 def _table(results: list[Result], torch_ms: float, title: str, dynamic: bool):
     from rich.table import Table
 

@@ -89,7 +89,6 @@ class RowContext:
         repeat: timed runs per latency.
         progress: the rich progress bar and ``task`` its task.
         notes: lines printed after the table (appended to).
-        tol: ``(atol, rtol)`` of the model's dtype.
     """
 
     net: Any
@@ -100,7 +99,6 @@ class RowContext:
     progress: Any
     task: Any
     notes: list[str]
-    tol: tuple[float, float]
 
 
 def _run_job(job: Job, ctx: RowContext) -> Result:
@@ -173,15 +171,13 @@ def _export_job(job: Job, result: Result, ctx: RowContext):
 
 def _export_kwargs(job: Job, exporter: str, ctx: RowContext) -> dict:
     """The keywords of :func:`deform_onnx.export` for one job on one exporter."""
-    atol, rtol = ctx.tol
     return dict(
         opset_version=job.opset,
         method=None if job.from_target else job.asked or job.method,
         dynamo=exporter == "dynamo",
         input_names=list(ctx.inputs.names),
-        # The dtype's default goes as None: export() then applies its reference rules
-        # (float16 against a float32 copy, deform_onnx.exporting.verification); a stricter bound is explicit.
-        **_explicit_tolerance(atol, rtol, ctx.inputs.tensors),
+        # No tolerance given: export()'s own rules decide (the dtype's default, float16 against a float32 copy,
+        # an ill-conditioned float32 model against float64: deform_onnx.exporting.verification), as for the API.
         fallback=not job.exporter_chosen,  # --exporter forces that exporter
         # export() checks the file at the second size (and writes nothing when it fails there).
         verify_shapes=[tuple(ctx.resized.shape)] if ctx.resized is not None else None,
@@ -275,15 +271,6 @@ def _commit(results: list[Result]) -> None:
         r.partial = None
 
 
-def _explicit_tolerance(atol: float, rtol: float, tensors) -> dict:
-    """``{}`` when ``(atol, rtol)`` is the verification default of the inputs' dtype, else ``{"atol", "rtol"}``."""
-    from ..exporting.verification import DEFAULT_TOLERANCES
-
-    dtype = next((str(t.dtype).removeprefix("torch.") for t in tensors if t.is_floating_point()), "float32")
-    default = DEFAULT_TOLERANCES.get(dtype)
-    return {} if default is not None and default == (rtol, atol) else {"atol": atol, "rtol": rtol}
-
-
 def _torchscript_allows(opset: int) -> bool:
     from ._limits import TORCHSCRIPT_MAX_OPSET
 
@@ -323,36 +310,6 @@ def _session(path: Path):
     options = ort.SessionOptions()
     options.log_severity_level = 3
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _resized_check(session, net, x, atol: float, rtol: float) -> tuple[float, bool]:
-    """Max abs error at the resized input, and whether every output is within ``atol + rtol*|torch|``.
-
-    Raises:
-        RuntimeError: PyTorch or ONNX Runtime fails at that size (the message says which, in one line).
-    """
-    import numpy as np
-    import torch
-
-    try:
-        with torch.no_grad():
-            want = net(x)
-    except Exception as exc:  # noqa: BLE001 - the model is user code
-        raise RuntimeError(f"the model fails in PyTorch: {type(exc).__name__}: {one_line(exc)}") from None
-    try:
-        got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
-    except Exception as exc:  # noqa: BLE001 - ORT's own error types
-        raise RuntimeError(f"ONNX Runtime fails on the file: {type(exc).__name__}: {one_line(exc)}") from None
-    wants = [want] if isinstance(want, torch.Tensor) else list(want)
-    err, ok = 0.0, True
-    for g, w in zip(got, wants):
-        g64, w64 = g.astype(np.float64), w.numpy().astype(np.float64)
-        if g64.shape != w64.shape:
-            raise RuntimeError(f"ONNX Runtime gives shape {list(g64.shape)}, PyTorch {list(w64.shape)}")
-        diff = np.abs(g64 - w64)
-        err = max(err, float(diff.max()) if diff.size else 0.0)
-        ok = ok and bool(np.all(diff <= atol + rtol * np.abs(w64)))
-    return err, ok
 
 
 def _median_ms(fn, repeat: int) -> float:

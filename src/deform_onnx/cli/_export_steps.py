@@ -16,7 +16,7 @@ from rich.markup import escape
 from ._attempts import print_attempts
 from ._common import CHECK_FAILED, UserError, check_output_folder, console, err_console, fail, make_output_folder
 from ._export_checks import EXPORTERS, _check_creatable, _check_onnxruntime, _one_form, _plan, _stem, check_example_deps
-from ._export_report import _bound, _table, _where
+from ._export_report import _table, _where
 from ._export_rows import Job, Result, RowContext, _commit, _discard, _dynamic_kwargs, _median_ms, _Refused, _run_job
 from ._inputs import InputSpec, check_method, load_npz, parse_dtype, parse_specs
 from ._models import (
@@ -247,7 +247,7 @@ def _shown(a: ExportArgs, asked: Asked) -> str:
     return f"the inputs {' '.join(map(str, asked.specs))}"
 
 
-def run_rows(a: ExportArgs, loaded: Loaded, tol: tuple[float, float], resized) -> list[Result]:
+def run_rows(a: ExportArgs, loaded: Loaded, resized) -> list[Result]:
     """Run every job under a progress bar; a user error met on a row stops them all (exit 2, nothing written)."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -262,7 +262,7 @@ def run_rows(a: ExportArgs, loaded: Loaded, tol: tuple[float, float], resized) -
     )
     with Progress(*columns, TimeElapsedColumn(), console=err_console, transient=True) as progress:
         task = progress.add_task("exporting", total=len(loaded.jobs))
-        ctx = RowContext(loaded.net, inputs, resized, dynamic_kw, a.repeat, progress, task, loaded.notes, tol)
+        ctx = RowContext(loaded.net, inputs, resized, dynamic_kw, a.repeat, progress, task, loaded.notes)
         try:
             for job in loaded.jobs:
                 job.extra["verify"] = not a.no_verify
@@ -323,13 +323,13 @@ def report(a: ExportArgs, asked: Asked, loaded: Loaded, results: list[Result], t
 
 def _verdict(a: ExportArgs, loaded: Loaded, results: list[Result]) -> None:
     """The failed rows (exit 1), the unverified files, or the line that every export matches."""
-    from .export_cmd import TOLERANCES
+    from ..exporting.verification import describe_rule
 
     for r in results:
         if r.problem is not None:
             err_console.print(f"[red]failed[/] {r.job.method}@{r.job.opset}: {escape(r.problem)}", highlight=False,
                               soft_wrap=True)  # fmt: skip
-    bound = _bound(*TOLERANCES[loaded.dtype_name])
+    bound = describe_rule(loaded.dtype_name)
     failed = [r for r in results if not r.ok]
     if failed:
         err_console.print(f"[red]{len(failed)} of {len(results)} exports failed the check ({bound}); "

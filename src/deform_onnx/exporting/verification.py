@@ -454,10 +454,25 @@ def _low_precision(name, g, e, ref, why, tol: Tolerance, where: str) -> OutputCh
     )
 
 
+def describe_rule(dtype) -> str:
+    """One line naming the rule a file of ``dtype`` outputs passes by default (:func:`verify`, docs/verification.md).
+
+    ``dtype``: a numpy or torch dtype or its name. Used by the CLI, which checks with the API's rules and says so.
+    """
+    tol = tolerance_for(dtype)
+    bound = f"|ort - torch| <= {tol.atol:g} + {tol.rtol:g}*|torch|"
+    if tol.dtype in ("float16", "bfloat16"):
+        return f"{bound} against a float32 copy, or as close to it as PyTorch {tol.dtype} is"
+    if tol.dtype == "float32":
+        return f"{bound}, or within {FLOAT64_FACTOR:g}x PyTorch's own error against a float64 copy"
+    return bound
+
+
 __all__ = [
     "DEFAULT_TOLERANCES",
     "OutputCheck",
     "UNDEFINED_TAIL",
+    "describe_rule",
     "Tolerance",
     "Verified",
     "make_session",
