@@ -273,7 +273,11 @@ try:
         ex = net.create_extractor()
         for i, n in enumerate(meta["inputs"]):
             fed = feeds[n][0]
-            ex.input(f"in{i}", ncnn.Mat(np.ascontiguousarray(fed, np.float32 if fed.dtype == np.float16 else fed.dtype)))
+            # clone: a Mat over numpy's memory has no refcount, which ncnn dereferences before a layer runs in place on
+            # it (net.cpp, light mode: `*bottom_blob.refcount != 1`): a graph whose first op was Neg, Abs or Mul of
+            # the input crashed the runner (SIGSEGV, measured here)
+            arr = np.ascontiguousarray(fed, np.float32 if fed.dtype == np.float16 else fed.dtype)
+            ex.input(f"in{i}", ncnn.Mat(arr).clone())
         ys = []
         for i in range(len(out_names)):  # pnnx names the file's outputs out0, out1, ... in order
             ret, y = ex.extract(f"out{i}")
