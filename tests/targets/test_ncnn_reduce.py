@@ -227,3 +227,21 @@ def test_every_rewrite_runs_right_in_ncnn_and_the_nodes_did_not(tmp_path):
     assert not before.ok
     (after,) = check_runtimes(tmp_path / "repaired.onnx", ["ncnn"], inputs=feeds, repeats=1)
     assert after.ok, after.failure or after.error
+
+
+@NEEDS_NCNN
+def test_a_reduction_left_is_named_in_the_refusal(tmp_path):
+    """``torch.prod`` over the channels (``ReduceProd``: no rewrite) is refused by the target's run in ncnn, and the
+    message names the node and what to do, not only the values that missed."""
+
+    class Prod(torch.nn.Module):
+        def forward(self, x):
+            return torch.prod(x, 1, keepdim=True)
+
+    torch.manual_seed(0)
+    with pytest.raises(deform_onnx.VerificationError) as refused:
+        deform_onnx.export(Prod().eval(), (torch.rand(1, 4, 5, 6) + 0.5,), tmp_path / "prod.onnx", target="ncnn")
+    message = str(refused.value)
+    assert "Reduce* node(s) the ncnn target could not rewrite" in message and "ReduceProd" in message, message
+    assert "(no rewrite of this op)" in message and "export for another target" in message, message
+    assert not (tmp_path / "prod.onnx").exists()

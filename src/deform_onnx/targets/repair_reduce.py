@@ -42,7 +42,7 @@ from onnx import helper, numpy_helper
 
 from ..core.protos import constant_tensors, inferred_dims
 
-__all__ = ["REDUCTIONS", "reductions_as_pooling_and_conv"]
+__all__ = ["ALL_REDUCTIONS", "REDUCTIONS", "reductions_as_pooling_and_conv", "reductions_left"]
 
 #: op type -> (first step, spatial pooling, channel step, scale by the spatial count, last step)
 REDUCTIONS: dict[str, tuple[str | None, str, str, bool, str | None]] = {
@@ -168,6 +168,72 @@ def _rewrite(
 _FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
 
 
+#: Every ``Reduce*`` op pnnx writes as an ncnn ``Reduction`` (the ones :data:`REDUCTIONS` lacks are never rewritten).
+ALL_REDUCTIONS = (*REDUCTIONS, "ReduceProd", "ReduceLogSum", "ReduceLogSumExp")
+
+_RIGHT = "right as written"
+
+
+def _plan(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str | tuple]]:
+    """Each main-graph node with what the repair does: ``""`` (not a reduction), the rewrite's arguments
+    ``(shape, axes, keepdims, dtype)``, :data:`_RIGHT` (left: ncnn runs it right) or why it is left.
+    """
+    graph = model.graph
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.input, *inferred.value_info, *inferred.output)}
+    dims = inferred_dims(model)
+    consts = constant_tensors(graph)
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for other in graph.node:
+        for name in other.input:
+            readers.setdefault(name, []).append(other)
+    plan: list[tuple[onnx.NodeProto, str | tuple]] = []
+    for node in graph.node:
+        if node.op_type not in ALL_REDUCTIONS or node.domain not in ("", "ai.onnx"):
+            plan.append((node, ""))
+            continue
+        shape = dims.get(node.input[0])
+        static = [int(d) for d in shape] if shape is not None and None not in shape else None  # type: ignore[arg-type]
+        axes = _axes(node, consts, len(static)) if static is not None else None
+        keep = bool(next((a.i for a in node.attribute if a.name == "keepdims"), 1))
+        if node.op_type not in REDUCTIONS:
+            why: str | tuple = "no rewrite of this op"
+        elif static is None or not 2 <= len(static) <= 4:
+            why = "not a static 2-D to 4-D value"
+        elif types.get(node.input[0]) not in _FLOATS:
+            why = "not a float value"
+        elif axes is None:
+            why = "axes not known before run time"
+        elif static[0] != 1:  # measured at batch 1, the only batch ncnn's blobs drop
+            why = "a leading axis above 1"
+        elif _is_4d_normalize(node, axes, len(static), readers):
+            why = _RIGHT  # pnnx's Normalize
+        elif not keep and len(axes) == len(static):  # a 0-d result: ncnn loads no Reshape to it
+            listed = any(a.name == "axes" for a in node.attribute) or len(node.input) > 1
+            right = node.op_type in _REDUCE_ALL_RIGHT and not (listed and node.op_type == "ReduceMax")
+            why = _RIGHT if right else "a reduction of every axis to 0-d"
+        else:
+            why = (static, axes, keep, np.dtype(helper.tensor_dtype_to_np_dtype(types[node.input[0]])))
+        plan.append((node, why))
+    return plan
+
+
+#: pnnx's reduce-all ``Reduction`` (a 0-d result) ran these right on ncnn (measured here); ``ReduceMax`` only without
+#: ``axes`` (with every axis listed pnnx left a ``ReduceMax`` layer ncnn does not load).
+_REDUCE_ALL_RIGHT = ("ReduceMean", "ReduceSum", "ReduceL2", "ReduceMax")
+
+
+def reductions_left(model: onnx.ModelProto) -> list[str]:
+    """The main graph's ``Reduce*`` nodes the repair leaves and ncnn is not known to run right, one
+    ``"ReduceProd 'name' (why)"`` each (for a refusal by the target's run in ncnn to name them).
+    """
+    return [
+        f"{node.op_type} {node.name or node.output[0]!r} ({why})"
+        for node, why in _plan(model)
+        if isinstance(why, str) and why not in ("", _RIGHT)
+    ]
+
+
 def reductions_as_pooling_and_conv(model: onnx.ModelProto) -> list[str]:
     """Write the main graph's ``Reduce*`` nodes over static 2-D..4-D float values as pooling, ``Conv`` and
     elementwise ops pnnx converts right for ncnn (in place; see the module docstring for which nodes).
@@ -178,37 +244,14 @@ def reductions_as_pooling_and_conv(model: onnx.ModelProto) -> list[str]:
     graph = model.graph
     if not any(n.op_type in REDUCTIONS and n.domain in ("", "ai.onnx") for n in graph.node):
         return []
-    inferred = onnx.shape_inference.infer_shapes(model).graph
-    types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.input, *inferred.value_info, *inferred.output)}
-    dims = inferred_dims(model)
-    consts = constant_tensors(graph)
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for other in graph.node:
-        for name in other.input:
-            readers.setdefault(name, []).append(other)
     nodes: list[onnx.NodeProto] = []
     orphans: set[str] = set()  # the rewritten nodes' axes inputs (opset 18)
     changed = 0
-    for node in list(graph.node):
-        shape = dims.get(node.input[0]) if node.op_type in REDUCTIONS and node.domain in ("", "ai.onnx") else None
-        if shape is None or not 2 <= len(shape) <= 4 or any(d is None for d in shape):
+    for node, what in _plan(model):
+        if not isinstance(what, tuple):
             nodes.append(node)
             continue
-        static = [int(d) for d in shape]  # type: ignore[arg-type]
-        axes = _axes(node, consts, len(static))
-        if (
-            types.get(node.input[0]) not in _FLOATS
-            or axes is None
-            or static[0] != 1  # measured at batch 1, the only batch ncnn's blobs drop
-            or _is_4d_normalize(node, axes, len(static), readers)
-        ):
-            nodes.append(node)
-            continue
-        keep = bool(next((a.i for a in node.attribute if a.name == "keepdims"), 1))
-        if not keep and len(axes) == len(static):  # a 0-d result: ncnn loads no Reshape to it
-            nodes.append(node)
-            continue
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(types[node.input[0]]))
+        static, axes, keep, dtype = what
         nodes.extend(_rewrite(node, static, axes, keep, graph, dtype))
         orphans.update(node.input[1:])
         changed += 1
