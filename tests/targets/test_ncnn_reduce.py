@@ -245,3 +245,23 @@ def test_a_reduction_left_is_named_in_the_refusal(tmp_path):
     assert "Reduce* node(s) the ncnn target could not rewrite" in message and "ReduceProd" in message, message
     assert "(no rewrite of this op)" in message and "export for another target" in message, message
     assert not (tmp_path / "prod.onnx").exists()
+
+
+def test_check_on_ncnn_names_the_lower_that_repairs_a_reduction(tmp_path, monkeypatch):
+    """``check --runtime ncnn`` of a file no ncnn rule refuses but with a channel mean (wrong in ncnn as written) names
+    the target's repair and the ``lower --target ncnn`` that writes it (ncnn's own run is planted here)."""
+    from typer.testing import CliRunner
+
+    from deform_onnx.cli import app
+    from deform_onnx.runtimes.deployed import check as deployed_check
+    from deform_onnx.runtimes.deployed.check import RuntimeRow
+
+    path = tmp_path / "cbam.onnx"
+    onnx.save(_graph([("ReduceMean", [1, 16, 8, 6], [1], 1)]), str(path))
+    row = RuntimeRow(runtime="ncnn", title="ncnn", error="planted: the values missed")
+    monkeypatch.setattr(deployed_check, "check_runtimes", lambda *a, **k: [row])
+    result = CliRunner().invoke(app, ["check", str(path), "--runtime", "ncnn"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, text
+    assert "target ncnn's repairs rewrite this file (Reduce* written as pooling" in text, text
+    assert "deform-onnx lower cbam.onnx --target ncnn -o OUT.onnx" in text, text
