@@ -336,6 +336,25 @@ def test_a_status_line_a_runtime_printed_onto_is_still_read(tmp_path):
     assert (run.version, run.error) == ("1", "the runner caught it")
 
 
+def test_a_crashed_runner_says_it_crashed_where_and_what_to_try(tmp_path):
+    """A runtime that crashes the runner (ncnn's SIGSEGV on a first in-place op over the fed input) left the row
+    "runner exited -11: no output": no signal, no step, no fix. The row names the signal, the runner's last stage
+    and what to try, for every family (one place builds it: ``families.crash_line``)."""
+    import sys
+
+    from deform_onnx.runtimes.deployed.families import run_meta
+
+    script = ("import os, signal, sys; print('deform-onnx stage: running the converted model', file=sys.stderr, "
+              "flush=True); os.kill(os.getpid(), signal.SIGSEGV)")  # fmt: skip
+    run = run_meta(Family("crash-test", "crash", script), Path(sys.executable), {}, tmp_path / "out", timeout=60)
+    assert run.version is None and run.error is not None
+    assert "crashed (SIGSEGV, signal 11) while running the converted model" in run.error, run.error
+    assert "not a difference in values" in run.error and "another method=" in run.error, run.error
+    exited = run_meta(Family("exit-test", "exit", "import sys; sys.exit(3)"), Path(sys.executable), {},
+                      tmp_path / "out2", timeout=60)  # fmt: skip
+    assert exited.error is not None and exited.error.startswith("the runner exited 3 without"), exited.error
+
+
 def test_failed_runtime_names_the_target_rule_and_lower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``check --runtime onnx2torch`` on a default export said only '"allowzero=1" is not implemented' (new-user
     trial, a Deformable-DETR decoder layer); a failed runtime that is a target whose rules the file breaks gets a

@@ -105,4 +105,21 @@ def target_hints(model_path: Path, families: list[str]) -> list[str]:
                 f"{name}: the file breaks {len(found)} rule(s) of target {name}, the first: {found[0]}; `deform-onnx "
                 f"lower {model_path.name} --target {name} -o OUT.onnx` writes it in the form {name} takes, where it can"
             )
+        elif repaired := _repairs_that_apply(model, target.repairs):
+            # a file no rule refuses may still hold what the runtime gets wrong and the target rewrites (ncnn: Reduce*)
+            hints.append(
+                f"{name}: target {name}'s repairs rewrite this file ({repaired[0]}); `deform-onnx lower "
+                f"{model_path.name} --target {name} -o OUT.onnx` writes them"
+            )
     return hints
+
+
+def _repairs_that_apply(model, repairs: tuple[str, ...]) -> list[str]:
+    """What ``repairs`` (``Target.repairs``) would change in ``model`` (run on a copy), one line each."""
+    import onnx
+
+    from ..targets.repairs import REPAIRS
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return [line for name in repairs for line in REPAIRS[name](copy)]

@@ -63,11 +63,33 @@ def check_deployed(
         bad = [row for row in failed(rows) if rules[id(row)] is None]
         if bad:
             raise VerificationError(f"the file fails on {len(bad)} of {len(rows)} runtimes: "
-                                    + "; ".join(describe(r) for r in bad) + "; nothing was written")  # fmt: skip
+                                    + "; ".join(describe(r) for r in bad) + _causes(data, bad)
+                                    + "; nothing was written")  # fmt: skip
         if keep_artifacts is not None:  # all or none, with a new file's mode
             commit_copies([(kept, Path(keep_artifacts) / kept.name) for row in rows for kept in row.artifacts
                            if row.ok or rules.get(id(row))])  # fmt: skip
     return [_line(r) + (f" ({rules[id(r)]})" if rules.get(id(r)) else "") for r in rows]
+
+
+def _causes(data: bytes, bad: list) -> str:
+    """Known causes in the file of a failed runtime's refusal, as ``"; ..."`` (empty when none is known): for ncnn,
+    the ``Reduce*`` nodes its target's repair ``reductions as pooling and Conv`` leaves (pnnx writes a ``Reduce*``
+    over the ONNX axes unshifted for ncnn's missing batch axis).
+    """
+    if not any(row.runtime == "ncnn" for row in bad):
+        return ""
+    import onnx
+
+    from ..targets.repair_reduce import reductions_left
+
+    left = reductions_left(onnx.load_model_from_string(data))
+    if not left:
+        return ""
+    shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    return (f"; the file keeps {len(left)} Reduce* node(s) the ncnn target could not rewrite, which pnnx may convert "
+            f"over the wrong axes (ncnn has no batch axis): {shown}; compute them with a mean, sum, max, min or norm "
+            "over the non-batch axes of a static batch-1 value (which the target rewrites), or export for another "
+            "target")  # fmt: skip
 
 
 def _export_rules(data: bytes, model, args: tuple, row, tolerance: tuple[float | None, float | None]) -> str | None:

@@ -50,6 +50,11 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   explicit ``Pad`` + ``count_include_pad=0``.
 - ``"Einsum as MatMul"`` (:mod:`.repair_einsum`): a two-operand batched-matmul ``Einsum`` as ``Transpose`` +
   ``MatMul`` (MNN 3.6.1 returns ``bmn,bcn->bcm`` with its output axes swapped: DAT's attention).
+- ``"reductions as pooling and Conv"`` (:mod:`.repair_reduce`): ``Reduce*`` over the non-batch axes of a static
+  2-D..4-D value as ``GlobalAveragePool`` / ``AveragePool`` / ``MaxPool``, a ones-weight ``Conv`` (a channel sum) or
+  ``Transpose`` + ``MaxPool`` (a channel max) and elementwise ops (pnnx 20261020 writes every ``Reduce*`` as an ncnn
+  ``Reduction`` over the ONNX axes not shifted for ncnn's missing batch axis: SE blocks, CBAM, SuperPoint's
+  ``F.normalize`` of sampled descriptors).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from ..core.protos import drop_unused_nodes
 from .repair_einsum import einsum_as_matmul
 from .repair_index import index_list_as_concat, scatter_as_concat
 from .repair_pool import ceil_mode_pooling_explicit
+from .repair_reduce import reductions_as_pooling_and_conv
 from .repair_shapes import static_shape_arithmetic_folded
 from .repair_split import split_as_slice
 from .repair_stack import stack_flatten_as_concat
@@ -178,4 +184,5 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "Split as Slice": split_as_slice,  # repair_split.py
     "ceil_mode pooling explicit": ceil_mode_pooling_explicit,  # repair_pool.py
     "Einsum as MatMul": einsum_as_matmul,  # repair_einsum.py
+    "reductions as pooling and Conv": reductions_as_pooling_and_conv,  # repair_reduce.py
 }

@@ -244,11 +244,16 @@ TABLE: tuple[Target, ...] = (
         # measured here: TorchScript's torch.chunk left a '?' batch that the blob rule refused; folded, it loads
         # measured here: ncnn's Pooling divides a ceil_mode tail window by the whole kernel (count_include_pad=1)
         # and keeps a last window PyTorch drops (tests/targets/test_ncnn_pooling.py)
+        # measured here: pnnx 20261020 writes every Reduce* (ReduceMean/Max/Sum/L2, keepdims 1 or 0) as a Reduction
+        # over the ONNX axes unshifted for ncnn's missing batch axis (ReduceMean over 1 reduced H, over (2, 3) W
+        # only); GlobalAveragePool/MaxPool, full-axis pools, a ones Conv and Transpose + MaxPool ran right
+        # (tests/targets/test_ncnn_reduce.py)
         repairs=(
             "scatter as Concat",
             "index list as Concat",
             "static shape arithmetic folded",
             "ceil_mode pooling explicit",
+            "reductions as pooling and Conv",
         ),
         faults=(_no_kernel("ncnn", "not run here: the matrix runs the standard-op forms"),),
         status="measured here",

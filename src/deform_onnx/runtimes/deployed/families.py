@@ -26,7 +26,7 @@ import numpy as np
 from .. import sealed, venvs
 from . import runners
 
-__all__ = ["FAMILIES", "Family", "Run", "family", "interpreter", "register_family", "run_file"]
+__all__ = ["FAMILIES", "Family", "Run", "crash_line", "family", "interpreter", "register_family", "run_file"]
 
 #: Each artifact a converter wrote: ``(the file it wrote, the suffix it is kept under)``.
 Artifacts = Callable[[Path], list[tuple[Path, str]]]
@@ -214,7 +214,7 @@ def run_meta(fam: Family, python: Path, meta: dict, out: Path, timeout: float) -
         last = done.stdout.strip().splitlines()[-1]
         status = json.loads(last[last.rindex('{"version"') :] if '{"version"' in last else last)
     except (IndexError, json.JSONDecodeError):  # the runtime crashed (a segfault, an abort)
-        return Run(None, f"runner exited {done.returncode}: {first_line(done.stderr or 'no output')}")
+        return Run(None, crash_line(done.returncode, done.stderr))
     run = Run(status["version"], status["error"], status["ms"])
     if run.error is None:
         run.outputs = read_outputs(out, status.get("outputs"))
@@ -234,6 +234,39 @@ def read_outputs(out: Path, names: list[str] | None) -> list[tuple[str, np.ndarr
             arrays = [saved[f"o{i}"] for i in range(len(saved.files))]
     names = list(names or [])
     return [(names[i] if i < len(names) else f"output {i}", a) for i, a in enumerate(arrays)]
+
+
+#: What a runner prints to stderr before each step (:mod:`.runners` ``stage``), so a crash names the step.
+STAGE = "deform-onnx stage: "
+
+
+def crash_line(returncode: int, stderr: str) -> str:
+    """Why a runner wrote no status line, for every family: the signal that ended it (a runtime's own crash, e.g.
+    ``SIGSEGV``) or its exit code, the step it was in (its last ``stage`` line), what it printed, and what to try.
+
+    A crash says nothing about the file's values; before this the row read only "runner exited -11: no output".
+    """
+    import signal
+
+    lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
+    stages = [line[len(STAGE) :] for line in lines if line.startswith(STAGE)]
+    said = [line for line in lines if not line.startswith(STAGE)]
+    where = f" while {stages[-1]}" if stages else ""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "a signal"
+        what = f"the runtime crashed ({name}, signal {-returncode}){where}, before it reported a result"
+        if -returncode == signal.SIGKILL:
+            what += " (a SIGKILL is often the system out of memory)"
+    else:
+        what = f"the runner exited {returncode}{where} without reporting a result"
+    told = f": {first_line(chr(10).join(said))}" if said else ""
+    return (
+        f"{what}{told}. This is a fault in the runtime, not a difference in values: export with another method= or "
+        "for another target= (`deform-onnx targets` lists each target's forms), or report it to the runtime"
+    )
 
 
 def first_line(text: BaseException | str) -> str:

@@ -75,7 +75,10 @@ def first_line(exc):
     # OpenVINO >= 2026 names the unconverted ops in a summary line further down
     lines = [l for l in lines if l.startswith("-- No conversion rule")][:1] or lines
     return lines[0][:300] if lines else type(exc).__name__
+def stage(what):  # on stderr: a runtime that crashes the runner (a signal, no status line) is named in this step
+    print("deform-onnx stage: " + what, file=sys.stderr, flush=True)
 def timed(fn):
+    stage("running the converted model")
     out = fn()
     times = []
     for _ in range(meta["repeats"]):
@@ -243,6 +246,7 @@ shapes = ",".join("[" + ",".join(map(str, feeds[n].shape)) + "]" + typed(n) for 
 # the wheel's own binary (its `pnnx` script imports the package, which imports torch: not installed here)
 import importlib.util
 exe = os.path.join(list(importlib.util.find_spec("pnnx").submodule_search_locations)[0], "pnnx")
+stage("converting the file with pnnx")
 conv = subprocess.run([exe, model, "inputshape=" + shapes, "fp16=0"], cwd=work,
                       capture_output=True, text=True, timeout=600)
 param, weights = os.path.join(work, "m.ncnn.param"), os.path.join(work, "m.ncnn.bin")
@@ -258,6 +262,7 @@ try:
     for flag in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic", "use_bf16_storage"):
         setattr(net.opt, flag, False)
     # ncnn says why a layer cannot load on the C stderr only: capture fd 2 around the load
+    stage("loading pnnx's ncnn model")
     log_path = os.path.join(work, "load.log")
     saved, log_fd = os.dup(2), os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log_fd, 2)
@@ -273,7 +278,11 @@ try:
         ex = net.create_extractor()
         for i, n in enumerate(meta["inputs"]):
             fed = feeds[n][0]
-            ex.input(f"in{i}", ncnn.Mat(np.ascontiguousarray(fed, np.float32 if fed.dtype == np.float16 else fed.dtype)))
+            # clone: a Mat over numpy's memory has no refcount, which ncnn dereferences before a layer runs in place on
+            # it (net.cpp, light mode: `*bottom_blob.refcount != 1`): a graph whose first op was Neg, Abs or Mul of
+            # the input crashed the runner (SIGSEGV, measured here)
+            arr = np.ascontiguousarray(fed, np.float32 if fed.dtype == np.float16 else fed.dtype)
+            ex.input(f"in{i}", ncnn.Mat(arr).clone())
         ys = []
         for i in range(len(out_names)):  # pnnx names the file's outputs out0, out1, ... in order
             ret, y = ex.extract(f"out{i}")
