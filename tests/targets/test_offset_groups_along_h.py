@@ -127,3 +127,24 @@ def test_ncnn_target_stacks_offset_groups():
     proto = onnx.load_from_string(buf.getvalue())
     assert _grid_sample_maps(proto) == [[1, CFG.C_in // 2, 2 * (CFG.H + 2), CFG.W]]
     assert_close(run_ort(proto.SerializeToString(), inputs), reference(module, inputs), what="target ncnn")
+
+
+def test_lower_with_target_ncnn_folds_the_reordered_weight(tmp_path):
+    """``lower(target="ncnn")`` of a native ``DeformConv`` file: the weight is the file's initializer, so the
+    reordered weight is written as a constant (no Transpose of it); torchvision's numbers in ONNX Runtime."""
+    module = DeformLayer(CFG).eval()
+    inputs = _far_offsets(make_inputs(CFG), CFG.H)
+    native = tmp_path / "native.onnx"
+    deform_onnx.export(module, tuple(inputs.values()), native, input_names=list(inputs), method="native",
+                       opset_version=19, verify=False, verify_runtimes=(), dynamo=False)  # fmt: skip
+    proto = deform_onnx.lower(onnx.load(native), target="ncnn")
+    assert _grid_sample_maps(proto) == [[1, CFG.C_in // 2, 2 * (CFG.H + 2), CFG.W]]
+    conv = next(n for n in proto.graph.node if n.op_type == "Conv")
+    made = {o: n for n in proto.graph.node for o in n.output}
+    weights = {i.name: list(i.dims) for i in proto.graph.initializer}
+    if conv.input[1] in made:  # a Constant node (the builder's constants), nothing computed from the weight
+        node = made[conv.input[1]]
+        assert node.op_type == "Constant", node.op_type
+        weights[conv.input[1]] = list(node.attribute[0].t.dims)
+    assert weights[conv.input[1]] == [CFG.C_out, CFG.C_in // 2, 2 * 9, 1]
+    assert_close(run_ort(proto.SerializeToString(), inputs), reference(module, inputs), what="lower(target='ncnn')")

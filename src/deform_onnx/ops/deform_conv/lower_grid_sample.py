@@ -326,7 +326,6 @@ def _stacked_contraction(
     gx = b.op("Add", b.op("Mul", dx, _two_over(b, W, coord)), b.float_const(gx_base, coord))
     gx = _finite_grid(b, gx, coord)
     grid = b.op("Concat", gx, gy, axis=2)  # [N, G*K, (x, y), Hb, Wo]
-    weight = _stacked_weight(b, spec, weight)  # [Co, C/G, G, K]
     zeros = GridSampleSpec("bilinear", "zeros", align_corners=False)
     samples = b.mul_dim(b.mul_dim(Ho, G), K)
     if taps_as_channels:  # rows (g, k, h)
@@ -340,23 +339,26 @@ def _stacked_contraction(
         cols = b.op("Mul", cols, m)
     if taps_as_channels:
         cols = b.reshape(cols, [-1, Cg * G * K, Ho, Wo])
-        inputs = [cols, b.reshape(weight, [Co, Cg * G * K, 1, 1])]
+        inputs = [cols, _stacked_weight(b, spec, weight, [Co, Cg * G * K, 1, 1])]
         kernel, strides = [1, 1], [1, 1]
     else:
-        inputs = [cols, b.reshape(weight, [Co, Cg, G * K, 1])]
+        inputs = [cols, _stacked_weight(b, spec, weight, [Co, Cg, G * K, 1])]
         kernel, strides = [G * K, 1], [G * K, 1]
     if bias is not None:
         inputs.append(bias)
     return b.op("Conv", *inputs, kernel_shape=kernel, strides=strides)
 
 
-def _stacked_weight(b: Builder, spec: DeformConvSpec, weight: Value) -> Value:
-    """The weight ``[Co, C, kh, kw]`` with its input channels in (channel in group, group) order: ``[Co, C/G, G, K]``."""
+def _stacked_weight(b: Builder, spec: DeformConvSpec, weight: Value, shape: list[int]) -> Value:
+    """The weight ``[Co, C, kh, kw]`` with its input channels in (channel in group, group, tap) order, as ``shape``.
+
+    ``[Co, C/G, G, K]`` read as ``shape`` (the contraction Conv's weight); a constant weight is reordered here.
+    """
     G, K, Cg, Co = spec.offset_groups, spec.taps, spec.channels_per_offset_group, spec.out_channels
     w = b.constant_array(weight)
-    if w is not None:  # folded here: the file holds the weight in the order the Conv reads
-        return b.const(np.ascontiguousarray(w.reshape(Co, G, Cg, K).transpose(0, 2, 1, 3)))
-    return b.op("Transpose", b.reshape(weight, [Co, G, Cg, K]), perm=[0, 2, 1, 3])
+    if w is not None:  # folded here: the file holds the weight as the Conv reads it
+        return b.const(np.ascontiguousarray(w.reshape(Co, G, Cg, K).transpose(0, 2, 1, 3).reshape(shape)))
+    return b.reshape(b.op("Transpose", b.reshape(weight, [Co, G, Cg, K]), perm=[0, 2, 1, 3]), shape)
 
 
 def _bilinear_rows(
