@@ -26,6 +26,20 @@ reach the lowerings through this context instead, set around the export by
   1x1 one; with ``"whole map"``, this is MNN's fastest form (measured here: MNN 3.6.1 through
   :func:`deform_onnx.runtimes.deployed.run_file`, per op with its ``runSessionWithCallBackInfo``).
   ncnn runs it slower than ``"contraction as Conv"`` (it repacks the columns for the reshape).
+- ``"offset groups along H"`` (with ``"contraction as Conv"`` or ``"taps as channels"``): the grid_sample form
+  of a deformable convolution with more than one offset group (one convolution group, static sizes) stacks the
+  groups' maps along H, each between zero rows (``[N, C/G, G*(H+2), W]``), clamps each sample's row into its own
+  band (a row outside the band reads only zero rows: torchvision's zero padding) and samples every group's taps
+  with one GridSample of ``C/G`` channels; one mask product, and the contraction ``Conv`` reads the weight's input
+  channels in (channel in group, group, tap) order, so no ``Concat`` of the groups' columns
+  (:func:`~deform_onnx.ops.deform_conv.lower_grid_sample.stacks_offset_groups`). The same numbers within
+  GridSample's coordinate rounding of the taller map (at most
+  :data:`~deform_onnx.ops.deform_conv.lower_grid_sample.STACKED_MAX_ROWS` rows). Without a leading axis other
+  than the batch, it needs no ``"batch 1"``, which it replaces where it applies. On ncnn, with 8 offset groups,
+  it ran faster than one GridSample per group at one thread and at ncnn's default threads (in smaller row bands
+  faster still at one thread, but slower at the default threads on the loaded machine); on MNN it ran slower
+  than MNN's groups in the batch (measured here: scripts/repro/offset_groups_along_h.py). The ``ncnn`` target
+  asks for it.
 - ``"offset groups apart"``: the gather form computes the sample indices and
   weights of each offset group on its own (``G`` index computations of one
   group, each reading its channel slice of one shared table) instead of one
@@ -174,6 +188,7 @@ EMIT_FORMS = (
     "contraction as Conv",
     "taps as channels",
     "offset groups apart",
+    "offset groups along H",
     "flat offset groups",
     "flat sampling grid",
     "no NaN guard",

@@ -259,7 +259,12 @@ TABLE: tuple[Target, ...] = (
         status="measured here",
         # the contraction as a Conv: 2.0-2.4x faster on ncnn than the MatMul of 2-D columns (measured here,
         # DCNv2 1x64x64 and 1x256x32, 3 interleaved rounds: ncnn repacks the columns for each reshape and MatMul)
-        forms=("no NaN guard", "batch 1", "contraction as Conv"),
+        # every offset group by one GridSample over the groups' maps stacked along H: DCNv2 1x64x64 og8 in
+        # 0.85-0.95x the CPU time of one GridSample per group at one thread (8 runs), 0.48-0.82x at ncnn's default
+        # threads (5 runs; the control file 0.94-1.06x at one thread, 0.75-0.98x and once 2.5x at the default;
+        # measured here, ncnn 1.0.20261020, 9-15 interleaved rounds on a loaded machine:
+        # scripts/repro/offset_groups_along_h.py); one offset group: the same file
+        forms=("no NaN guard", "batch 1", "contraction as Conv", "offset groups along H"),
         grid_sample=("5-D", "cubic"),
         # measured here (scripts/op_matrix.py): GridSample-20 5-D within 4.2e-7; the gather form at 17 does not load
         needs=(

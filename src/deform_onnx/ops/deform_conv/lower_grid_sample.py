@@ -79,6 +79,12 @@ BILINEAR_MAX_SIZE = 512
 BLOCK_CHANNELS = 32
 #: The same in the ``"GridSample channel blocks of 8"`` form (OpenVINO's fastest).
 SMALL_BLOCK_CHANNELS = 8
+#: Most rows of the ``"offset groups along H"`` form's stacked map, ``G*(H+2)``: GridSample's coordinate rounding
+#: grows with the sampled side (see the module docstring; 2.0e-5 at 512, 5.6e-5 at 1024, measured).
+STACKED_MAX_ROWS = 2 * BILINEAR_MAX_SIZE
+#: Band-local rows the stacked form clamps a sample's row to: midway into the two zero rows around each band, so
+#: that a point beyond the band reads zeros only, even one GridSample unnormalises a little off.
+_ROW_LOW, _ROW_HIGH_PAST = -1.5, 0.5
 
 
 def lower_grid_sample(
@@ -114,9 +120,10 @@ def lower_grid_sample(
         # (OpenVINO's border rule is written once, in the gather sampler.)
         return lower_gather(b, spec, x, weight, offset, mask, bias)
     coord, offset = coordinate_dtype(b, x, offset)
-    bands = row_bands(Ho, Wo, sampler=sampler)
     # ncnn's and MNN's forms: every tap sampled at once, contracted by a Conv (kernel K x 1 stride K, or 1 x 1)
     as_conv = (wants("contraction as Conv") or wants("taps as channels")) and w_const is None and not sampler
+    stacked = as_conv and stacks_offset_groups(b, spec, x)
+    bands = row_bands(Ho, Wo, sampler=sampler)
     # Taps sampled by one GridSample: a kernel row, or every tap of a band (a band's columns are small:
     # one GridSample and one product per band, no sum of kernel rows; measured faster, BENCHMARKS.md)
     step = kh * kw if bands != [None] or as_conv else kw
@@ -134,13 +141,16 @@ def lower_grid_sample(
             x_n, offset_n, mask_n = x, offset, mask
         else:
             x_n, offset_n, mask_n = (None if t is None else b.slice(t, n, n + 1, axis=0) for t in (x, offset, mask))
+        x_stack = _stacked_map(b, spec, x_n) if stacked else None  # once per image, read by every band
         parts = []
         for band in bands:
             # output rows first .. first+Hb-1, sampled from the whole input
             rows_b = band_inputs(b, band, Ho, Wo, offset_n, mask_n)
             Pb, offset_b, mask_b = rows_b.pixels, rows_b.offset, rows_b.mask
             out, rows = None, []  # rows: the sampled columns of each step of taps
-            if as_conv:  # [N, Co, Hb, Wo], the bias added by each band's Conv
+            if x_stack is not None:  # [N, Co, Hb, Wo]: every offset group by one GridSample, one Conv
+                out = _stacked_contraction(b, spec, x_stack, coord, rows_b, (H, W), weight, bias)
+            elif as_conv:  # [N, Co, Hb, Wo], the bias added by each band's Conv
                 out = _conv_contraction(b, spec, x_n, coord, rows_b, (H, W), weight, bias)
             elif sampler:  # [N, C*K, Hb, Wo]: rows (channel, tap), as weight_first_contraction takes them
                 cols = sampler_columns(b, spec, x_n, offset_b, mask_b, H, band)
@@ -242,6 +252,113 @@ def _conv_contraction(
     w = b.reshape(weight, [Co, Cpg, K, 1])
     inputs = (cols, w) if bias is None else (cols, w, bias)
     return b.op("Conv", *inputs, kernel_shape=[K, 1], strides=[K, 1], group=spec.groups)
+
+
+def stacks_offset_groups(b: Builder, spec: DeformConvSpec, x: Value) -> bool:
+    """Whether the ``"offset groups along H"`` form samples this layer (:func:`_stacked_contraction`).
+
+    Asked for, more than one offset group, one convolution group (the contraction reorders the input channels
+    across offset groups), static ``N, C, H, W`` (the zero rows are constants), one channel block per group
+    (:func:`channel_blocks`) and a stacked map of at most :data:`STACKED_MAX_ROWS` rows.
+    """
+    if not wants("offset groups along H") or spec.offset_groups < 2 or spec.groups != 1:
+        return False
+    dims = [b.dim(x, i) for i in range(4)]
+    if not all(isinstance(d, int) for d in dims):
+        return False
+    H = dims[2]
+    return channel_blocks(spec.channels_per_offset_group) == 1 and spec.offset_groups * (H + 2) <= STACKED_MAX_ROWS
+
+
+def _stacked_map(b: Builder, spec: DeformConvSpec, x: Value) -> Value:
+    """The offset groups' maps stacked along H: ``[N, C/G, G*(H+2), W]``, band ``g`` at rows ``g*(H+2) + 1 ..``.
+
+    Each group's map ``[N, C/G, H, W]`` gets one zero row above and one below (one ``Concat`` on the whole map),
+    then the groups move from the channel axis to the row axis (a ``Transpose`` of ``[N, G, C/G, (H+2)*W]``):
+    no value has more than 4 axes or a leading axis other than the batch (ncnn's rules).
+    """
+    N, C, H, W = (b.dim(x, i) for i in range(4))
+    G, Cg = spec.offset_groups, spec.channels_per_offset_group
+    zero = b.float_const(np.zeros((N, C, 1, W)), x)
+    padded = b.op("Concat", zero, x, zero, axis=2)  # [N, C, H+2, W]
+    bands = b.reshape(padded, [N, G, Cg, (H + 2) * W])
+    bands = b.op("Transpose", bands, perm=[0, 2, 1, 3])  # [N, C/G, G, (H+2)*W]
+    return b.reshape(bands, [N, Cg, G * (H + 2), W])
+
+
+def _stacked_contraction(
+    b: Builder, spec: DeformConvSpec, x_stack: Value, coord: Value, band: Band, size: tuple[Dim, Dim], weight, bias
+) -> Value:
+    """The ``"offset groups along H"`` form: ``[N, Co, Hb, Wo]`` from one GridSample of every group's taps.
+
+    ``x_stack``: :func:`_stacked_map`. Each sample's row is clamped to ``[-1.5, H + 0.5]`` in its own band and
+    moved to that band: a row in ``(-1, H)`` reads its band (rows ``-1`` and ``H`` are zeros, torchvision's
+    zero padding), any other row reads only zero rows (torchvision: 0 at ``y <= -1`` or ``y >= H``); a NaN row
+    too (replaced by ``-1.5``) unless ``"no NaN guard"``. Columns need no bands: the map keeps its width.
+
+    With ``"taps as channels"`` the samples are in (group, tap, output row) order, ``[N, C/G, G*K*Hb, Wo]``,
+    read as ``[N, C/G*G*K, Hb, Wo]`` and contracted by a ``1 x 1`` ``Conv``; else in (output row, group, tap)
+    order, ``[N, C/G, Hb*G*K, Wo]``, contracted by a ``Conv`` with a ``G*K x 1`` kernel and stride ``(G*K, 1)``
+    on ``C/G`` channels (no reshape of the columns). Either way the weight's input channels are read in
+    (channel in group, group, tap) order (a ``Transpose`` of the weight, folded when it is a constant), so the
+    sampled columns need no ``Concat`` and no ``Transpose``.
+    """
+    offset, mask, first, Ho, Wo = band.offset, band.mask, band.first, band.rows, band.cols
+    H, W = size
+    G, K, Cg, Co = spec.offset_groups, spec.taps, spec.channels_per_offset_group, spec.out_channels
+    half = b.dtype(x_stack) == np.float16  # coordinates in float32 then (coordinate_dtype): the grid is float32
+    rows = G * (H + 2)
+    taps_as_channels = wants("taps as channels")
+    # [N, G*K, (dy, dx), Hb, Wo] (offset channel (g*K + k)*2 + (0: dy, 1: dx))
+    off = b.reshape(offset, [-1, G * K, 2, Ho, Wo])
+    dy, dx = b.slice(off, 0, 1, axis=2), b.slice(off, 1, 2, axis=2)
+    tap_y = np.tile(np.asarray(spec.tap_rows(), dtype=np.float64), G).reshape(1, G * K, 1, 1, 1)
+    out_y = ((np.arange(Ho) + first) * spec.stride[0] - spec.padding[0]).reshape(1, 1, 1, -1, 1)
+    y = b.op("Add", dy, b.float_const(tap_y + out_y, coord))  # band-local pixel rows
+    low = b.float_const(_ROW_LOW, coord)
+    y = nan_guard(b, y, b.op("Clip", y, low, b.float_const(H + _ROW_HIGH_PAST, coord)), low)
+    # band g's row r is stacked row g*(H+2) + 1 + r; normalised (align_corners=0): (2*row + 1) / rows - 1
+    start = np.repeat(np.arange(G) * (H + 2) + 1.0, K).reshape(1, G * K, 1, 1, 1)
+    gy = b.op("Add", b.op("Mul", y, b.float_const(2.0 / rows, coord)), b.float_const((2 * start + 1) / rows - 1, coord))
+    tap_x = np.tile(np.asarray(spec.tap_cols(), dtype=np.float64), G).reshape(1, G * K, 1, 1, 1)
+    out_x = (np.arange(Wo) * spec.stride[1] - spec.padding[1]).reshape(1, 1, 1, 1, -1)
+    gx_base = (2 * (tap_x + out_x) + 1) / W - 1
+    gx = b.op("Add", b.op("Mul", dx, _two_over(b, W, coord)), b.float_const(gx_base, coord))
+    gx = _finite_grid(b, gx, coord)
+    grid = b.op("Concat", gx, gy, axis=2)  # [N, G*K, (x, y), Hb, Wo]
+    zeros = GridSampleSpec("bilinear", "zeros", align_corners=False)
+    samples = b.mul_dim(b.mul_dim(Ho, G), K)
+    if taps_as_channels:  # rows (g, k, h)
+        g = b.reshape(b.op("Transpose", grid, perm=[0, 1, 3, 4, 2]), [-1, samples, Wo, 2])
+        m = None if mask is None else b.reshape(mask, [-1, 1, samples, Wo])
+    else:  # rows (h, g, k)
+        g = b.reshape(b.op("Transpose", grid, perm=[0, 3, 1, 4, 2]), [-1, samples, Wo, 2])
+        m = None if mask is None else b.reshape(b.op("Transpose", mask, perm=[0, 2, 1, 3]), [-1, 1, samples, Wo])
+    cols = grid_sample_node(b, zeros, x_stack, g, half)  # [N, C/G, G*K*Hb, Wo]
+    if m is not None:
+        cols = b.op("Mul", cols, m)
+    if taps_as_channels:
+        cols = b.reshape(cols, [-1, Cg * G * K, Ho, Wo])
+        inputs = [cols, _stacked_weight(b, spec, weight, [Co, Cg * G * K, 1, 1])]
+        kernel, strides = [1, 1], [1, 1]
+    else:
+        inputs = [cols, _stacked_weight(b, spec, weight, [Co, Cg, G * K, 1])]
+        kernel, strides = [G * K, 1], [G * K, 1]
+    if bias is not None:
+        inputs.append(bias)
+    return b.op("Conv", *inputs, kernel_shape=kernel, strides=strides)
+
+
+def _stacked_weight(b: Builder, spec: DeformConvSpec, weight: Value, shape: list[int]) -> Value:
+    """The weight ``[Co, C, kh, kw]`` with its input channels in (channel in group, group, tap) order, as ``shape``.
+
+    ``[Co, C/G, G, K]`` read as ``shape`` (the contraction Conv's weight); a constant weight is reordered here.
+    """
+    G, K, Cg, Co = spec.offset_groups, spec.taps, spec.channels_per_offset_group, spec.out_channels
+    w = b.constant_array(weight)
+    if w is not None:  # folded here: the file holds the weight as the Conv reads it
+        return b.const(np.ascontiguousarray(w.reshape(Co, G, Cg, K).transpose(0, 2, 1, 3).reshape(shape)))
+    return b.reshape(b.op("Transpose", b.reshape(weight, [Co, G, Cg, K]), perm=[0, 2, 1, 3]), shape)
 
 
 def _bilinear_rows(
