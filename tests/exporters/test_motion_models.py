@@ -1,0 +1,45 @@
+"""Talking-head / motion-transfer models (tests/real_code/liveportrait_style.py, fomm_style.py): refusals that name
+the op and the fix, and the 6-D keypoint heatmaps converted by LiteRT.
+
+- ``target="ncnn"``: FOMM's ``source_image.unsqueeze(1).unsqueeze(1).repeat(...)`` is 6-D, which no ncnn blob
+  holds; the refusal named a Conv3d weight (LivePortrait: ``hourglass.down.weight [8, 25, 3, 3, 3]``, a layer
+  parameter in ncnn, not a blob) and no fix.
+- FOMM's jacobians (``torch.inverse(kp_driving['jacobian'])``): neither exporter translates ``aten::linalg_inv``;
+  the error now says so and how to write it instead.
+- ``.pte``: LivePortrait's hourglass pools with ``nn.AvgPool3d``, which ExecuTorch's runtime has no kernel for;
+  the refusal said "Failed to load method forward, error: 0x:14" and now names ``aten::avg_pool3d.out``.
+- ``.tflite``: ``kp2gaussian``'s ``(mean_sub ** 2)`` over ``[B, K, D, H, W, 3]`` made a 6-D ``tfl.pow``, which
+  LiteRT refuses; the litert writer squares by ``mul``.
+- ``.tflite`` of a model returning a dict (LivePortrait's ``WarpingNetwork``): litert-torch names the outputs by key
+  and LiteRT lists them sorted by name; they were compared with PyTorch's out of order (refused on a shape).
+
+Expected values are PyTorch's on the same tensors.
+"""
+
+from __future__ import annotations
+
+import onnx
+import torch
+
+from deform_onnx.targets.rules import ncnn_blobs
+from real_code import fomm_style as fo
+from real_code import liveportrait_style as lp
+
+
+def _onnx(model, args, path):
+    torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17)
+    return onnx.load(str(path))
+
+
+def test_ncnn_rule_names_a_value_and_the_fix(tmp_path):
+    """FOMM's dense motion: the 6-D repeat is named (not a weight), with what to do."""
+    model = fo.randomize(fo.Generator())
+    (line,) = ncnn_blobs(_onnx(model, fo.example(), tmp_path / "fomm.onnx"))
+    assert "weight" not in line.split("e.g.")[1].split()[0], line
+    assert "fold those axes into one" in line and "target 'mnn'" in line, line
+
+
+def test_ncnn_rule_takes_conv3d_weights(tmp_path):
+    """A Conv3d on a batch-1 volume: its 5-D weight is the layer's parameter, its 5-D values fit after the 1."""
+    model = lp.SameBlock3d(4, 4).eval()
+    assert ncnn_blobs(_onnx(model, (torch.randn(1, 4, 2, 8, 8),), tmp_path / "c3.onnx")) == []
