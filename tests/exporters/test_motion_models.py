@@ -19,8 +19,11 @@ Expected values are PyTorch's on the same tensors.
 from __future__ import annotations
 
 import onnx
+import pytest
 import torch
 
+import deform_onnx
+from deform_onnx.core.errors import ExportError
 from deform_onnx.targets.rules import ncnn_blobs
 from real_code import fomm_style as fo
 from real_code import liveportrait_style as lp
@@ -43,3 +46,25 @@ def test_ncnn_rule_takes_conv3d_weights(tmp_path):
     """A Conv3d on a batch-1 volume: its 5-D weight is the layer's parameter, its 5-D values fit after the 1."""
     model = lp.SameBlock3d(4, 4).eval()
     assert ncnn_blobs(_onnx(model, (torch.randn(1, 4, 2, 8, 8),), tmp_path / "c3.onnx")) == []
+
+
+class Jacobians(torch.nn.Module):
+    """FOMM's ``create_sparse_motions`` jacobian step: ``kp_source['jacobian'] @ inverse(kp_driving['jacobian'])``
+    applied to the coordinate grid, then sampled."""
+
+    def forward(self, image, jac_driving, jac_source):
+        bs, _, h, w = image.shape
+        grid = fo.make_coordinate_grid((h, w), type=image.type()).view(1, h, w, 2, 1)
+        jacobian = torch.matmul(jac_source, torch.inverse(jac_driving)).view(bs, 1, 1, 2, 2)
+        grid = torch.matmul(jacobian, grid).squeeze(-1)
+        return torch.nn.functional.grid_sample(image, grid)
+
+
+def test_inverse_refusal_names_the_fix(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    args = (torch.rand(1, 2, 8, 8, generator=g), torch.eye(2) + 0.1 * torch.randn(1, 2, 2, generator=g),
+            torch.eye(2) + 0.1 * torch.randn(1, 2, 2, generator=g))  # fmt: skip
+    path = tmp_path / "jac.onnx"
+    with pytest.raises(ExportError, match=r"aten::linalg_inv\w* has no ONNX translation.*closed form"):
+        deform_onnx.export(Jacobians(), args, path)
+    assert not path.exists()
