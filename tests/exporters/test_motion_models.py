@@ -18,6 +18,8 @@ Expected values are PyTorch's on the same tensors.
 
 from __future__ import annotations
 
+import importlib.util
+
 import onnx
 import pytest
 import torch
@@ -67,4 +69,21 @@ def test_inverse_refusal_names_the_fix(tmp_path):
     path = tmp_path / "jac.onnx"
     with pytest.raises(ExportError, match=r"aten::linalg_inv\w* has no ONNX translation.*closed form"):
         deform_onnx.export(Jacobians(), args, path)
+    assert not path.exists()
+
+
+class Pool3d(torch.nn.Module):
+    """LivePortrait's ``DownBlock3d`` pooling (``nn.AvgPool3d(kernel_size=(1, 2, 2))``) after its 5-D warp."""
+
+    def forward(self, volume, grid):
+        return torch.nn.functional.avg_pool3d(torch.nn.functional.grid_sample(volume, grid, align_corners=False),
+                                              kernel_size=(1, 2, 2))  # fmt: skip
+
+
+@pytest.mark.skipif(importlib.util.find_spec("executorch") is None, reason="needs the executorch extra")
+def test_pte_names_the_op_without_kernel(tmp_path):
+    args = (torch.randn(1, 2, 2, 4, 4), torch.rand(1, 2, 4, 4, 3) * 2 - 1)
+    path = tmp_path / "pool.pte"
+    with pytest.raises(ExportError, match=r"no kernel for aten::avg_pool3d\.out.*export to \.onnx"):
+        deform_onnx.export(Pool3d(), args, path)
     assert not path.exists()
