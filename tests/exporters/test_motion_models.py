@@ -87,3 +87,27 @@ def test_pte_names_the_op_without_kernel(tmp_path):
     with pytest.raises(ExportError, match=r"no kernel for aten::avg_pool3d\.out.*export to \.onnx"):
         deform_onnx.export(Pool3d(), args, path)
     assert not path.exists()
+
+
+class Heatmaps(torch.nn.Module):
+    """LivePortrait's ``create_heatmap_representations`` core: ``kp2gaussian`` of driving minus source over a
+    ``(2, 4, 4)`` volume (6-D ``mean_sub``)."""
+
+    def forward(self, kp_driving, kp_source):
+        return lp.kp2gaussian(kp_driving, (2, 4, 4), 0.01) - lp.kp2gaussian(kp_source, (2, 4, 4), 0.01)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("litert_torch") is None, reason="needs the litert extra")
+def test_tflite_squares_6d_heatmaps(tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    _, kp_d, kp_s = lp.example(num_kp=2)
+    path = tmp_path / "heat.tflite"
+    deform_onnx.export(Heatmaps(), (kp_d, kp_s), path)
+    it = Interpreter(model_path=str(path))
+    it.allocate_tensors()
+    for detail, value in zip(it.get_input_details(), (kp_d, kp_s), strict=True):
+        it.set_tensor(detail["index"], value.numpy())
+    it.invoke()
+    got = torch.from_numpy(it.get_tensor(it.get_output_details()[0]["index"]))
+    torch.testing.assert_close(got, Heatmaps()(kp_d, kp_s), rtol=0, atol=1e-5)

@@ -120,6 +120,20 @@ def compact_repeat(x, repeats):
     return torch.ops.aten.clone.default(x.reshape(held).expand(spread)).reshape(out)
 
 
+def square_as_mul(x, exponent):
+    """``x ** exponent``, as ``x * x`` when the exponent is 2 (the value PyTorch's CPU ``pow`` computes for it).
+
+    LiteRT's ``tfl.pow`` takes at most 4-D operands: litert-torch 0.10.0 refused LivePortrait's and First Order
+    Motion Model's ``kp2gaussian`` (``(mean_sub ** 2).sum(-1)`` over ``[B, K, D, H, W, 3]``) with "failed to
+    legalize operation 'tfl.pow' that was explicitly marked illegal"; ``tfl.mul`` takes up to 6-D.
+    """
+    import torch
+
+    if not isinstance(exponent, bool) and exponent == 2:
+        return torch.ops.aten.mul.Tensor(x, x)
+    return NotImplemented  # torch.export keeps the op as it is
+
+
 def refuse_float16_conv(ep) -> None:
     """Refuse, before litert-torch runs, a program that convolves or pads a float16 tensor.
 
@@ -197,7 +211,13 @@ def write(model, args, path, **settings) -> ExportReport:
         plan = plan_sizes(model, args, None, opts["verify_shapes"], opts["verify"])
         with graph_forms(FORMS):
             ep = exported(
-                model, args, None, method, TITLE, notes=notes, extra={torch.ops.aten.repeat.default: compact_repeat}
+                model,
+                args,
+                None,
+                method,
+                TITLE,
+                notes=notes,
+                extra={torch.ops.aten.repeat.default: compact_repeat, torch.ops.aten.pow.Tensor_Scalar: square_as_mul},
             )
         refuse_float16_conv(ep)
         data = convert(ep, args)
