@@ -111,3 +111,20 @@ def test_tflite_squares_6d_heatmaps(tmp_path):
     it.invoke()
     got = torch.from_numpy(it.get_tensor(it.get_output_details()[0]["index"]))
     torch.testing.assert_close(got, Heatmaps()(kp_d, kp_s), rtol=0, atol=1e-5)
+
+
+class WarpDict(torch.nn.Module):
+    """``WarpingNetwork.forward``'s return: a dict whose keys are not in sorted order (LiteRT lists outputs by name)."""
+
+    def forward(self, feature, grid):
+        out = torch.nn.functional.grid_sample(feature, grid, align_corners=False)
+        return {"occlusion_map": torch.sigmoid(out[:, :1]), "deformation": grid, "out": out}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("litert_torch") is None, reason="needs the litert extra")
+def test_tflite_dict_outputs_in_model_order(tmp_path):
+    """Refused before ("LiteRT shape (1, 4, 4, 2) != PyTorch shape (1, 1, 4, 4)"): written and matched now."""
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(1, 2, 4, 4, generator=g), torch.rand(1, 4, 4, 2, generator=g) * 2 - 1)
+    report = deform_onnx.export(WarpDict(), args, tmp_path / "warp.tflite")
+    assert report.max_error <= 1e-4
