@@ -50,6 +50,8 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   explicit ``Pad`` + ``count_include_pad=0``.
 - ``"Einsum as MatMul"`` (:mod:`.repair_einsum`): a two-operand batched-matmul ``Einsum`` as ``Transpose`` +
   ``MatMul`` (MNN 3.6.1 returns ``bmn,bcn->bcm`` with its output axes swapped: DAT's attention).
+- ``"integer Clip as Max/Min"`` (:mod:`.repair_clip`): a ``Clip`` of an integer tensor as ``Max`` + ``Min``
+  (onnx2torch 1.5.15 clamps with float bounds, turning int64 indices into float32: RT-DETRv2's discrete sampling).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..core.protos import drop_unused_nodes
+from .repair_clip import integer_clip_as_max_min
 from .repair_einsum import einsum_as_matmul
 from .repair_index import index_list_as_concat, scatter_as_concat
 from .repair_pool import ceil_mode_pooling_explicit
@@ -178,4 +181,5 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "Split as Slice": split_as_slice,  # repair_split.py
     "ceil_mode pooling explicit": ceil_mode_pooling_explicit,  # repair_pool.py
     "Einsum as MatMul": einsum_as_matmul,  # repair_einsum.py
+    "integer Clip as Max/Min": integer_clip_as_max_min,  # repair_clip.py
 }
