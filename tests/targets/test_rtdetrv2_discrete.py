@@ -66,3 +66,16 @@ def test_onnx2torch_runs_the_repaired_file(tmp_path):
     onnx.save(proto, str(repaired))
     (row,) = deform_onnx.check_runtimes(repaired, ["onnx2torch"], model=model, args=args)
     assert row.ok, row
+
+
+def test_ncnn_refusal_of_heads_in_the_batch_names_the_fix(tmp_path):
+    """D-FINE's core folds its heads into GridSample's batch (``value_l.reshape(bs * n_head, c, h, w)``): the ncnn
+    refusal pointed at InternImage's DCNv3 only; it now names this case and the targets that take it."""
+    from deform_onnx.ops.grid_sample.rules import gridsample_batch_1
+
+    torch.manual_seed(0)
+    path = tmp_path / "dfine.onnx"
+    torch.onnx.export(TinyDecoderLayer("default", dfine=True).eval(), example(h=64, w=64), str(path), dynamo=False,
+                      opset_version=17)  # fmt: skip
+    (line,) = gridsample_batch_1(onnx.load(str(path)))
+    assert "bs * n_heads" in line and "target 'mnn'" in line, line
