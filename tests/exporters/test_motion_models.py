@@ -12,6 +12,8 @@ the op and the fix, and the 6-D keypoint heatmaps converted by LiteRT.
   LiteRT refuses; the litert writer squares by ``mul``.
 - ``.tflite`` of a model returning a dict (LivePortrait's ``WarpingNetwork``): litert-torch names the outputs by key
   and LiteRT lists them sorted by name; they were compared with PyTorch's out of order (refused on a shape).
+- A deployed runtime that converts the verified file wrong (onnx2tf on LivePortrait's 6-D motions, FOMM's
+  generator, RT-DETRv2's discrete sampling): the refusal names what to do (for LiteRT, the litert-torch ``.tflite``).
 
 Expected values are PyTorch's on the same tensors.
 """
@@ -128,3 +130,27 @@ def test_tflite_dict_outputs_in_model_order(tmp_path):
     args = (torch.randn(1, 2, 4, 4, generator=g), torch.rand(1, 4, 4, 2, generator=g) * 2 - 1)
     report = deform_onnx.export(WarpDict(), args, tmp_path / "warp.tflite")
     assert report.max_error <= 1e-4
+
+
+@pytest.mark.parametrize(
+    ("runtime", "error", "says"),
+    [
+        ("tflite", "onnx2tf wrote no .tflite: ValueError: Dimensions must be equal", "'model.tflite'"),
+        ("onnx2torch", "IndexError: tensors used as indices must be long", "export for another target"),
+        ("mnn", "could not create the runtime's venv: pip failed", None),
+    ],
+)
+def test_deployed_refusal_names_the_fix(monkeypatch, runtime, error, says):
+    """A deployed runtime that fails on the verified file: the refusal says what to do (LivePortrait's warp through
+    onnx2tf: the litert-torch .tflite), except where the runtime could not be set up (its line says why)."""
+    from deform_onnx.core.errors import VerificationError
+    from deform_onnx.exporting import deployed_check
+    from deform_onnx.runtimes.deployed import check
+
+    row = check.RuntimeRow(runtime=runtime, title=runtime, version="1", error=error)
+    monkeypatch.setattr(check, "check_runtimes", lambda *a, **k: [row])
+    with pytest.raises(VerificationError) as caught:
+        deployed_check.check_deployed(b"", None, (), [runtime])
+    message = str(caught.value)
+    assert error in message and message.endswith("; nothing was written")
+    assert (says in message) if says else ("another target" not in message and "model.tflite" not in message)
