@@ -14,6 +14,8 @@ the op and the fix, and the 6-D keypoint heatmaps converted by LiteRT.
   and LiteRT lists them sorted by name; they were compared with PyTorch's out of order (refused on a shape).
 - A deployed runtime that converts the verified file wrong (onnx2tf on LivePortrait's 6-D motions, FOMM's
   generator, RT-DETRv2's discrete sampling): the refusal names what to do (for LiteRT, the litert-torch ``.tflite``).
+- A dynamic H the model needs even (LivePortrait's pool-then-upsample hourglass, ``.pte`` with ``dynamic_shapes``):
+  the refusal asked for a Dim range; it now says to declare the size as a multiple.
 
 Expected values are PyTorch's on the same tensors.
 """
@@ -154,3 +156,24 @@ def test_deployed_refusal_names_the_fix(monkeypatch, runtime, error, says):
     message = str(caught.value)
     assert error in message and message.endswith("; nothing was written")
     assert (says in message) if says else ("another target" not in message and "model.tflite" not in message)
+
+
+class PoolUp(torch.nn.Module):
+    """LivePortrait's hourglass on a map: ``avg_pool`` by 2 then ``interpolate(scale_factor=2)`` added back, which
+    holds only for an even size (torch.export's guard ``H == 2*(H // 2)``)."""
+
+    def forward(self, x):
+        return x + torch.nn.functional.interpolate(torch.nn.functional.avg_pool2d(x, 2), scale_factor=2)
+
+
+def test_capture_refusal_names_the_multiple():
+    """A .pte / .tflite with a dynamic H the model needs even: the refusal said "give its Dim the range the model
+    allows", which no range gives; it now says to declare H as 2 * Dim."""
+    from torch.export import Dim
+
+    from deform_onnx.formats.capture import capture
+
+    with pytest.raises(ExportError, match=r"multiple of 2: declare it as 2 \* torch\.export\.Dim"):
+        capture(PoolUp(), (torch.randn(1, 2, 8, 8),), ({2: Dim("H", min=4, max=16)},), "ExecuTorch")
+    h = Dim("h", min=2, max=8)
+    assert capture(PoolUp(), (torch.randn(1, 2, 8, 8),), ({2: 2 * h},), "ExecuTorch").program is not None
