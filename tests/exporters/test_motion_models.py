@@ -16,6 +16,9 @@ the op and the fix, and the 6-D keypoint heatmaps converted by LiteRT.
   generator, RT-DETRv2's discrete sampling): the refusal names what to do (for LiteRT, the litert-torch ``.tflite``).
 - A dynamic H the model needs even (LivePortrait's pool-then-upsample hourglass, ``.pte`` with ``dynamic_shapes``):
   the refusal asked for a Dim range; it now says to declare the size as a multiple.
+- LivePortrait in float16 for a deployed runtime (``target="mnn"``): the runtime check ran the model as it is and
+  raised PyTorch's NotImplementedError (``avg_pool3d`` has no ``Half`` CPU kernel); it now takes the float32 copy
+  as export's own check does.
 
 Expected values are PyTorch's on the same tensors.
 """
@@ -177,3 +180,20 @@ def test_capture_refusal_names_the_multiple():
         capture(PoolUp(), (torch.randn(1, 2, 8, 8),), ({2: Dim("H", min=4, max=16)},), "ExecuTorch")
     h = Dim("h", min=2, max=8)
     assert capture(PoolUp(), (torch.randn(1, 2, 8, 8),), ({2: 2 * h},), "ExecuTorch").program is not None
+
+
+def test_deployed_reference_of_a_half_model_without_cpu_kernel(tmp_path):
+    """LivePortrait in float16 (``avg_pool3d`` has no ``Half`` kernel on CPU): export's own check takes the float32
+    copy as reference, but the deployed-runtime check ran the model as it is and raised PyTorch's
+    NotImplementedError ('"avg_pool3d_out_frame" not implemented for 'Half''); it now takes the same copy."""
+    from deform_onnx.runtimes.deployed.check import reference_outputs
+
+    model = Pool3d()
+    args = (torch.randn(1, 2, 2, 4, 4).half(), (torch.rand(1, 2, 4, 4, 3) * 2 - 1).half())
+    with pytest.raises(NotImplementedError):
+        model(*args)
+    path = tmp_path / "pool_half.onnx"
+    deform_onnx.export(model, args, path)
+    ((_, got),) = reference_outputs(path, {}, model, args)
+    want = model(*(a.float() for a in args)).half().numpy()
+    assert got.dtype == want.dtype and (got == want).all()
