@@ -63,7 +63,7 @@ def check_deployed(
         bad = [row for row in failed(rows) if rules[id(row)] is None]
         if bad:
             raise VerificationError(f"the file fails on {len(bad)} of {len(rows)} runtimes: "
-                                    + "; ".join(describe(r) for r in bad) + _causes(data, bad)
+                                    + "; ".join(describe(r) for r in bad) + _causes(data, bad) + _fix(bad)
                                     + "; nothing was written")  # fmt: skip
         if keep_artifacts is not None:  # all or none, with a new file's mode
             commit_copies([(kept, Path(keep_artifacts) / kept.name) for row in rows for kept in row.artifacts
@@ -90,6 +90,28 @@ def _causes(data: bytes, bad: list) -> str:
             f"over the wrong axes (ncnn has no batch axis): {shown}; compute them with a mean, sum, max, min or norm "
             "over the non-batch axes of a static batch-1 value (which the target rewrites), or export for another "
             "target")  # fmt: skip
+
+
+#: What to do when a runtime converts or runs the verified file wrong, by runtime (the file matched PyTorch in
+#: ONNX Runtime, so the difference is the runtime's converter or kernels).
+_ELSEWHERE = {
+    # measured here: onnx2tf 1.29.24 wrote FOMM's generator 1e-3 off and RT-DETRv2's discrete sampling 0.1 off,
+    # and failed on LivePortrait's 6-D motions, while litert-torch's .tflite of each matched PyTorch
+    "tflite": "LiteRT also takes a .tflite written from PyTorch by litert-torch, without onnx2tf: "
+    "deform_onnx.export(model, args, 'model.tflite') (CLI: -o model.tflite)",
+}
+
+
+def _fix(bad) -> str:
+    """``"; <what to do>"`` for the failed rows ``bad`` (``""`` when a runtime could not be set up: its row says why)."""
+    if any(r.error is not None and ("venv" in r.error or "pip" in r.error) for r in bad):
+        return ""
+    known = [_ELSEWHERE[r.runtime] for r in bad if r.runtime in _ELSEWHERE]
+    general = (
+        "the file itself matched PyTorch in ONNX Runtime, so the difference is the runtime's conversion or kernels: "
+        "export for another target, or write that part of the model otherwise"
+    )
+    return "; " + "; ".join(known or [general])
 
 
 def _export_rules(data: bytes, model, args: tuple, row, tolerance: tuple[float | None, float | None]) -> str | None:

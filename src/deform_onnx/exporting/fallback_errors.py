@@ -33,9 +33,10 @@ def both_failed(abandoned: str, exc: BaseException, eager: Callable[[], object] 
     (DAT or TOOD cast to float16 mix float32 tensors in and fail in PyTorch itself; both exporters' errors
     alone read as an exporter's fault).
     """
+    fix = untranslatable_fix(f"{abandoned} {_text(exc)}")
     message = (
         f"no exporter wrote a file: the dynamo exporter was abandoned first ({abandoned}); "
-        f"then the TorchScript exporter failed: {_text(exc)}; no file was written"
+        f"then the TorchScript exporter failed: {_text(exc)}{fix}; no file was written"
     )
     if eager is not None and not isinstance(exc, ExportError):
         try:
@@ -48,10 +49,41 @@ def both_failed(abandoned: str, exc: BaseException, eager: Callable[[], object] 
     return type(exc)(message) if isinstance(exc, ExportError) else ExportError(message)
 
 
+#: What to do instead of an ATen op neither exporter translates, by op (aten name without namespace).
+_INSTEAD = {
+    # First Order Motion Model's jacobians, Thin-Plate-Spline Motion Model's TPS solve (torch.inverse)
+    "linalg_inv": "torch.inverse has no ONNX operator: write a small matrix's inverse in closed form (2x2: "
+    "[[d, -b], [-c, a]] / (a*d - b*c)), or compute it outside the model and pass it in as an input",
+}
+_INSTEAD["linalg_inv_ex"] = _INSTEAD["inverse"] = _INSTEAD["linalg_inv"]
+
+
+def untranslatable_fix(text: str) -> str:
+    """``"; <what to do>"`` when ``text`` (the exporters' errors) names an ATen op that neither exporter translates
+    to ONNX (dynamo: "No ONNX function found for <OpOverload(op='aten.X'"; TorchScript: "Exporting the operator
+    'aten::X' to ONNX opset version N is not supported"), else ``""``.
+
+    Such an op is the model's own, not a deformable one deform-onnx lowers: the fix is in the model.
+    """
+    import re
+
+    found = re.search(r"operator 'aten::(\w+)' to ONNX", text) or re.search(
+        r"No ONNX function found for <OpOverload\(op='aten\.(\w+)'", text
+    )
+    if found is None:
+        return ""
+    op = found.group(1)
+    instead = _INSTEAD.get(op) or (
+        "rewrite that part of the model with ops that export, or compute it outside the model and pass the "
+        "result in as an input"
+    )
+    return f" (aten::{op} has no ONNX translation in torch's exporters; it is not a deformable op): {instead}"
+
+
 @contextlib.contextmanager
 def reasons_named(abandoned: str | None, eager: Callable[[], object] | None = None) -> Iterator[None]:
     """Around the TorchScript path of an export whose dynamo path was abandoned (``abandoned``: why; ``None``:
-    it was not abandoned, and errors pass unchanged). User errors (``ValueError``) and a runtime without a
+    it was not abandoned, and errors pass unchanged, but for an op no exporter translates: then the fix is named). User errors (``ValueError``) and a runtime without a
     kernel (:class:`MissingKernelError`) pass unchanged: they name their own fix. ``eager``: see
     :func:`both_failed`.
     """
@@ -61,6 +93,9 @@ def reasons_named(abandoned: str | None, eager: Callable[[], object] | None = No
         raise
     except Exception as exc:
         if abandoned is None:
+            fix = untranslatable_fix(_text(exc))
+            if fix and not isinstance(exc, ExportError):  # dynamo=False: the TorchScript exporter's error alone
+                raise ExportError(f"the TorchScript exporter failed: {_text(exc)}{fix}; no file was written") from None
             raise
         raise both_failed(abandoned, exc, eager) from None
 

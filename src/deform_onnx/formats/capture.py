@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -71,6 +72,11 @@ class Captured:
         return text
 
 
+#: torch.export's guard for a size the model needs divisible: ``L['x'].size()[3] == (2*(L['x'].size()[3] // 2))``
+#: (LivePortrait's ``AvgPool3d((1, 2, 2))`` then ``interpolate(scale_factor=(1, 2, 2))`` on a dynamic H).
+_MULTIPLE = re.compile(r"(?P<size>\S+\.size\(\)\[\d+\]) == \((?P<k>\d+)\*\((?P=size) // (?P=k)\)\)")
+
+
 def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
     """``torch.export.export(model, args, dynamic_shapes=...)`` by the first of :data:`STRATEGIES` that captures.
 
@@ -101,7 +107,15 @@ def capture(model, args: tuple, dynamic_shapes, title: str) -> Captured:
                 continue
         return Captured(program, strategy, list(mode.applied) if mode is not None else [], failed)
     fix = ""
-    if any("Constraints violated" in f for f in failed):  # a dynamic dimension the model's code fixes or bounds
+    multiple = next((m for f in failed if (m := _MULTIPLE.search(f))), None)
+    if multiple is not None:  # `X == k*(X // k)`: the model needs a multiple of k (a stride-k pool or reshape)
+        k = multiple.group("k")
+        fix = (
+            f"; the model needs that size to be a multiple of {k}: declare it as {k} * torch.export.Dim(...) "
+            f"(e.g. H = {k} * Dim('h', min=..., max=...)), or make that dimension static (no --dynamic / "
+            "dynamic_shapes)"
+        )
+    elif any("Constraints violated" in f for f in failed):  # a dynamic dimension the model's code fixes or bounds
         fix = "; make that dimension static (no --dynamic / dynamic_shapes) or give its Dim the range the model allows"
     elif any("data-dependent" in f.lower() for f in failed):  # `if x.sum() > 0:` (EDVR's DCNv2Pack offset check)
         fix = (

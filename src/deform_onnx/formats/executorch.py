@@ -34,6 +34,28 @@ FORMS = ("four corner gathers", "whole map", "float row index", "table by one Pa
 TAKEN = ("method", "dynamic_shapes", "verify", "rtol", "atol", "verify_shapes")
 
 
+def missing_kernels(data: bytes) -> list[str]:
+    """The operators the program ``data`` (a serialized ``.pte``) calls outside its delegates that this ExecuTorch
+    runtime has no kernel for (``aten::avg_pool3d.out``), sorted; empty when none or when it cannot tell.
+
+    ExecuTorch's ``load_method`` says only "error: 0x14" (``Error::OperatorMissing``); LivePortrait's dense motion
+    (an ``nn.AvgPool3d`` in its hourglass) was refused so, without the op's name.
+    """
+    try:
+        from executorch.exir._serialize._program import deserialize_pte_binary
+        from executorch.extension.pybindings import portable_lib
+
+        have = set(portable_lib._get_operator_names())
+        program = deserialize_pte_binary(data)
+        program = getattr(program, "program", program)  # executorch >= 1.0 wraps it with its named data
+        called = {
+            o.name + (f".{o.overload}" if o.overload else "") for p in program.execution_plan for o in p.operators
+        }
+    except Exception:  # noqa: BLE001 - private APIs of the runtime; without them the runtime's own error stands
+        return []
+    return sorted(called - have)
+
+
 class ExecuTorchSession:
     """An ExecuTorch program loaded in its Python runtime, with ONNX Runtime's session API (for ``verify``)."""
 
@@ -48,6 +70,14 @@ class ExecuTorchSession:
                 self._program = Runtime.get().load_program(data)
                 self._method = self._program.load_method("forward")
             except Exception as exc:  # noqa: BLE001 - the runtime's errors, any kind: its first line, said in one
+                missing = missing_kernels(data)
+                if missing:
+                    raise ExportError(
+                        f"ExecuTorch has no kernel for {', '.join(missing)} (an op of the model's own, not a "
+                        "deformable one; the runtime refused the program with OperatorMissing): rewrite that part "
+                        "with ops ExecuTorch runs, build your runtime with a kernel for it, or export to .onnx "
+                        "instead"
+                    ) from None
                 why = _backend_failure(noise) or first_error(noise) or exc
                 raise ExportError(f"ExecuTorch refused the program: {why}") from None
         meta = self._method.metadata

@@ -32,6 +32,26 @@ FORMS = ("four corner gathers", "whole map")
 TAKEN = ("method", "verify", "rtol", "atol", "verify_shapes")
 
 
+def output_order(ep) -> list[str] | None:
+    """The names litert-torch gives the outputs of ``ep`` (converted as ``ep.module()``), in the model's order, or
+    ``None`` for plain ``output_<i>`` names (a tensor, tuple or list) or when its helpers are not there.
+
+    litert-torch names a dict's outputs by key (``_get_output_names``: ``flat_dict_names`` of the out spec), and
+    the signature runner lists them sorted by name: LivePortrait's warping network returns ``{'occlusion_map',
+    'deformation', 'out'}``, and its outputs were compared in the order ``deformation, occlusion_map, out``
+    (refused: "LiteRT shape (1, 4, 16, 16, 3) != PyTorch shape (1, 1, 16, 16)").
+    """
+    try:
+        from litert_torch.backend import export_utils
+
+        spec = ep.call_spec.out_spec
+        if not spec or not spec.context:
+            return None
+        return list(export_utils.flat_dict_names(export_utils.get_children(spec), spec.context))
+    except Exception:  # noqa: BLE001 - litert-torch's private helpers: without them, the index order
+        return None
+
+
 def _index(name: str) -> int:
     found = re.search(r"(\d+)$", name)
     return int(found.group(1)) if found else 0
@@ -42,7 +62,10 @@ class LiteRTSession:
 
     runtime = "LiteRT"
 
-    def __init__(self, data: bytes, num_threads: int | None = None):
+    def __init__(self, data: bytes, num_threads: int | None = None, output_names: list[str] | None = None):
+        """``output_names``: litert-torch's names of the outputs in the model's order (:func:`output_order`); without
+        them the outputs are ordered by their ``output_<i>`` index.
+        """
         with quiet() as noise:
             try:
                 from ai_edge_litert.interpreter import Interpreter
@@ -58,7 +81,10 @@ class LiteRTSession:
         self._dtypes = {n: np.dtype(d["dtype"]) for n, d in details.items()}
         #: what the report says about inputs fed in another dtype than the model's
         self.notes: list[str] = []
-        self._outputs = [Named(n) for n in sorted(self._runner.get_output_details(), key=_index)]
+        found = self._runner.get_output_details()
+        # a dict's outputs are named by key, and the runner lists them sorted by name, not in the model's order
+        ordered = output_names if output_names and sorted(output_names) == sorted(found) else sorted(found, key=_index)
+        self._outputs = [Named(n) for n in ordered]
 
     def get_inputs(self) -> list[Named]:
         """The signature's inputs, in argument order."""
@@ -120,6 +146,20 @@ def compact_repeat(x, repeats):
             spread += [times, size]
         out.append(size * times)
     return torch.ops.aten.clone.default(x.reshape(held).expand(spread)).reshape(out)
+
+
+def square_as_mul(x, exponent):
+    """``x ** exponent``, as ``x * x`` when the exponent is 2 (the value PyTorch's CPU ``pow`` computes for it).
+
+    LiteRT's ``tfl.pow`` takes at most 4-D operands: litert-torch 0.10.0 refused LivePortrait's and First Order
+    Motion Model's ``kp2gaussian`` (``(mean_sub ** 2).sum(-1)`` over ``[B, K, D, H, W, 3]``) with "failed to
+    legalize operation 'tfl.pow' that was explicitly marked illegal"; ``tfl.mul`` takes up to 6-D.
+    """
+    import torch
+
+    if not isinstance(exponent, bool) and exponent == 2:
+        return torch.ops.aten.mul.Tensor(x, x)
+    return NotImplemented  # torch.export keeps the op as it is
 
 
 def refuse_float16_conv(ep) -> None:
@@ -199,11 +239,17 @@ def write(model, args, path, **settings) -> ExportReport:
         plan = plan_sizes(model, args, None, opts["verify_shapes"], opts["verify"])
         with graph_forms(FORMS):
             ep = exported(
-                model, args, None, method, TITLE, notes=notes, extra={torch.ops.aten.repeat.default: compact_repeat}
+                model,
+                args,
+                None,
+                method,
+                TITLE,
+                notes=notes,
+                extra={torch.ops.aten.repeat.default: compact_repeat, torch.ops.aten.pow.Tensor_Scalar: square_as_mul},
             )
         refuse_float16_conv(ep)
         data = convert(ep, args)
-        session = LiteRTSession(data)
+        session = LiteRTSession(data, output_names=output_order(ep))
         checks = prove(session, model, plan, opts) if opts["verify"] else []
     written = write_bytes_atomic(path, data)
     report = report_for(written, "litert", method, checks, len(data), started, ep, plan)

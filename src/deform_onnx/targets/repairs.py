@@ -55,6 +55,8 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   ``Transpose`` + ``MaxPool`` (a channel max) and elementwise ops (pnnx 20261020 writes every ``Reduce*`` as an ncnn
   ``Reduction`` over the ONNX axes not shifted for ncnn's missing batch axis: SE blocks, CBAM, SuperPoint's
   ``F.normalize`` of sampled descriptors).
+- ``"integer Clip as Max/Min"`` (:mod:`.repair_clip`): a ``Clip`` of an integer tensor as ``Max`` + ``Min``
+  (onnx2torch 1.5.15 clamps with float bounds, turning int64 indices into float32: RT-DETRv2's discrete sampling).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..core.protos import drop_unused_nodes
+from .repair_clip import integer_clip_as_max_min
 from .repair_einsum import einsum_as_matmul
 from .repair_index import index_list_as_concat, scatter_as_concat
 from .repair_pool import ceil_mode_pooling_explicit
@@ -185,4 +188,5 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "ceil_mode pooling explicit": ceil_mode_pooling_explicit,  # repair_pool.py
     "Einsum as MatMul": einsum_as_matmul,  # repair_einsum.py
     "reductions as pooling and Conv": reductions_as_pooling_and_conv,  # repair_reduce.py
+    "integer Clip as Max/Min": integer_clip_as_max_min,  # repair_clip.py
 }

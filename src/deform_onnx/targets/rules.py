@@ -95,9 +95,13 @@ def ncnn_blobs(model: onnx.ModelProto) -> list[str]:
     ncnn blobs have no batch axis and at most 4 dimensions (w, h, d, c).
     """
     g = _inferred(model).graph
+    # A convolution's weight is the layer's parameter in ncnn, not a blob: a Conv3d's 5-D weight fits
+    # (pnnx writes Convolution3D), so it is neither counted nor named as the example.
+    weights = {n.input[1] for n in model.graph.node if n.op_type in ("Conv", "ConvTranspose") and len(n.input) > 1}
+    weights -= {i for n in model.graph.node if n.op_type not in ("Conv", "ConvTranspose") for i in n.input}
     big = []
     for v in (*g.input, *g.value_info, *g.output):
-        if not (v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")):
+        if not (v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")) or v.name in weights:
             continue
         dims = v.type.tensor_type.shape.dim
         if len(dims) > 5 or (len(dims) == 5 and dims[0].dim_value != 1):
@@ -107,9 +111,14 @@ def ncnn_blobs(model: onnx.ModelProto) -> list[str]:
     batched = [i.name for i in g.input if (d := i.type.tensor_type.shape.dim) and d[0].dim_value > 1]
     hint = f" (input {batched[0]} has a batch above 1: ncnn has no batch axis; export with batch 1 and run " \
         "the extractor once per image)" if batched else ""  # fmt: skip
+    fix = hint or (
+        ": fold those axes into one in the model (e.g. the batch with a per-item axis, as a view/reshape) so that "
+        "every value is at most 4-D after a leading 1, or export for a runtime that holds them (target 'mnn', "
+        "'openvino' or 'onnxruntime')"
+    )
     return [
         f"{len(big)} value(s) that no ncnn blob holds (more than 4-D after a leading 1; e.g. {big[0][0]} "
-        f"{big[0][1]}){hint}"
+        f"{big[0][1]}){fix}"
     ]
 
 

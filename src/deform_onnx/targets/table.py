@@ -336,7 +336,9 @@ TABLE: tuple[Target, ...] = (
         "constant without 0 (the same values)",
         source="measured here (scripts/runtime_matrix.py, scripts/op_matrix.py: onnx2torch 1.5.15 on torch 2.14.1)",
         options=("no DeformConv", "no GridSample", "no Reshape allowzero", "onnx2torch loadable ops"),
-        repairs=("Reshape allowzero 0",),
+        # measured here: onnx2torch clamps with float bounds, so an int64 Clip (RT-DETRv2's discrete sampling
+        # coordinates) became float32 and its GatherND refused it
+        repairs=("Reshape allowzero 0", "integer Clip as Max/Min"),
         faults=(
             _no_kernel(
                 "onnx2torch",
@@ -370,7 +372,7 @@ TABLE: tuple[Target, ...] = (
         source="measured here (tests/runtimes/test_onnx2torch.py; scripts/runner_builds.py onnx2torch)",
         options=("no GridSample", "no Reshape allowzero", "onnx2torch-native loadable ops"),
         # onnx2torch has no Split-18 (every Split at opset 19): mmdet's DCNv2 torch.chunk, as Slice-13
-        repairs=("Reshape allowzero 0", "Split as Slice"),
+        repairs=("Reshape allowzero 0", "Split as Slice", "integer Clip as Max/Min"),
         faults=(
             _no_grid_sample(
                 _ONNX2TORCH_NO_GRID_SAMPLE,

@@ -83,10 +83,13 @@ def gridsample_batch_1(model: onnx.ModelProto) -> list[str]:
     images = [i for i in g.input if i.name not in inits and len(i.type.tensor_type.shape.dim) >= 3]
     if any(batch.get(i.name) != 1 for i in images):
         hint = " (export with batch 1 and run the extractor once per image)"
-    else:  # the model's code made the batch: InternImage's dcnv3_core_pytorch folds its groups into it
+    else:  # the model's code made the batch: DCNv3's groups or an MSDA core's heads folded into it
         hint = (
-            " (groups folded into the batch, as InternImage's dcnv3_core_pytorch does: call "
-            "deform_onnx.ops.dcnv3.dcnv3_core with the same arguments, which samples each group apart for ncnn)"
+            " (groups or heads folded into the batch by the model's code. InternImage's dcnv3_core_pytorch: call "
+            "deform_onnx.ops.dcnv3.dcnv3_core with the same arguments, which samples each group apart for ncnn. "
+            "An MSDA core's bs * n_heads (Deformable DETR, RT-DETR, D-FINE: value_l.reshape(bs * n_head, c, h, w)) "
+            "has no ncnn form here: export it for a runtime with a batch axis (target 'mnn', 'openvino', "
+            "'onnxruntime', 'tvm'))"
         )
     return (
         [f"GridSample node(s) over a batch other than 1, which ncnn has no axis for: {', '.join(found[:3])}{hint}"]

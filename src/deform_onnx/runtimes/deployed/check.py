@@ -200,6 +200,32 @@ def _numpy(t: Any) -> np.ndarray:
     return np.asarray(t)
 
 
+def _float32_reference(model, call: tuple, graph_outputs, exc: Exception) -> list:
+    """The reference of a float16 / bfloat16 model PyTorch cannot run on CPU (``avg_pool3d`` has no ``Half`` kernel:
+    LivePortrait's warping network in float16), as :func:`deform_onnx.exporting.verification.verify` takes it: the
+    model's float32 copy, each output rounded to the file's dtype for it.
+
+    Raises:
+        ValueError: the float32 copy does not run either (both reasons named), or ``exc`` when the model is not a
+            low-precision one.
+    """
+    import onnx
+    import torch
+
+    from ...exporting.verification import _copy_run
+
+    low = (torch.float16, torch.bfloat16)
+    if not any(isinstance(a, torch.Tensor) and a.dtype in low for a in call):
+        raise exc
+    copy32, why = _copy_run(model, call, torch.float32)
+    if copy32 is None:
+        raise ValueError(f"the model runs neither in its own dtype ({type(exc).__name__}: {exc}) nor as a float32 "
+                         f"copy ({why}): nothing to compare the runtime with") from None  # fmt: skip
+    dtypes = [onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type) for o in graph_outputs]
+    by_name = {np.dtype("float16"): torch.float16}
+    return [(p, t.to(by_name.get(dtypes[i], t.dtype)) if i < len(dtypes) else t) for i, (p, t) in enumerate(copy32)]
+
+
 def reference_outputs(
     path: Path, feeds: dict[str, np.ndarray], model: Any = None, args: tuple | None = None
 ) -> list[tuple[str, np.ndarray]]:
@@ -211,7 +237,8 @@ def reference_outputs(
     """
     import onnx
 
-    names = [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
+    graph_outputs = onnx.load(str(path), load_external_data=False).graph.output
+    names = [o.name for o in graph_outputs]
     if model is not None:
         import torch
 
@@ -219,8 +246,11 @@ def reference_outputs(
 
         call = args if args is not None else tuple(torch.from_numpy(a) for a in feeds.values())
         call = tuple(call) if isinstance(call, tuple | list) else (call,)
-        with torch.no_grad():
-            own = output_tensors(model(*call))
+        try:
+            with torch.no_grad():
+                own = output_tensors(model(*call))
+        except Exception as exc:  # noqa: BLE001 - a low-precision kernel PyTorch lacks on CPU: its float32 copy
+            own = _float32_reference(model, call, graph_outputs, exc)
         pairs = [(p, _feed(t)) for p, t in own]
         if any(t.dtype in (torch.float16, torch.bfloat16) for _, t in own):
             # As export's own check (docs/verification.md): PyTorch's low-precision output is no trustworthy
