@@ -151,12 +151,20 @@ def test_a_runtime_is_held_to_exports_rules(tmp_path: Path, rectifier_runs: dict
 
 def test_openvino_ir_is_held_to_exports_rules(tmp_path: Path) -> None:
     """The .xml writer judges OpenVINO's run of the IR by the same rules: ASTER's rectifier, 3.4e-4 off PyTorch
-    float32 in OpenVINO as PyTorch float32 is off float64, is written (it was refused by the plain 1e-4)."""
+    float32 in OpenVINO as PyTorch float32 is off float64, is written (it was refused by the plain 1e-4). On a CPU
+    where OpenVINO's default is bf16 (AVX-512 BF16 or AMX) its Linear runs as a bf16 FullyConnected OpenVINO makes
+    while compiling, far off float64 too: refused, naming that layer, and nothing written (the rule, on any CPU)."""
     pytest.importorskip("openvino")
     from real_code.aster_tps_style import Rectifier
 
     torch.manual_seed(0)
     model, x = Rectifier().eval(), torch.randn(1, 3, 32, 100, generator=torch.Generator().manual_seed(2))
-    report = deform_onnx.export(model, (x,), tmp_path / "r.xml")
+    try:
+        report = deform_onnx.export(model, (x,), tmp_path / "r.xml")
+    except deform_onnx.VerificationError as exc:
+        text = str(exc)
+        assert "whose default on this CPU is bf16" in text and "FullyConnected" in text, text
+        assert list(tmp_path.iterdir()) == []
+        return
     assert (tmp_path / "r.xml").is_file() and report.runtimes[-1].startswith("openvino"), report.runtimes
     assert any("float64 rule" in c.rule for c in report.checks.values()), report.checks
