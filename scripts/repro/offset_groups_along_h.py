@@ -4,15 +4,20 @@ Exports the DCNv2 layer of BENCHMARKS.md's shapes with method grid_sample for ta
 with the target's own forms but without this one (``base``; ``lower_grid_sample.STACKED_MAX_ROWS`` set to 0
 while it exports), the same file again (``control``: the noise of the timing) and with the form (``along_h``;
 a file identical to an earlier one, e.g. the form on one offset group, is reported and not timed;
-``--band-pixels``: also both in row bands of at most that many output pixels).
+``--band-pixels``: also both in row bands of at most that many output pixels; ``--reference along_h``: the
+form's file is the one the others are compared with, the control is a second copy of it and only it is also
+exported in bands, e.g. the band size of ncnn's current og8 file).
 Each file is converted and run once by the family's own runner
 (:func:`deform_onnx.runtimes.deployed.run_file`) and compared with PyTorch (1e-4); then every correct file
 of a (family, shape) is loaded in one process of that family's venv and timed in rounds of ``--reps`` runs
 per file, the files in an order rotated per round, at one thread and at the family's other thread count
-(ncnn: its default, MNN: 2). Printed per file: the median over rounds of the round's median (wall and
-process CPU time) and the median of the per-round ratios to ``base``.
+(ncnn: its default, MNN: 2), ``--runs`` processes each, the thread counts alternating. Printed per file:
+the median over rounds of the round's median (wall and process CPU time) and the median of the per-round
+ratios to the reference (``base`` unless ``--reference``).
 
     PYTHONPATH=src python scripts/repro/offset_groups_along_h.py --families ncnn mnn --shapes 1,64,64,og=8
+    PYTHONPATH=src python scripts/repro/offset_groups_along_h.py --families ncnn --shapes 1,64,64,og=8 \
+        --reference along_h --band-pixels 1024 512 256 --runs 3
 """
 
 from __future__ import annotations
@@ -78,10 +83,14 @@ print("RESULT " + json.dumps({"wall": wall, "cpu": cpu}))
 """
 
 
-def export_and_check(text: str, fam: str, out: Path, band_pixels=()) -> tuple[dict, dict, list[str]]:
+def export_and_check(
+    text: str, fam: str, out: Path, band_pixels=(), reference: str = "base"
+) -> tuple[dict, dict, list[str]]:
     """``({variant: converted files}, feeds, input names)`` of one (shape, family); each file checked in the runtime.
 
     ``band_pixels``: also each file with output row bands of at most that many pixels (``common.BAND_PIXELS``).
+    ``reference``: ``"base"`` or ``"along_h"``, the variant that ``control`` copies (``"along_h"``: only it in
+    bands).
     """
     import deform_onnx
     from deform_onnx.bench.deform_conv import BenchShape, DeformConvCase
@@ -96,8 +105,12 @@ def export_and_check(text: str, fam: str, out: Path, band_pixels=()) -> tuple[di
     python = interpreter(FAMILIES[fam])
     files: dict[str, list[str]] = {}
     seen: dict[bytes, str] = {}
-    variants = [(name, forms, None) for name, forms in VARIANTS]
-    variants += [(f"{n}_b{p}", f, p) for p in band_pixels for n, f in (("base", []), ("along_h", [FORM]))]
+    own = dict(VARIANTS)
+    if reference != "base":  # the reference first: a later identical file is reported and not timed
+        own = {reference: own[reference], "control": own[reference]}
+    variants = [(name, forms, None) for name, forms in own.items()]
+    banded = (("base", []), ("along_h", [FORM])) if reference == "base" else ((reference, own[reference]),)
+    variants += [(f"{n}_b{p}", f, p) for p in band_pixels for n, f in banded]
     default_pixels, rows = common.BAND_PIXELS, lgs.STACKED_MAX_ROWS
     for name, forms, pixels in variants:
         path = work / f"{name}.onnx"
@@ -155,16 +168,16 @@ def time_files(fam: str, files: dict, feeds: str, inputs: list[str], threads: in
     return json.loads(line[-1][7:])
 
 
-def summary(res: dict) -> str:
-    """Per variant: median ms over rounds (wall, CPU) and the median per-round ratio to ``base``."""
+def summary(res: dict, reference: str = "base") -> str:
+    """Per variant: median ms over rounds (wall, CPU) and the median per-round ratio to ``reference``."""
     out = []
     for name in res["wall"]:
         parts = []
         for view in ("wall", "cpu"):
-            ms, base = res[view][name], res[view]["base"]
+            ms, base = res[view][name], res[view][reference]
             ratio = st.median(a / b for a, b in zip(ms, base))
             parts.append(f"{view} {st.median(ms):7.2f} ms {ratio:.3f}x")
-        out.append(f"    {name:8s} " + " | ".join(parts))
+        out.append(f"    {name:13s} " + " | ".join(parts))
     return "\n".join(out)
 
 
@@ -177,18 +190,22 @@ def main() -> None:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 0], help="0: ncnn's default, MNN 2")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--band-pixels", type=int, nargs="*", default=[], help="also the form in smaller row bands")
+    p.add_argument("--runs", type=int, default=1, help="timing processes per thread count, thread counts alternating")
+    p.add_argument("--reference", choices=("base", "along_h"), default="base", help="the file compared with")
     a = p.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="groups-along-h-"))
     for text in a.shapes:
         for fam in a.families:
-            files, feeds, inputs = export_and_check(text, fam, out, a.band_pixels)
-            if len(files) < 3 or "base" not in files:
+            files, feeds, inputs = export_and_check(text, fam, out, a.band_pixels, a.reference)
+            if len(files) < 3 or a.reference not in files:
                 continue
-            for threads in a.threads:
-                t = threads or (2 if fam == "mnn" else 0)
-                res = time_files(fam, files, feeds["path"], inputs, t, a.rounds, a.reps)
-                label = f"{t} thread(s)" if t else "default threads"
-                print(f"{fam} {text} ({a.rounds} rounds x {a.reps} runs, {label}):\n{summary(res)}", flush=True)
+            for run in range(a.runs):
+                for threads in a.threads:
+                    t = threads or (2 if fam == "mnn" else 0)
+                    res = time_files(fam, files, feeds["path"], inputs, t, a.rounds, a.reps)
+                    label = f"{t} thread(s)" if t else "default threads"
+                    head = f"{fam} {text} run {run + 1} ({a.rounds} rounds x {a.reps} runs, {label})"
+                    print(f"{head}:\n{summary(res, a.reference)}", flush=True)
 
 
 if __name__ == "__main__":
