@@ -87,6 +87,23 @@ STACKED_MAX_ROWS = 2 * BILINEAR_MAX_SIZE
 _ROW_LOW, _ROW_HIGH_PAST = -1.5, 0.5
 
 
+def _contract_rows(b: Builder, spec: DeformConvSpec, out, pairs, flat: bool, step: int, Pb):
+    """Add each ``(weight rows, sampled columns)`` product of a band to ``out`` (``None`` before the first).
+
+    ``cols``: ``[N*G, C/G, step*Pb]``; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
+    ``flat``: one 2-D Gemm per step of taps, else ``[N, groups, Co/groups, Pb]`` batched products.
+    """
+    C, Co = spec.in_channels, spec.out_channels
+    groups, Cpg = spec.groups, spec.channels_per_group
+    for w_i, cols in pairs:
+        if flat:
+            out = add_product(b, out, b.reshape(w_i, [Co, C * step]), b.reshape(cols, [C * step, Pb]))
+        else:
+            cols = b.reshape(cols, [-1, groups, Cpg * step, Pb])
+            out = add_product(b, out, b.reshape(w_i, [groups, Co // groups, Cpg * step]), cols, two_d=False)
+    return out
+
+
 def lower_grid_sample(
     b: Builder,
     spec: DeformConvSpec,
@@ -98,7 +115,7 @@ def lower_grid_sample(
 ) -> Value:
     """Emit the GridSample lowering; returns the ``[N, Co, Ho, Wo]`` output value."""
     kh, kw = spec.kernel
-    C, Co = spec.in_channels, spec.out_channels
+    Co = spec.out_channels
     groups, Cpg = spec.groups, spec.channels_per_group
     H, W = b.dim(x, 2), b.dim(x, 3)
     Ho, Wo = output_dims(b, spec, x)
@@ -161,13 +178,7 @@ def lower_grid_sample(
                     rows, out = [], weight_first_contraction(b, rows, w_const, step=step, P=Pb, scale=False)
                 elif wants("integer contraction"):  # MatMuls on 2-D constant weights (quantization)
                     rows, out = [], integer_contraction(b, rows, w_rows, groups=groups, Co=Co, Cpg=Cpg, kw=step, P=Pb)
-            for w_i, cols in zip(w_rows, rows):
-                # cols: [N*G, C/G, kw*Hb*Wo]; rows (g, c/G, tap) == (channel, tap) == (group, channel in group, tap).
-                if flat:  # 2-D: one Gemm per kernel row
-                    out = add_product(b, out, b.reshape(w_i, [Co, C * step]), b.reshape(cols, [C * step, Pb]))
-                else:  # [N, groups, Co/groups, Hb*Wo]
-                    cols = b.reshape(cols, [-1, groups, Cpg * step, Pb])
-                    out = add_product(b, out, b.reshape(w_i, [groups, Co // groups, Cpg * step]), cols, two_d=False)
+            out = _contract_rows(b, spec, out, zip(w_rows, rows), flat, step, Pb)
             parts.append(out if as_conv else b.reshape(out, [-1, Co, Pb]))
         out = parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=2)
         if as_conv:  # [N, Co, Ho, Wo] already, with its bias
