@@ -27,8 +27,25 @@ SHAPES = ("1,64,64", "1,256,32", "4,64,32")
 TARGETS = {"onnxruntime": "onnxruntime", "openvino": "openvino", "tvm": "tvm", "tflite": "tflite"}
 BLOCKS = (0, 8, 16, 32, 64)  # 0: without the form
 
+# Rounds of REPS timed calls per file, the files in an order rotated per round (``runs``: name -> callable), wall and
+# process CPU time per call; shared with offset_groups_along_h.py.
+ROUND_ROBIN = r"""
+names = list(runs)
+wall = {n: [] for n in names}; cpu = {n: [] for n in names}
+for r in range(ROUNDS):
+    k = r % len(names)
+    for n in names[k:] + names[:k]:
+        fn = runs[n]; fn(); w, c = [], []
+        for _ in range(REPS):
+            t, p = time.perf_counter(), time.process_time(); fn()
+            w.append(time.perf_counter() - t); c.append(time.process_time() - p)
+        wall[n].append(statistics.median(w) * 1e3); cpu[n].append(statistics.median(c) * 1e3)
+print("RESULT " + json.dumps({"wall": wall, "cpu": cpu}))
+"""
+
 # The timing loop, run by the family's Python: FILES (name -> path), KIND, ROUNDS, REPS, FEEDS (npz) come first.
-TIMER = r"""
+TIMER = (
+    r"""
 import json, os, statistics, sys, time
 import numpy as np
 feeds = dict(np.load(FEEDS))
@@ -70,18 +87,9 @@ def make(name, path):
             it.set_tensor(d["index"], np.moveaxis(feeds[n], 1, -1).copy())
         return it.invoke
 runs = {name: make(name, path) for name, path in FILES.items()}
-names = list(runs)
-wall = {n: [] for n in names}; cpu = {n: [] for n in names}
-for r in range(ROUNDS):
-    k = r % len(names)
-    for n in names[k:] + names[:k]:
-        fn = runs[n]; fn(); w, c = [], []
-        for _ in range(REPS):
-            t, p = time.perf_counter(), time.process_time(); fn()
-            w.append(time.perf_counter() - t); c.append(time.process_time() - p)
-        wall[n].append(statistics.median(w) * 1e3); cpu[n].append(statistics.median(c) * 1e3)
-print("RESULT " + json.dumps({"wall": wall, "cpu": cpu}))
 """
+    + ROUND_ROBIN
+)
 
 
 def export_all(shapes, families, out: Path, blocks_tried=BLOCKS) -> dict:

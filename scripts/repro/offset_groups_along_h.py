@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from channel_blocks import ROUND_ROBIN
 
 FORM = "offset groups along H"
 SHAPES = ("1,64,64,og=8", "1,64,64,og=2", "1,256,32,og=4")
@@ -38,7 +39,8 @@ VARIANTS = (("base", []), ("control", []), ("along_h", [FORM]))  # (name, forms 
 
 # The timing loop, run by the family's Python: FILES (name -> converted files), KIND, ROUNDS, REPS, FEEDS, INPUTS,
 # THREADS come first.
-TIMER = r"""
+TIMER = (
+    r"""
 import json, statistics, time
 import numpy as np
 feeds = dict(np.load(FEEDS))
@@ -69,18 +71,9 @@ def make(paths):
         ys.read()
     return run
 runs = {name: make(paths) for name, paths in FILES.items()}
-names = list(runs)
-wall = {n: [] for n in names}; cpu = {n: [] for n in names}
-for r in range(ROUNDS):
-    k = r % len(names)
-    for n in names[k:] + names[:k]:
-        fn = runs[n]; fn(); w, c = [], []
-        for _ in range(REPS):
-            t, p = time.perf_counter(), time.process_time(); fn()
-            w.append(time.perf_counter() - t); c.append(time.process_time() - p)
-        wall[n].append(statistics.median(w) * 1e3); cpu[n].append(statistics.median(c) * 1e3)
-print("RESULT " + json.dumps({"wall": wall, "cpu": cpu}))
 """
+    + ROUND_ROBIN
+)
 
 
 def export_and_check(
