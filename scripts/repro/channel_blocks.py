@@ -175,18 +175,18 @@ def time_files(fam: str, files: dict, feeds: str, rounds: int, reps: int) -> dic
     return json.loads(line[-1][7:])
 
 
-def summary(res: dict) -> str:
-    """Per variant: median ms over rounds (wall, CPU) and the median per-round ratio to ``base``."""
+def summary(res: dict, reference: str = "base", width: int = 5) -> str:
+    """Per variant: median ms over rounds (wall, CPU) and the median per-round ratio to ``reference``."""
     import statistics as st
 
     out = []
     for name in res["wall"]:
         parts = []
         for view in ("wall", "cpu"):
-            ms, base = res[view][name], res[view]["base"]
+            ms, base = res[view][name], res[view][reference]
             ratio = st.median(a / b for a, b in zip(ms, base))
             parts.append(f"{view} {st.median(ms):7.2f} ms {ratio:.3f}x")
-        out.append(f"    {name:5s} " + " | ".join(parts))
+        out.append(f"    {name:{width}s} " + " | ".join(parts))
     return "\n".join(out)
 
 

@@ -25,13 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics as st
 import subprocess
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from channel_blocks import ROUND_ROBIN
+from channel_blocks import ROUND_ROBIN, summary
 
 FORM = "offset groups along H"
 SHAPES = ("1,64,64,og=8", "1,64,64,og=2", "1,256,32,og=4")
@@ -161,19 +160,6 @@ def time_files(fam: str, files: dict, feeds: str, inputs: list[str], threads: in
     return json.loads(line[-1][7:])
 
 
-def summary(res: dict, reference: str = "base") -> str:
-    """Per variant: median ms over rounds (wall, CPU) and the median per-round ratio to ``reference``."""
-    out = []
-    for name in res["wall"]:
-        parts = []
-        for view in ("wall", "cpu"):
-            ms, base = res[view][name], res[view][reference]
-            ratio = st.median(a / b for a, b in zip(ms, base))
-            parts.append(f"{view} {st.median(ms):7.2f} ms {ratio:.3f}x")
-        out.append(f"    {name:13s} " + " | ".join(parts))
-    return "\n".join(out)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--families", nargs="+", default=["ncnn", "mnn"])
@@ -198,7 +184,7 @@ def main() -> None:
                     res = time_files(fam, files, feeds["path"], inputs, t, a.rounds, a.reps)
                     label = f"{t} thread(s)" if t else "default threads"
                     head = f"{fam} {text} run {run + 1} ({a.rounds} rounds x {a.reps} runs, {label})"
-                    print(f"{head}:\n{summary(res, a.reference)}", flush=True)
+                    print(f"{head}:\n{summary(res, a.reference, width=13)}", flush=True)
 
 
 if __name__ == "__main__":
