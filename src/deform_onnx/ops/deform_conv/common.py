@@ -23,7 +23,6 @@ def base_coords(
     *,
     size: Dim | None = None,
     start: int = 0,
-    repeat: int = 1,
 ) -> Value:
     """Sampling position of every (output index, tap) along one spatial axis.
 
@@ -35,15 +34,13 @@ def base_coords(
 
     ``start`` (static sizes only) is the first output index: a band of
     output rows ``start .. start + n_out - 1`` (:func:`row_bands`).
-    ``repeat``: the K taps repeated that many times along the tap axis (``repeat*K`` entries: one
-    block of taps per offset group, the ``"offset groups along H"`` form).
 
     Static sizes give a constant of O(Ho + K) elements (never O(Ho*Wo));
     dynamic ones are built from ``Range`` at run time. ``axis`` 0 = rows, 1 = columns.
     """
     stride, pad = spec.stride[axis], spec.padding[axis]
     out_shape, tap_shape = layout
-    taps = np.tile(np.asarray(spec.tap_rows() if axis == 0 else spec.tap_cols(), dtype=np.float64), repeat)
+    taps = np.asarray(spec.tap_rows() if axis == 0 else spec.tap_cols(), dtype=np.float64)
     if isinstance(n_out, int) and (size is None or isinstance(size, int)):
         base = ((np.arange(n_out, dtype=np.float64) + start) * stride - pad).reshape(out_shape) + taps.reshape(
             tap_shape
