@@ -6,7 +6,9 @@
 - Target ``mnn``: VFNet's ``star_dcn_offset`` assigns twelve channels in place (``offset[:, 0, :, :] = -1.0 *
   y1``), which the dynamo exporter writes as ``ScatterElements``; MNN 3.6.1 ran them wrong (13.6 off), so the
   target applies the repair ``"scatter as Concat"`` (``targets/repair_index.py``, ncnn's too). Planted fault:
-  without it the export's run in MNN refuses the file.
+  without it the export's run in MNN refuses the file. ``new_zeros`` is a ``ConstantOfShape`` without ``value``,
+  which MNNConvert folded into uninitialised memory in one CI run: the target writes the value
+  (``tests/targets/test_mnn_constant_of_shape.py``).
 """
 
 from __future__ import annotations
@@ -84,7 +86,10 @@ def test_star_offsets_for_mnn_are_written_without_scatter():
     opt_out = {"verify_runtimes": ()} if NO_RUNTIMES else {}
     report = deform_onnx.export(model, (x,), f, target="mnn", input_names=["x"], **opt_out)
     assert "scatter as Concat" in resolve_target("mnn").repairs
-    assert "ScatterElements" not in {n.op_type for n in onnx.load_from_string(f.getvalue()).graph.node}
+    nodes = onnx.load_from_string(f.getvalue()).graph.node
+    assert "ScatterElements" not in {n.op_type for n in nodes}
+    # new_zeros' ConstantOfShape carries its value: MNNConvert folds it into uninitialised memory otherwise
+    assert all(any(a.name == "value" for a in n.attribute) for n in nodes if n.op_type == "ConstantOfShape")
     if not NO_RUNTIMES:
         assert any(line.startswith("mnn") for line in report.runtimes), report.runtimes
     (got,) = ort.InferenceSession(f.getvalue(), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})

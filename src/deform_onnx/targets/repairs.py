@@ -55,6 +55,10 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   ``Transpose`` + ``MaxPool`` (a channel max) and elementwise ops (pnnx 20261020 writes every ``Reduce*`` as an ncnn
   ``Reduction`` over the ONNX axes not shifted for ncnn's missing batch axis: SE blocks, CBAM, SuperPoint's
   ``F.normalize`` of sampled descriptors).
+- ``"ConstantOfShape value written"``: a ``ConstantOfShape`` without its optional ``value`` gets the value the
+  ONNX spec defaults to (a one-element float32 0, ``ConstantOfShape``-9/20/21): MNNConvert 3.6.1 folds such a node
+  into a constant of uninitialised memory, different from one conversion of the same file to the next (VFNet's
+  ``new_zeros`` star offsets: 4 of 15 conversions wrong, up to 1.9e32; ``scripts/repro/mnn_constant_of_shape.py``).
 - ``"integer Clip as Max/Min"`` (:mod:`.repair_clip`): a ``Clip`` of an integer tensor as ``Max`` + ``Min``
   (onnx2torch 1.5.15 clamps with float bounds, turning int64 indices into float32: RT-DETRv2's discrete sampling).
 """
@@ -77,7 +81,7 @@ from .repair_split import split_as_slice
 from .repair_stack import stack_flatten_as_concat
 from .repair_tflite import constant_operand_last, gelu_divisor_1d, square_input_read_by_max
 
-__all__ = ["REPAIRS", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
+__all__ = ["REPAIRS", "constant_of_shape_value_written", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
 
 
 def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
@@ -172,6 +176,27 @@ def range_as_constant(model: onnx.ModelProto) -> list[str]:
     return [f"Range written as a constant on {changed} node(s)"]
 
 
+def constant_of_shape_value_written(model: onnx.ModelProto) -> list[str]:
+    """Give each main-graph ``ConstantOfShape`` without a ``value`` attribute the spec's default, float32 ``[0]``.
+
+    The ONNX spec (``ConstantOfShape``-9 and later): "If not specified, it defaults to a tensor of value 0 and
+    datatype float32", so the values are unchanged. Edits ``model`` in place. Returns one line naming how many
+    nodes changed (empty when none).
+    """
+    import numpy as np
+    from onnx import helper
+
+    changed = 0
+    for node in model.graph.node:
+        if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
+            continue
+        if any(a.name == "value" for a in node.attribute):
+            continue
+        node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros([1], np.float32))))
+        changed += 1
+    return [f"ConstantOfShape value 0.0 written on {changed} node(s)"] if changed else []
+
+
 #: Repair name (``Target.repairs``) -> function editing the model in place, returning what it did.
 REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "Reshape allowzero 0": reshape_allowzero_0,
@@ -189,4 +214,5 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "Einsum as MatMul": einsum_as_matmul,  # repair_einsum.py
     "reductions as pooling and Conv": reductions_as_pooling_and_conv,  # repair_reduce.py
     "integer Clip as Max/Min": integer_clip_as_max_min,  # repair_clip.py
+    "ConstantOfShape value written": constant_of_shape_value_written,
 }
