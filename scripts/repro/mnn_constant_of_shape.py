@@ -42,7 +42,7 @@ def model(with_value: bool) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])],
         [shape],
     )
-    out = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    out = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     if with_value:
         constant_of_shape_value_written(out)
     return out
