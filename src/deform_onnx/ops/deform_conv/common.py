@@ -42,12 +42,8 @@ def base_coords(
     out_shape, tap_shape = layout
     taps = np.asarray(spec.tap_rows() if axis == 0 else spec.tap_cols(), dtype=np.float64)
     if isinstance(n_out, int) and (size is None or isinstance(size, int)):
-        base = ((np.arange(n_out, dtype=np.float64) + start) * stride - pad).reshape(out_shape) + taps.reshape(
-            tap_shape
-        )
-        if size is not None:
-            base = (2.0 * base + 1.0) / size - 1.0
-        return b.float_const(base, like)
+        base = output_positions(spec, axis, n_out, start).reshape(out_shape) + taps.reshape(tap_shape)
+        return b.float_const(base if size is None else normalised(base, size), like)
     if start:
         raise ValueError("base_coords: a band start needs static sizes")
     # Dynamic: o from Range (integer), cast once to the input's dtype.
@@ -62,6 +58,20 @@ def base_coords(
     t = b.float_const((2.0 * (taps.reshape(tap_shape) - pad) + 1.0) / 2.0, like)
     # (2*(o*stride + tap - pad) + 1)/size - 1  ==  (o*stride + (tap - pad + 0.5)) * (2/size) - 1
     return b.op("Sub", b.op("Mul", b.op("Add", o, t), scale), b.float_const(1.0, like))
+
+
+def output_positions(spec: DeformConvSpec, axis: int, n_out: int, start: int = 0) -> np.ndarray:
+    """``o*stride - pad`` for output indices ``o = start .. start + n_out - 1`` along ``axis`` (float64 ``[n_out]``).
+
+    The first input position each output index's window reads (torchvision's ``deform_conv2d``); a tap adds
+    ``tap*dilation`` (:meth:`DeformConvSpec.tap_rows` / :meth:`DeformConvSpec.tap_cols`).
+    """
+    return (np.arange(n_out, dtype=np.float64) + start) * spec.stride[axis] - spec.padding[axis]
+
+
+def normalised(position: np.ndarray, size: int) -> np.ndarray:
+    """Pixel positions as GridSample's coordinates with ``align_corners=0``: ``(2*position + 1) / size - 1``."""
+    return (2.0 * position + 1.0) / size - 1.0
 
 
 def output_dims(b: Builder, spec: DeformConvSpec, x: Value) -> tuple[Dim, Dim]:

@@ -61,7 +61,9 @@ from .common import (
     band_inputs,
     base_coords,
     checked_spatial,
+    normalised,
     output_dims,
+    output_positions,
     per_image,
     row_bands,
 )
@@ -324,17 +326,16 @@ def _stacked_contraction(
     off = b.reshape(offset, [-1, G * K, 2, Ho, Wo])
     dy, dx = b.slice(off, 0, 1, axis=2), b.slice(off, 1, 2, axis=2)
     tap_y = np.tile(np.asarray(spec.tap_rows(), dtype=np.float64), G).reshape(1, G * K, 1, 1, 1)
-    out_y = ((np.arange(Ho) + first) * spec.stride[0] - spec.padding[0]).reshape(1, 1, 1, -1, 1)
+    out_y = output_positions(spec, 0, Ho, first).reshape(1, 1, 1, -1, 1)
     y = b.op("Add", dy, b.float_const(tap_y + out_y, coord))  # band-local pixel rows
     low = b.float_const(_ROW_LOW, coord)
     y = nan_guard(b, y, b.op("Clip", y, low, b.float_const(H + _ROW_HIGH_PAST, coord)), low)
     # band g's row r is stacked row g*(H+2) + 1 + r; normalised (align_corners=0): (2*row + 1) / rows - 1
     start = np.repeat(np.arange(G) * (H + 2) + 1.0, K).reshape(1, G * K, 1, 1, 1)
-    gy = b.op("Add", b.op("Mul", y, b.float_const(2.0 / rows, coord)), b.float_const((2 * start + 1) / rows - 1, coord))
+    gy = b.op("Add", b.op("Mul", y, b.float_const(2.0 / rows, coord)), b.float_const(normalised(start, rows), coord))
     tap_x = np.tile(np.asarray(spec.tap_cols(), dtype=np.float64), G).reshape(1, G * K, 1, 1, 1)
-    out_x = (np.arange(Wo) * spec.stride[1] - spec.padding[1]).reshape(1, 1, 1, 1, -1)
-    gx_base = (2 * (tap_x + out_x) + 1) / W - 1
-    gx = b.op("Add", b.op("Mul", dx, _two_over(b, W, coord)), b.float_const(gx_base, coord))
+    out_x = output_positions(spec, 1, Wo).reshape(1, 1, 1, 1, -1)
+    gx = b.op("Add", b.op("Mul", dx, _two_over(b, W, coord)), b.float_const(normalised(tap_x + out_x, W), coord))
     gx = _finite_grid(b, gx, coord)
     grid = b.op("Concat", gx, gy, axis=2)  # [N, G*K, (x, y), Hb, Wo]
     zeros = GridSampleSpec("bilinear", "zeros", align_corners=False)
