@@ -3,13 +3,16 @@
 Without the ``value`` attribute (the ONNX default: float32 0), MNNConvert's folded constant holds whatever its
 memory held, different from one conversion of the same file to the next (VFNet's star offsets were refused by
 one CI run: 6 zero channels up to 5.4e5 off). The repair ``ConstantOfShape value written`` adds the attribute.
-Whether an unrepaired conversion goes wrong depends on the host's memory, so no test asserts that it does
-(``scripts/repro/mnn_constant_of_shape.py`` counts it); what is asserted: the repair keeps the values, and
-the repaired file matches ONNX Runtime in MNN on every one of several conversions.
+The MNN runner converts every file twice and refuses two models that compute different values. Whether an
+unrepaired conversion goes wrong depends on the host's memory, so no test asserts that it does
+(``scripts/repro/mnn_constant_of_shape.py`` counts it); what is asserted: the repair keeps the values, the
+repaired file matches ONNX Runtime in MNN on every one of several conversions, and (planted fault) a second
+conversion that computes other values is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from pathlib import Path
@@ -56,6 +59,23 @@ def test_every_conversion_of_the_repaired_file_matches_in_mnn(tmp_path):
     path = tmp_path / "zeros.onnx"
     onnx.save(_model(True), path)
     x = {"x": np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype(np.float32)}
-    for _ in range(8):  # each run converts again (unrepaired: about 1 in 3 went wrong here)
+    for _ in range(4):  # each run converts twice and refuses two models that compute different values
         (row,) = check_runtimes(path, ["mnn"], inputs=x, repeats=1)
         assert row.error is None and row.failure is None, (row.error, row.failure)
+
+
+@pytest.mark.skipif(NO_RUNTIMES, reason="DEFORM_ONNX_NO_DEPLOYED_RUNTIMES is set")
+def test_a_second_conversion_computing_other_values_is_refused(tmp_path, monkeypatch):
+    """Planted fault: the runner's second model returns its outputs plus 1e-6, as a converter's garbage would."""
+    from deform_onnx.runtimes.deployed import families
+
+    code = families.FAMILIES["mnn"].runner
+    planted = code.replace("same = model_bytes(target) == model_bytes(again)", "same = False")
+    planted = planted.replace("other = runner(again)()", "other = [o + 1e-6 for o in runner(again)()]")
+    assert planted.count("1e-6") == 1 and "same = False" in planted
+    monkeypatch.setitem(families.FAMILIES, "mnn", dataclasses.replace(families.FAMILIES["mnn"], runner=planted))
+    path = tmp_path / "zeros.onnx"
+    onnx.save(_model(True), path)
+    x = {"x": np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    (row,) = check_runtimes(path, ["mnn"], inputs=x, repeats=1)
+    assert row.error is not None and "twice into models that compute different values" in row.error, row.error

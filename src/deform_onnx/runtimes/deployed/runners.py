@@ -158,25 +158,37 @@ done(version, out, times)
 """
 )
 
-# MNNConvert exits 0 even when it fails: success is a non-empty .mnn file.
+# MNNConvert exits 0 even when it fails: success is a non-empty .mnn file. The file is converted twice: MNNConvert
+# 3.6.1 folded a ConstantOfShape without its value into uninitialised memory, so one conversion of a file could
+# match and the user's next one not; two models that differ beyond their mnn_uuid must compute the same values.
 MNN = (
     _HEAD
     + """
-import os, subprocess
+import os, re, subprocess
 import MNN, MNN.expr as F, MNN.nn as nn
 version = MNN.version()
 target = meta["out"] + ".mnn"
-# MNNConvert's converter function, not its `mnnconvert` script: the script imports MNN.tools.utils.log, which
-# runs `pip install -U aliyun-log-python-sdk` when that is missing and then sends telemetry (its MNNLogger)
-conv = subprocess.run([sys.executable, "-c", "import sys, _tools; _tools.mnnconvert(sys.argv)", "-f", "ONNX",
-                       "--modelFile", meta["model"], "--MNNModel", target, "--bizCode", "MNN"],
-                      capture_output=True, text=True, timeout=600)
+def convert(path):
+    # MNNConvert's converter function, not its `mnnconvert` script: the script imports MNN.tools.utils.log, which
+    # runs `pip install -U aliyun-log-python-sdk` when that is missing and then sends telemetry (its MNNLogger)
+    return subprocess.run([sys.executable, "-c", "import sys, _tools; _tools.mnnconvert(sys.argv)", "-f", "ONNX",
+                           "--modelFile", meta["model"], "--MNNModel", path, "--bizCode", "MNN"],
+                          capture_output=True, text=True, timeout=600)
+stage("converting with MNNConvert")
+conv = convert(target)
 if not os.path.isfile(target) or os.path.getsize(target) == 0:
     log = [l.strip() for l in (conv.stdout + conv.stderr).splitlines() if l.strip()]
     bad = [l for l in log if any(w in l.lower() for w in ("not support", "error", "can't", "fail"))]
     done(version, error="MNNConvert wrote no model: " + ((bad or log or ["no output"])[0][:250]))
-try:
-    net = nn.load_module_from_file(target, meta["inputs"], out_names)
+stage("converting again with MNNConvert (its output must not change)")
+again = meta["out"] + ".again.mnn"
+convert(again)
+uuid = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+def model_bytes(path):
+    return uuid.sub(b"", open(path, "rb").read()) if os.path.isfile(path) else None
+same = model_bytes(target) == model_bytes(again)
+def runner(path):
+    net = nn.load_module_from_file(path, meta["inputs"], out_names)
     def run():
         # MNN's const takes no float16 array ("numpy type does not match", printed without a newline); a float16
         # file's input is float32 in MNN, as in ncnn
@@ -189,7 +201,21 @@ try:
             ys = [ys]
         # NC4HW4 (MNN's packed layout) back to NCHW; other layouts are read as they are
         return [(F.convert(y, F.NCHW) if y.data_format == F.NC4HW4 else y).read().copy() for y in ys]
-    out, times = timed(run)
+    return run
+try:
+    out, times = timed(runner(target))
+    if not same:
+        stage("running the second conversion")
+        other = runner(again)() if model_bytes(again) is not None else None
+        if other is None or any(a.shape != b.shape or not np.array_equal(a, b, equal_nan=True)
+                                for a, b in zip(out, other)):
+            gap = "" if other is None else " (max difference %.3g)" % max(
+                float(np.nanmax(np.abs(a.astype(np.float64) - b))) if a.shape == b.shape and a.size else float("inf")
+                for a, b in zip(out, other))
+            done(version, error="MNNConvert converted the same file twice into models that compute different "
+                 "values" + gap + ": its conversion of this file is not reproducible (MNNConvert 3.6.1 folds a "
+                 "ConstantOfShape without its value attribute into uninitialised memory: target 'mnn' writes the "
+                 "value)")
 except Exception as exc:
     done(version, error=first_line(exc))
 done(version, out, times)
