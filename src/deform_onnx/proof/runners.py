@@ -151,7 +151,8 @@ class FamilyRunner(Runner):
     :meth:`load` finds the venv (creating it on first use) and remembers the file; :meth:`run` converts and runs
     it in one process there, every output saved by name (``.npz``) and read back. ``shapes``: the reference's
     output shapes, for runtimes that drop or move axes (ncnn has no batch axis; onnx2tf writes channels last).
-    After a run, :attr:`artifacts` lists the converter's files (while :attr:`work` exists).
+    After a run, :attr:`artifacts` lists the converter's files (while :attr:`work` exists), and :attr:`again` holds
+    the outputs of a later run of the same feeds when their bits differed from the first run's (judge them too).
 
     Args:
         family: a family name or alias (``"mnn"``).
@@ -183,6 +184,8 @@ class FamilyRunner(Runner):
         self.python: Path | None = None
         self.artifacts: list[tuple[Path, str]] = []
         self.shapes: list[list[int]] | None = None
+        #: after :meth:`run`: a later run's outputs whose bits differed from the returned ones (empty: none did)
+        self.again: Outputs = []
 
     def load(self, path: str | os.PathLike) -> None:  # noqa: D102
         from ..runtimes.deployed import interpreter
@@ -202,7 +205,7 @@ class FamilyRunner(Runner):
         self.version, self.ms = run.version, run.ms
         if run.error is not None:
             raise RunnerError(run.error)
-        self.artifacts = run.artifacts
+        self.artifacts, self.again = run.artifacts, run.again
         return run.outputs
 
 

@@ -129,6 +129,8 @@ class Run:
         outputs: every output it returned, ``(the file's name for it, array)`` in the file's order (empty when
             it failed).
         artifacts: the converter's files, ``(path, suffix to keep it under)``.
+        again: the outputs of a later run of the same feeds whose bits differ from :attr:`outputs` (the first
+            such run; empty when every run gave the same bits): a caller judges them too.
     """
 
     version: str | None
@@ -136,6 +138,7 @@ class Run:
     ms: float | None = None
     outputs: list[tuple[str, np.ndarray]] = field(default_factory=list)
     artifacts: list[tuple[Path, str]] = field(default_factory=list)
+    again: list[tuple[str, np.ndarray]] = field(default_factory=list)
 
     @property
     def output(self) -> np.ndarray | None:
@@ -218,20 +221,22 @@ def run_meta(fam: Family, python: Path, meta: dict, out: Path, timeout: float) -
     run = Run(status["version"], status["error"], status["ms"])
     if run.error is None:
         run.outputs = read_outputs(out, status.get("outputs"))
+        if status.get("again"):
+            run.again = read_outputs(out, status.get("outputs"), prefix="a")
         run.artifacts = [(p, s) for p, s in fam.artifacts(out) if p.is_file()]
     return run
 
 
-def read_outputs(out: Path, names: list[str] | None) -> list[tuple[str, np.ndarray]]:
+def read_outputs(out: Path, names: list[str] | None, prefix: str = "o") -> list[tuple[str, np.ndarray]]:
     """The outputs a runner saved at ``out``: every one, named and in order (an ``.npz`` of ``o0``, ``o1``, ...;
-    a runner of an older layout saved one ``.npy``).
+    ``prefix="a"``: a later run's, when its bits differed; a runner of an older layout saved one ``.npy``).
     """
     saved = np.load(out)
     if isinstance(saved, np.ndarray):
-        arrays = [saved]
+        arrays = [saved] if prefix == "o" else []
     else:
         with saved:
-            arrays = [saved[f"o{i}"] for i in range(len(saved.files))]
+            arrays = [saved[f"{prefix}{i}"] for i in range(sum(f.startswith(prefix) for f in saved.files))]
     names = list(names or [])
     return [(names[i] if i < len(names) else f"output {i}", a) for i, a in enumerate(arrays)]
 
