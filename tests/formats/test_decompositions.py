@@ -93,20 +93,38 @@ def test_deform_conv_dynamic_sizes():
     assert err <= ATOL, err
 
 
-@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
-@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
-@pytest.mark.parametrize("align_corners", [False, True])
-def test_grid_sample_5d(mode, padding_mode, align_corners):
-    class Warp(torch.nn.Module):
-        def forward(self, v, g):
-            return F.grid_sample(v, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+#: Every 5-D grid_sample setting: (mode, padding_mode, align_corners).
+WARPS_5D = [
+    (m, p, a) for m in ("bilinear", "nearest") for p in ("zeros", "border", "reflection") for a in (False, True)
+]
 
+
+class _Warps5d(torch.nn.Module):
+    """One 5-D ``grid_sample`` per :data:`WARPS_5D` setting, on the same volume and grid (one export for all)."""
+
+    def forward(self, v, g):
+        return tuple(F.grid_sample(v, g, mode=m, padding_mode=p, align_corners=a) for m, p, a in WARPS_5D)
+
+
+@pytest.fixture(scope="module")
+def warps_5d():
+    """The :class:`_Warps5d` program decomposed by "auto", its outputs, and the volume and grid it ran on."""
     gen = torch.Generator().manual_seed(0)
     v = torch.randn(2, 3, 4, 5, 6, generator=gen)
     g = torch.rand(2, 3, 4, 5, 3, generator=gen) * 2.6 - 1.3
-    ep = _decomposed(Warp(), (v, g), "auto")
+    ep = _decomposed(_Warps5d(), (v, g), "auto")
+    return ep, ep.module()(v, g), v, g
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_5d(warps_5d, mode, padding_mode, align_corners):
+    ep, outputs, v, g = warps_5d
     assert "aten.grid_sampler_3d.default" not in _ops(ep)
-    err = (ep.module()(v, g) - Warp()(v, g)).abs().max().item()
+    got = outputs[WARPS_5D.index((mode, padding_mode, align_corners))]
+    want = F.grid_sample(v, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    err = (got - want).abs().max().item()
     assert err <= ATOL, err
 
 
