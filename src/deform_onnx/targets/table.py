@@ -254,6 +254,8 @@ TABLE: tuple[Target, ...] = (
             "static shape arithmetic folded",
             "ceil_mode pooling explicit",
             "reductions as pooling and Conv",
+            # measured here: pnnx writes Equal as torch.eq, which ncnn does not load (CenterNet's heat-map NMS)
+            "float Equal as arithmetic",
         ),
         faults=(_no_kernel("ncnn", "not run here: the matrix runs the standard-op forms"),),
         status="measured here",
