@@ -6,7 +6,8 @@
   float32 too, and casts the result back. And TVM computes a float16 ``InstanceNormalization`` (``nn.GroupNorm``'s
   export: the input projections' ``GroupNorm``) with float16 statistics, 0.17 off: the target's repair
   ``"float16 InstanceNormalization in float32"`` (``targets/repair_float16.py``) casts around it.
-- TorchScript (every target whose opset is below dynamo's, e.g. ``tflite``): the size-following ``torch.linspace``
+- Target ``tflite``: onnx2tf converts float32 files (rule ``onnx2tf float32``): a float16 model is refused naming
+  the fix. TorchScript (every target whose opset is below dynamo's): the size-following ``torch.linspace``
   of ``get_reference_points`` in float16 was an ONNX ``Range`` of float16, which ONNX does not type ("not valid
   ONNX"); its indices are an int64 ``Range`` cast now (``exporters/size_ranges.py``).
 """
@@ -147,3 +148,14 @@ def test_torchscript_float16_reference_points_follow_the_size():
     want = _ReferencePoints()(other).numpy()
     assert got.dtype == np.float16 and got.shape == want.shape
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=F16, rtol=F16)
+
+
+def test_tflite_refuses_a_float16_model_naming_the_fix():
+    """onnx2tf converts float32 files (float16 ones failed in its conversion, or took float32 input in LiteRT):
+    target tflite refuses a float16 model in one line, before any conversion, and writes nothing."""
+    torch.manual_seed(0)
+    with pytest.raises(
+        ValueError, match=r"target 'tflite': onnx2tf float32: a float16 model \(f, loc, w\).*export in float32"
+    ):
+        deform_onnx.export(_ProjectAndAttend().eval().half(), _attend_inputs(), io.BytesIO(), target="tflite",
+                           input_names=["f", "loc", "w"])  # fmt: skip

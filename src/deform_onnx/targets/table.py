@@ -199,7 +199,8 @@ TABLE: tuple[Target, ...] = (
         "scripts/repro/tflite_warps.py; an RT-DETR-style MSDA encoder with an 8x8 level of 8 channels per head 0.48 "
         "off, right with form 'table padded flat': tests/targets/test_tflite_msda.py; offset groups: "
         "scripts/repro/tflite_offset_groups.py)",
-        options=("no IsNaN", "static shapes", "onnx2tf loadable ops"),
+        # measured here: float16 files failed in onnx2tf's conversion or took float32 input in LiteRT
+        options=("no IsNaN", "static shapes", "onnx2tf loadable ops", "onnx2tf float32"),
         faults=(
             _no_kernel(
                 "onnx2tf",
