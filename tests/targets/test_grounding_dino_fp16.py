@@ -159,3 +159,12 @@ def test_tflite_refuses_a_float16_model_naming_the_fix():
     ):
         deform_onnx.export(_ProjectAndAttend().eval().half(), _attend_inputs(), io.BytesIO(), target="tflite",
                            input_names=["f", "loc", "w"])  # fmt: skip
+
+
+def test_ncnn_names_the_dtype_first():
+    """A float16 MSDA model breaks two ncnn rules (its 6-D sampling values fit no ncnn blob, and ncnn loads no
+    float16 file): the refusal names the dtype, which no change to the graph fixes, not the blobs."""
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=r"target 'ncnn': ncnn float32: a float16 model .*export in float32"):
+        deform_onnx.export(_ProjectAndAttend().eval().half(), _attend_inputs(), io.BytesIO(), target="ncnn",
+                           input_names=["f", "loc", "w"])  # fmt: skip
