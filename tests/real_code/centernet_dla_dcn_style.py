@@ -258,13 +258,15 @@ class CenterNetExport(nn.Module):
         return _nms(hm), output["wh"], output["reg"]
 
 
-def build(seed=0):
+def build(seed=0, channels=None, last_level=5):
     """CenterNet ctdet DLA (heads hm 3 classes, wh 2, reg 2), small channels, BatchNorm statistics randomised.
 
-    Input ``[N, 3, H, W]`` float32, H and W multiples of 32; outputs at ``H/4 x W/4``.
+    Input ``[N, 3, H, W]`` float32, H and W multiples of ``2 ** (len(channels) - 1)`` (32 by default); outputs at
+    ``H/4 x W/4``. ``channels`` (one per DLA level, default six) and ``last_level`` make a shallower network
+    (``[4, 8, 8, 16]`` with ``last_level=3``: two DCNs instead of sixteen) for quicker exports.
     """
     torch.manual_seed(seed)
-    model = CenterNetExport(DLASeg({"hm": 3, "wh": 2, "reg": 2}))
+    model = CenterNetExport(DLASeg({"hm": 3, "wh": 2, "reg": 2}, channels=channels, last_level=last_level))
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.1, 0.1)
