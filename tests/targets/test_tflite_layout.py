@@ -108,3 +108,54 @@ def test_output_layouts_follow_the_op_onnx2tf_converted() -> None:
     assert got == {"c": "channels-last", "r": "channels-last", "re": "as file", "a": "as file", "t": None,
                    "mixed": None}  # fmt: skip
     assert output_layouts(graph, {"c": {"optype": "Transpose"}}, ["c", "r"]) == {"c": None, "r": None}
+
+
+def test_squeezed_channel_of_a_channels_last_value_is_laid_out_as_the_file() -> None:
+    """DBNet's ``sigmoid(binarize(img).squeeze(1))``: onnx2tf squeezes a ``ConvTranspose``'s channels-last
+    ``[N, H, W, 1]`` on its last axis (``convert_axis``), which leaves ``[N, H, W]``, the file's layout; a squeeze
+    of another axis, or of a value of unknown layout, stays not known."""
+    from onnx import TensorProto, numpy_helper
+
+    from deform_onnx.runtimes.deployed.tflite_layout import output_layouts
+
+    v = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
+    w = numpy_helper.from_array(torch.zeros(8, 1, 2, 2).numpy(), "w")
+    one, two = (numpy_helper.from_array(torch.tensor([a]).numpy(), f"axis{a}") for a in (1, 2))
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w"], ["up"], strides=[2, 2]),
+        helper.make_node("Squeeze", ["up", "axis1"], ["sq"]),
+        helper.make_node("Sigmoid", ["sq"], ["prob"]),
+        helper.make_node("Squeeze", ["up", "axis2"], ["other"]),  # not the channel axis
+        helper.make_node("Transpose", ["up"], ["t"], perm=[0, 1, 3, 2]),
+        helper.make_node("Squeeze", ["t", "axis1"], ["unknown"]),
+    ]
+    outs = ["up", "prob", "other", "unknown"]
+    graph = helper.make_graph(nodes, "g", [v("x", [1, 8, 8, 8])], [v(n, None) for n in outs], [w, one, two])
+    records = {"up": {"optype": "ConvTranspose", "shape": [1, 1, 16, 16]}}
+    got = output_layouts(graph, records, outs)
+    assert got == {"up": "channels-last", "prob": "as file", "other": None, "unknown": None}
+
+
+@NEEDS_TFLITE
+def test_dbnet_head_square_probability_map_runs_in_litert() -> None:
+    """DBNet++'s ``DBHead`` (``tests/real_code/dbnetpp_style.py``: two ``ConvTranspose2d``, ``squeeze(1)``,
+    ``sigmoid``) on an 8x8 map gives a square ``[1, 32, 32]`` map, which the runner refused as ambiguous before
+    it knew onnx2tf's ``Squeeze``; now target tflite writes it, run in LiteRT against PyTorch."""
+    import io
+
+    import numpy as np
+    import onnxruntime as ort
+
+    import deform_onnx
+    from real_code.dbnetpp_style import DBHead
+
+    torch.manual_seed(0)
+    model, x = DBHead(8).eval(), torch.randn(1, 8, 8, 8)
+    buf = io.BytesIO()
+    report = deform_onnx.export(model, (x,), buf, target="tflite", input_names=["x"])
+    assert any(line.startswith("tflite") for line in report.runtimes), report.runtimes
+    (got,) = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert got.shape == want.shape == (1, 32, 32)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)

@@ -169,7 +169,10 @@ reach the lowerings through this context instead, set around the export by
   float16 coordinates in (:func:`~deform_onnx.sampler.coords.coordinate_dtype`) takes the map cast to float32
   and its result cast back to float16: ONNX lets the two dtypes differ, TVM 0.27's ONNX frontend does not
   (measured here: "Binary operators must have the same datatype" on a float16 DCN layer's grid_sample
-  form). The sampling runs in float32 on the float16 values, then rounds once.
+  form). The sampling runs in float32 on the float16 values, then rounds once. A float16 map on a float16 grid (a
+  model's own ``F.grid_sample`` in float16: MSDA's core) is sampled in float32 too, the grid cast up exactly: TVM
+  0.27's legalized ``GridSample`` of a float16 map returns float32 whatever the grid, so a float16 op reading it
+  was refused the same way (Grounding DINO's encoder in float16).
 
 Nested blocks add their forms to the enclosing block's.
 """

@@ -67,7 +67,12 @@ def linspace(
     dtype = dtype or torch.get_default_dtype()
     if not dtype.is_floating_point:
         return NotImplemented  # integer linspace rounds differently; no detector code uses it
-    index = torch.arange(steps, dtype=dtype, device=device)
+    if dtype in (torch.float16, torch.bfloat16):
+        # ONNX Range has no float16 / bfloat16 (the TorchScript export was invalid: Grounding DINO's float16
+        # reference points): the indices as int64, cast (exact: steps is a feature-map size)
+        index = torch.arange(steps, device=device).to(dtype)
+    else:
+        index = torch.arange(steps, dtype=dtype, device=device)
     start_t, end_t = _scalar_tensor(start, dtype, device), _scalar_tensor(end, dtype, device)
     if isinstance(steps, torch.Tensor):  # traced size
         last = steps - 1

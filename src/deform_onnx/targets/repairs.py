@@ -59,6 +59,12 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   ONNX spec defaults to (a one-element float32 0, ``ConstantOfShape``-9/20/21): MNNConvert 3.6.1 folds such a node
   into a constant of uninitialised memory, different from one conversion of the same file to the next (VFNet's
   ``new_zeros`` star offsets: 4 of 15 conversions wrong, up to 1.9e32; ``scripts/repro/mnn_constant_of_shape.py``).
+- ``"float Equal as arithmetic"`` (:mod:`.repair_equal`): ``(a == b).float()`` of float tensors as
+  ``1 - min(ceil(|a - b|), 1)`` (ncnn has no comparison layer: pnnx's ``torch.eq`` refused CenterNet's heat-map NMS
+  ``keep = (hmax == heat).float()``); the same 0/1 for finite operands.
+- ``"float16 InstanceNormalization in float32"`` (:mod:`.repair_float16`): a float16 ``InstanceNormalization``
+  (``nn.GroupNorm``'s export) between ``Cast`` nodes to and from float32 (TVM 0.27 computes its statistics in
+  float16: a float16 ``GroupNorm(8, 32)`` 0.17 off PyTorch).
 - ``"integer Clip as Max/Min"`` (:mod:`.repair_clip`): a ``Clip`` of an integer tensor as ``Max`` + ``Min``
   (onnx2torch 1.5.15 clamps with float bounds, turning int64 indices into float32: RT-DETRv2's discrete sampling).
 """
@@ -73,6 +79,8 @@ from onnx import numpy_helper
 from ..core.protos import drop_unused_nodes
 from .repair_clip import integer_clip_as_max_min
 from .repair_einsum import einsum_as_matmul
+from .repair_equal import float_equal_as_arithmetic
+from .repair_float16 import float16_instance_norm_in_float32
 from .repair_index import index_list_as_concat, scatter_as_concat
 from .repair_pool import ceil_mode_pooling_explicit
 from .repair_reduce import reductions_as_pooling_and_conv
@@ -215,4 +223,6 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "reductions as pooling and Conv": reductions_as_pooling_and_conv,  # repair_reduce.py
     "integer Clip as Max/Min": integer_clip_as_max_min,  # repair_clip.py
     "ConstantOfShape value written": constant_of_shape_value_written,
+    "float Equal as arithmetic": float_equal_as_arithmetic,  # repair_equal.py
+    "float16 InstanceNormalization in float32": float16_instance_norm_in_float32,  # repair_float16.py
 }

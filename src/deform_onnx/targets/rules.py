@@ -131,19 +131,39 @@ NCNN_UNLOADABLE = {
 }
 
 
+def _float16_names(model: onnx.ModelProto) -> str:
+    """The first float16 graph inputs (else initializers), comma-separated; empty when there is none."""
+    half = onnx.TensorProto.FLOAT16
+    inputs = [v.name for v in model.graph.input if v.type.tensor_type.elem_type == half]
+    weights = [t.name for t in model.graph.initializer if t.data_type == half]
+    return ", ".join((inputs or weights)[:3])
+
+
 def ncnn_float32(model: onnx.ModelProto) -> list[str]:
     """No float16 graph input or initializer: pnnx 20261020 leaves a float16 model's ``Conv`` unconverted and ncnn
     refuses the file ("layer Conv not exists or registered", measured here on an mmcv-style DCNv2 block).
     """
-    half = onnx.TensorProto.FLOAT16
-    inputs = [v.name for v in model.graph.input if v.type.tensor_type.elem_type == half]
-    weights = [t.name for t in model.graph.initializer if t.data_type == half]
-    if not inputs and not weights:
+    named = _float16_names(model)
+    if not named:
         return []
-    named = ", ".join((inputs or weights)[:3])
     return [
         f"a float16 model ({named}): pnnx leaves its float16 Conv unconverted and ncnn does not load it; export "
         "in float32 (ncnn stores and computes in float16 itself where the CPU has it)"
+    ]
+
+
+def onnx2tf_float32(model: onnx.ModelProto) -> list[str]:
+    """No float16 graph input or initializer: onnx2tf 1.29 converts float32 ONNX files. Measured here on float16
+    files: a ``Conv`` + ``LayerNorm`` failed in conversion ("``x`` and ``y`` must have the same dtype, got tf.float32
+    != tf.float64"), a DCNv2 layer's ``.tflite`` took float32 input where the file declares float16, and Grounding
+    DINO's encoder crashed onnx2tf (``UnboundLocalError`` in its broadcast check of a ``Mul``).
+    """
+    named = _float16_names(model)
+    if not named:
+        return []
+    return [
+        f"a float16 model ({named}): onnx2tf converts float32 ONNX files (a float16 one failed in its conversion "
+        "or took float32 input in LiteRT); export in float32 (onnx2tf writes a float16 .tflite from it itself)"
     ]
 
 
@@ -225,6 +245,7 @@ GENERAL_RULES: dict[str, RuleFn] = {
     "ncnn blobs": ncnn_blobs,
     "ncnn loadable ops": ncnn_loadable,
     "ncnn float32": ncnn_float32,
+    "onnx2tf float32": onnx2tf_float32,
     "static shapes": static_shapes,
     "integer-only shape tensors": integer_shape_tensors,
     "rknn ops": _npu.rknn_ops,

@@ -143,8 +143,9 @@ def grid_sample_node(b: Builder, spec: GridSampleSpec, x: Value, grid: Value, fl
     """:func:`lower_native`'s ``GridSample``, for lowerings that build the grid themselves.
 
     ``float16_map``: the caller's word that ``x`` is float16 and ``grid`` float32 (the builder may not know
-    intermediate dtypes); ``None``: read from the builder. With the form ``"GridSample one dtype"``
-    (:mod:`deform_onnx.builder.forms`) such a map is sampled in float32 and the result cast back to float16.
+    intermediate dtypes); ``None``: read from the builder (a float16 ``x`` on a float32 or float16 grid). With
+    the form ``"GridSample one dtype"`` (:mod:`deform_onnx.builder.forms`) such a map is sampled in float32 (a
+    float16 grid cast up too, exactly) and the result cast back to float16.
 
     Raises:
         ValueError: 5-D input below opset 20.
@@ -156,12 +157,16 @@ def grid_sample_node(b: Builder, spec: GridSampleSpec, x: Value, grid: Value, fl
     if b.opset >= ND_MIN_OPSET:
         mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     # a float16 map with the float32 grid the lowerings compute coordinates in: ONNX allows it (GridSample's
-    # T1, T2); a runtime that wants one dtype gets the map in float32 and the result back in float16
+    # T1, T2); a runtime that wants one dtype gets the map in float32 and the result back in float16. A float16
+    # grid (a model's own F.grid_sample in float16) too: TVM 0.27's legalized GridSample of a float16 map returns
+    # float32 whatever the grid, so a float16 op reading it was refused
     if float16_map is None:
-        float16_map = b.dtype(x) == np.float16 and b.dtype(grid) == np.float32
+        float16_map = b.dtype(x) == np.float16 and b.dtype(grid) in (np.float32, np.float16)
     one_dtype = wants("GridSample one dtype") and float16_map
     if one_dtype:
         x = b.op("Cast", x, to=onnx.TensorProto.FLOAT)
+        if b.dtype(grid) == np.float16:
+            grid = b.op("Cast", grid, to=onnx.TensorProto.FLOAT)
     out = b.op("GridSample", x, grid, mode=mode, padding_mode=spec.padding_mode, align_corners=int(spec.align_corners))
     return b.op("Cast", out, to=onnx.TensorProto.FLOAT16) if one_dtype else out
 

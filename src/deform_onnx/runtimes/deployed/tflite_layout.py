@@ -34,17 +34,27 @@ def output_layouts(graph, records, names):
             ``unnecessary_reshape``); a name onnx2tf sanitised (``:`` to ``__``) is looked up both ways.
         names: the output names.
 
-    ``"channels-last"``: a ``Conv``'s (``ops/Conv.py`` convolves channels-last), a 3-D to 5-D graph input's,
-    an elementwise op's of such values. ``"as file"``: a ``Reshape``'s to a static shape (``ops/Reshape.py``
-    reshapes the value moved back to the ONNX layout to the ONNX shape), an ``ArgMax``/``ArgMin``'s over the
-    channel axis without ``keepdims``, an elementwise op's of such values. ``None``: not known (any other op,
-    or a converter record that names another op than the graph).
+    ``"channels-last"``: a ``Conv``'s or ``ConvTranspose``'s (``ops/Conv.py``, ``ops/ConvTranspose.py`` convolve
+    channels-last), a 3-D to 5-D graph input's, an elementwise op's of such values. ``"as file"``: a ``Reshape``'s
+    to a static shape (``ops/Reshape.py`` reshapes the value moved back to the ONNX layout to the ONNX shape), an
+    ``ArgMax``/``ArgMin``'s over the channel axis without ``keepdims``, a ``Squeeze``'s of the channel axis alone
+    of a channels-last value (``ops/Squeeze.py`` maps ONNX axis 1 to the channels-last axis with ``convert_axis``,
+    so ``[N, H, W, 1]`` becomes ``[N, H, W]``: DBNet's ``binarize(img).squeeze(1)``), an elementwise op's of such
+    values. ``None``: not known (any other op, or a converter record that names another op than the graph).
     """
     from onnx import helper
 
     made = {o: n for n in graph.node for o in n.output}
     ranks = {i.name: len(i.type.tensor_type.shape.dim) for i in graph.input}
     consts = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+
+    def constant(name):  # an initializer's or a Constant node's values as a list of ints, else None
+        from onnx import numpy_helper
+
+        found = [t for t in graph.initializer if t.name == name]
+        found += [a.t for n in graph.node if n.op_type == "Constant" and n.output[0] == name for a in n.attribute
+                  if a.name == "value"]  # fmt: skip
+        return [int(v) for v in numpy_helper.to_array(found[0]).reshape(-1)] if found else None
 
     def record(name):
         return records.get(name) or records.get(name.replace(":", "__")) or {}
@@ -60,7 +70,7 @@ def output_layouts(graph, records, names):
         if node is None or depth > 500 or rec.get("optype", node.op_type) != node.op_type:
             return None
         op, attrs = node.op_type, {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if op == "Conv":
+        if op in ("Conv", "ConvTranspose"):
             return CHANNELS_LAST
         if op == "Reshape":
             shape = rec.get("shape")
@@ -74,6 +84,13 @@ def output_layouts(graph, records, names):
                 return None
             found = {layout(i, depth + 1) for i in variables}
             return found.pop() if len(found) == 1 else None
+        if op == "Squeeze":
+            axes = attrs.get("axes")
+            if axes is None and len(node.input) > 1:
+                axes = constant(node.input[1])
+            r = rank(node.input[0])
+            squeezed = sorted(a % r for a in axes) if axes is not None and r else None
+            return AS_FILE if squeezed == [1] and layout(node.input[0], depth + 1) == CHANNELS_LAST else None
         if op in ("ArgMax", "ArgMin"):
             source = layout(node.input[0], depth + 1)
             if attrs.get("keepdims", 1) or source == AS_FILE:
