@@ -1,8 +1,9 @@
 """The exporter's repeated work done once (``deform_onnx.exporters.exporter_reuse``) writes the same file.
 
 The torchlib registry is built once per opset and handed out as copies that register their own custom
-translations: the same registry as torch's own code, undone on exit, and the same bytes for a deformable
-model exported with and without it.
+translations; onnxscript's multi-output pattern matcher rejects a node that cannot start a match before it
+scans the graph. Each: the same result as torch's / onnxscript's own code, undone on exit, and the same
+bytes for a deformable model exported with and without it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ import contextlib
 import io
 import warnings
 
+import numpy as np
+import onnx
+import onnx_ir as ir
 import torch
+from onnx import TensorProto, helper, numpy_helper
 
 import deform_onnx
 from deform_onnx.exporters import calls, exporter_reuse
@@ -59,6 +64,93 @@ def test_registry_key_changes_with_the_tables():
             yield "aten::planted_op", type("F", (), {"overloads": [len], "complex": []})()
 
     assert exporter_reuse._registry_key((torch_table, Grown()))[0] != key
+
+
+def _relu_and_abs() -> onnx.ModelProto:
+    """``Relu(x)`` and ``Abs(x)`` of one input, after a ``Neg``: what :func:`_relu_abs_rule` matches."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Neg", ["x"], ["n"]),
+            helper.make_node("Relu", ["n"], ["a"]),
+            helper.make_node("Abs", ["n"], ["b"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 8]) for n in "ab"],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _relu_abs_rule():
+    """A two-output-node pattern (as onnxscript's SlicesSplit is) that does match: ``Relu(x), Abs(x)``."""
+    from onnxscript.rewriter import pattern
+
+    class ReluAbs(pattern.RewriteRuleClassBase):
+        def pattern(self, op, x):
+            return op.Relu(x), op.Abs(x)
+
+        def rewrite(self, op, x):  # two copies of x: the new pair does not match again
+            return op.Relu(op.Identity(x)), op.Abs(op.Identity(x))
+
+    return ReluAbs.rule()
+
+
+def _rewritten(proto: onnx.ModelProto, rules) -> bytes:
+    from onnxscript import rewriter
+
+    return ir.to_proto(rewriter.rewrite(ir.from_proto(proto), rules)).SerializeToString()
+
+
+def _optimized(proto: onnx.ModelProto) -> bytes:
+    from onnxscript._framework_apis import torch_2_9
+
+    model = ir.from_proto(proto)
+    torch_2_9.optimize(model)  # what torch.onnx.export(optimize=True) runs (torch 2.14)
+    return ir.to_proto(model).SerializeToString()
+
+
+def test_prefilter_keeps_every_match():
+    from onnxscript.rewriter import _matcher
+
+    original = _matcher.SimplePatternMatcher.match
+    plain = _rewritten(_relu_and_abs(), [_relu_abs_rule()])
+    with exporter_reuse.prefiltered_multi_output_patterns():
+        assert _matcher.SimplePatternMatcher.match is not original
+        filtered = _rewritten(_relu_and_abs(), [_relu_abs_rule()])
+    assert _matcher.SimplePatternMatcher.match is original  # undone
+    assert filtered == plain
+    assert "Identity" in [n.op_type for n in onnx.load_from_string(filtered).graph.node]  # the rule fired
+
+
+def test_prefilter_skips_the_scan_where_the_first_node_differs(monkeypatch):
+    """With a multi-output pattern, the original matcher (which indexes the whole graph) runs only at nodes of
+    the first output node's op: for onnxscript's optimizer (its SlicesSplit rule) at Slice nodes only."""
+    from onnxscript.rewriter import _matcher
+
+    seen: list[str] = []
+    original = _matcher.SimplePatternMatcher.match
+
+    def spy(self, model, graph, node, *args, **kwargs):
+        if len(self.pattern.output_nodes) > 1:
+            seen.append(node.op_type)
+        return original(self, model, graph, node, *args, **kwargs)
+
+    monkeypatch.setattr(_matcher.SimplePatternMatcher, "match", spy)
+    plain = _optimized(_relu_and_abs())
+    assert {"Neg", "Relu", "Abs"} <= set(seen)  # unfiltered: every node
+    seen.clear()
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Slice", ["r", "s", "e"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(v, dtype=np.int64), n) for n, v in (("s", [0]), ("e", [4]))],
+    )
+    with exporter_reuse.prefiltered_multi_output_patterns():
+        assert _optimized(_relu_and_abs()) == plain
+        seen.clear()
+        _optimized(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    assert seen == ["Slice"]
 
 
 def _export_bytes(model, x, **kwargs) -> bytes:

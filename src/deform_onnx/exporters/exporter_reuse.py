@@ -1,4 +1,4 @@
-"""Work torch's ONNX exporter (torch 2.14, onnxscript 0.7) repeats on every export, done once.
+"""Work torch's ONNX exporter (torch 2.14, onnxscript 0.7) repeats on every export, done once or skipped.
 
 Measured on the dynamo path of :func:`deform_onnx.export` (the commit messages have the figures):
 
@@ -8,9 +8,16 @@ Measured on the dynamo path of :func:`deform_onnx.export` (the commit messages h
   ONNX signature for each. Nothing of it depends on the model. The registry is built once per opset and
   state of the torchlib tables and op namespaces (:func:`_registry_key`), and each export gets a copy
   with its own lists, so the custom translation table registered into it stays with that export.
+- :func:`prefiltered_multi_output_patterns`: onnxscript's optimizer (``optimize=True``) tries each rewrite
+  rule at every node. For a pattern with several output nodes (``SlicesSplit``: two ``Slice`` of one
+  input) its matcher indexes the whole graph before it compares the node with the pattern's first output
+  node, so that rule costs nodes x nodes although it can only match at a ``Slice``: most of the optimizer's
+  time on a large graph (transformers' Deformable DETR), with no match on any model measured. The node is
+  compared with the first output node first; a node that fails that comparison fails every combination
+  the matcher would try (each starts with it), so the matches, and the file, are the same.
 
-Entered around ``torch.onnx.export`` (:func:`deform_onnx.exporters.calls.export_dynamo`) and undone on exit;
-with another torch whose internals differ, it changes nothing.
+Both are context managers entered around ``torch.onnx.export`` (:func:`deform_onnx.exporters.calls.export_dynamo`)
+and undone on exit; with other versions of torch or onnxscript whose internals differ, they change nothing.
 """
 
 from __future__ import annotations
@@ -102,7 +109,45 @@ def cached_torchlib_registry() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def prefiltered_multi_output_patterns() -> Iterator[None]:
+    """While inside, onnxscript's matcher compares a node with a multi-output pattern's first output node
+    before it indexes the graph (see the module docstring); single-output patterns are untouched.
+    """
+    try:
+        from onnxscript.rewriter import _basics, _matcher
+
+        _matcher.SimplePatternMatcher  # noqa: B018 - the class this patches (AttributeError: another onnxscript)
+    except (ImportError, AttributeError):
+        yield
+        return
+    cls = _matcher.SimplePatternMatcher
+    original = getattr(cls, "match", None)
+    node_pattern = getattr(getattr(_matcher, "_pattern_ir", None), "NodePattern", None)
+    if original is None or not callable(getattr(node_pattern, "matches", None)) or hasattr(original, "_prefilter"):
+        # another onnxscript (the check reads NodePattern.matches), or already inside
+        yield
+        return
+
+    def match(self, model, graph_or_function, node, *args, **kwargs):
+        firsts: list = getattr(self.pattern, "output_nodes", [])
+        # a tracer records every failed combination: leave its run as it is
+        multi = len(firsts) > 1 and kwargs.get("tracer") is None
+        if multi and not firsts[0].matches(node, _basics.MatchResult()):
+            failed = _basics.MatchResult()
+            failed.fail("the node does not match the pattern's first output node")
+            return failed
+        return original(self, model, graph_or_function, node, *args, **kwargs)
+
+    match._prefilter = True  # type: ignore[attr-defined]  # marks the patch (nested exports)
+    setattr(cls, "match", match)  # noqa: B010 - a class attribute of onnxscript's, restored below
+    try:
+        yield
+    finally:
+        setattr(cls, "match", original)  # noqa: B010
+
+
+@contextlib.contextmanager
 def reused() -> Iterator[None]:
-    """Around ``torch.onnx.export(..., dynamo=True)``: :func:`cached_torchlib_registry`."""
-    with cached_torchlib_registry():
+    """Both: around ``torch.onnx.export(..., dynamo=True)``."""
+    with cached_torchlib_registry(), prefiltered_multi_output_patterns():
         yield
