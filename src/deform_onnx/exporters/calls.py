@@ -19,6 +19,7 @@ from ..builder.torchscript import drop_identities, typing_copies
 from ..conversion import Repair, convert_down
 from ..exporting import output_names as _output_names
 from . import dynamo as _dynamo
+from . import exporter_reuse
 from . import torchscript as _torchscript
 from .examples import widen_unit_dims
 from .forward_defaults import bound
@@ -134,7 +135,13 @@ def export_dynamo(
             # torch would capture the model again, the same way: translate this program (one trace, not two);
             # its dynamic_shapes still name the file's dynamic axes
             source, dynamic_shapes, dynamic_axes = captured, form[3], None
-    with quiet(), _lowering_value_errors(_errors.ConversionError), written.recording() as calls:
+    # exporter_reuse: the torchlib registry built once per process, a cheaper scan of one optimizer rule (same file)
+    with (
+        quiet(),
+        _lowering_value_errors(_errors.ConversionError),
+        written.recording() as calls,
+        exporter_reuse.reused(),
+    ):
         program = torch.onnx.export(
             source,
             args,
