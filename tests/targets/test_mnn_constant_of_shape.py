@@ -13,6 +13,7 @@ conversion that computes other values is refused.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -31,12 +32,18 @@ NO_RUNTIMES = bool(os.environ.get("DEFORM_ONNX_NO_DEPLOYED_RUNTIMES"))
 _REPRO = Path(__file__).resolve().parents[2] / "scripts" / "repro" / "mnn_constant_of_shape.py"
 
 
-def _model(with_value: bool) -> onnx.ModelProto:
+@functools.cache
+def _repro():
+    """``scripts/repro/mnn_constant_of_shape.py`` as a module (its ``model(with_value)`` builds the graph)."""
     spec = importlib.util.spec_from_file_location("mnn_constant_of_shape", _REPRO)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.model(with_value)
+    return module
+
+
+def _model(with_value: bool) -> onnx.ModelProto:
+    return _repro().model(with_value)
 
 
 def test_the_repair_writes_the_default_and_keeps_the_values():

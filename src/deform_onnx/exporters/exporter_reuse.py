@@ -101,11 +101,8 @@ def cached_torchlib_registry() -> Iterator[None]:
 
     patched = classmethod(from_torchlib)
     patched._deform_onnx_cached = True  # type: ignore[attr-defined]  # marks the patch (nested exports)
-    setattr(cls, "from_torchlib", patched)  # noqa: B010 - a class attribute of torch's, restored below
-    try:
+    with _swapped(cls, "from_torchlib", patched):
         yield
-    finally:
-        setattr(cls, "from_torchlib", original)  # noqa: B010
 
 
 @contextlib.contextmanager
@@ -139,11 +136,25 @@ def prefiltered_multi_output_patterns() -> Iterator[None]:
         return original(self, model, graph_or_function, node, *args, **kwargs)
 
     match._prefilter = True  # type: ignore[attr-defined]  # marks the patch (nested exports)
-    setattr(cls, "match", match)  # noqa: B010 - a class attribute of onnxscript's, restored below
+    with _swapped(cls, "match", match):
+        yield
+
+
+@contextlib.contextmanager
+def _swapped(cls: type, name: str, value: object) -> Iterator[None]:
+    """``cls.name`` is ``value`` while inside (a class attribute of torch's or onnxscript's), restored on exit
+    (an attribute ``cls`` inherited is inherited again).
+    """
+    missing = object()
+    original = cls.__dict__.get(name, missing)
+    setattr(cls, name, value)
     try:
         yield
     finally:
-        setattr(cls, "match", original)  # noqa: B010
+        if original is missing:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, original)
 
 
 @contextlib.contextmanager
