@@ -64,3 +64,76 @@ def test_a_later_run_with_other_bits_within_the_tolerance_passes(tmp_path, monke
     first = runner.run(feeds)
     assert [n for n, _ in runner.again] == [n for n, _ in first] == ["y"]
     assert np.array_equal(runner.again[0][1], np.nextafter(first[0][1], np.float32(np.inf)))
+
+
+# The in-process checks (an ONNX file in ONNX Runtime at export, and every ``.pte`` / ``.tflite`` / ``.xml``
+# session that ``deform_onnx.exporting.verification.verify`` runs) judge a later run of the same inputs too.
+
+
+class _LaterRunsOff:
+    """A session whose runs after the first return ``later(output)`` (a runtime that computes other values later)."""
+
+    def __init__(self, session, later):
+        self.session, self.later, self.calls = session, later, 0
+        self.get_inputs, self.get_outputs = session.get_inputs, session.get_outputs
+
+    def run(self, names, feeds):
+        out = self.session.run(names, feeds)
+        self.calls += 1
+        return out if self.calls == 1 else [self.later(np.asarray(o)) for o in out]
+
+
+def _model_and_session():
+    import torch
+
+    from deform_onnx.exporting.verification import make_session
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU()).eval()
+    args = (torch.randn(1, 3, 8, 8),)
+    import io
+
+    buf = io.BytesIO()
+    torch.onnx.export(model, args, buf, dynamo=False, input_names=["x"], output_names=["y"])
+    return model, args, buf.getvalue(), make_session(buf.getvalue())
+
+
+def test_in_process_check_refuses_a_later_run_off_pytorch():
+    from deform_onnx.core.errors import VerificationError
+    from deform_onnx.exporting.verification import verify
+
+    model, args, data, session = _model_and_session()
+    flaky = _LaterRunsOff(session, lambda o: o + np.float32(1e-2))
+    with pytest.raises(VerificationError, match="the first run matched, a later run of the same inputs did not"):
+        verify(model, args, data, session=flaky)
+    assert flaky.calls == 2
+
+
+def test_in_process_check_passes_a_later_run_within_the_tolerance():
+    from deform_onnx.exporting.verification import verify
+
+    model, args, data, session = _model_and_session()
+    nudged = _LaterRunsOff(session, lambda o: np.nextafter(o, np.float32(np.inf)))
+    assert verify(model, args, data, session=nudged).max_error < 1e-5
+    assert nudged.calls == 2
+
+
+def test_export_writes_no_file_when_a_later_run_is_off(tmp_path, monkeypatch):
+    """``deform_onnx.export`` to ``.onnx``: the check's session computes other values on its later run; refused."""
+    import torch
+    import torchvision
+
+    import deform_onnx
+    from deform_onnx.core.errors import VerificationError
+    from deform_onnx.exporting import dynamic_check, verification
+
+    real = verification.make_session
+    for module in (dynamic_check, verification):  # export's check makes its sessions in dynamic_check
+        monkeypatch.setattr(module, "make_session", lambda *a, **k: _LaterRunsOff(real(*a, **k), lambda o: o * 1.01))
+    torch.manual_seed(0)
+    layer = torchvision.ops.DeformConv2d(4, 4, 3, padding=1).eval()
+    x, offset = torch.randn(1, 4, 6, 6), torch.randn(1, 18, 6, 6)
+    out = tmp_path / "m.onnx"
+    with pytest.raises(VerificationError, match="a later run of the same inputs did not"):
+        deform_onnx.export(layer, (x, offset), str(out))
+    assert not out.exists()
