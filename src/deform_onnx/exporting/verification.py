@@ -223,14 +223,14 @@ def verify(
                 rerun.append([t for _, t in output_tensors(model(*args))])
         return _numpy(rerun[0][index]) if index < len(rerun[0]) else None
 
-    first = _judged(got, names, expected, paths, rtol, atol, where, runtime, reference, again, model, args)
+    worst, worst_name, tolerances, checks = _judged(got, names, expected, paths, rtol, atol, where, runtime, reference, again, model, args)
     if not _same_bits(got, later):
         try:
             _judged(later, names, expected, paths, rtol, atol, where, runtime, reference, again, model, args)
         except VerificationError as exc:
             raise type(exc)(f"the first run matched, a later run of the same inputs did not: {exc}") from None
     shapes = [tuple(t.shape) for t in input_tensors(args)]
-    return Verified(*first, shapes, runtime)
+    return Verified(worst, worst_name, tolerances, checks, shapes, runtime)
 
 
 def _same_bits(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
