@@ -223,7 +223,9 @@ def verify(
                 rerun.append([t for _, t in output_tensors(model(*args))])
         return _numpy(rerun[0][index]) if index < len(rerun[0]) else None
 
-    worst, worst_name, tolerances, checks = _judged(got, names, expected, paths, rtol, atol, where, runtime, reference, again, model, args)
+    worst, worst_name, tolerances, checks = _judged(
+        got, names, expected, paths, rtol, atol, where, runtime, reference, again, model, args
+    )
     if not _same_bits(got, later):
         try:
             _judged(later, names, expected, paths, rtol, atol, where, runtime, reference, again, model, args)
