@@ -37,13 +37,17 @@ from pathlib import Path
 
 import numpy as np
 
+#: The quad table's weightings (:data:`deform_onnx.sampler.gather.QUAD_WEIGHTING`), named in a form as ``+NAME``.
+WEIGHTINGS = ("ReduceSum", "MatMul", "slices", "identity MatMul", "corner axis")
+
 TIMER = """
 import json, statistics, sys, time
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 job = json.load(open(sys.argv[1]))
 its = {}
-for name, path in job["files"].items():
+first = next(iter(job["files"].values()))
+for name, path in [("warm-up", first), *job["files"].items()]:  # a first session never timed: it ran slower
     it = Interpreter(model_path=path)
     it.allocate_tensors()
     feeds = dict(np.load(job["feeds"]))
@@ -55,17 +59,23 @@ for name, path in job["files"].items():
         it.set_tensor(d["index"], a.astype(d["dtype"]))
     it.invoke()
     its[name] = it
+kept = its.pop("warm-up")  # alive, untimed
 ops = {n: len(it._get_ops_details()) for n, it in its.items()}
 per = {n: [] for n in its}
+cpu = {n: [] for n in its}
 names = list(its)
 for r in range(job["rounds"]):
     k = r % len(names)
     for n in names[k:] + names[:k]:
-        ts = []
+        ts, cs = [], []
         for _ in range(job["repeats"]):
-            t = time.perf_counter(); its[n].invoke(); ts.append(time.perf_counter() - t)
+            t, c = time.perf_counter(), time.process_time()
+            its[n].invoke()
+            ts.append(time.perf_counter() - t); cs.append(time.process_time() - c)
         per[n].append(statistics.median(ts) * 1e3)
-print(json.dumps({"ms": {n: statistics.median(v) for n, v in per.items()}, "ops": ops}))
+        cpu[n].append(statistics.median(cs) * 1e3)
+print(json.dumps({"ms": {n: statistics.median(v) for n, v in per.items()},
+                  "cpu": {n: statistics.median(v) for n, v in cpu.items()}, "ops": ops}))
 """
 
 
@@ -77,6 +87,7 @@ def main() -> None:
     from deform_onnx.bench.deform_conv import BenchShape, DeformConvCase
     from deform_onnx.builder.forms import graph_forms
     from deform_onnx.runtimes.deployed import FAMILIES, interpreter, run_file
+    from deform_onnx.sampler import gather
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shapes", nargs="+", type=BenchShape.parse)
@@ -102,6 +113,19 @@ def main() -> None:
                 deform_onnx.export(conv, (case.inputs["input"],), path, opset_version=17, input_names=["input"],
                                    output_names=["output"], verify=False)  # fmt: skip
                 feeds = {"input": case.feeds["input"]}
+            elif form.rstrip("0123456789").startswith("target"):  # "target2": a copy, the control
+                first, *more = form.split("+")  # "target+quad table": that form as well
+                buf = io.BytesIO()
+                weighting = next((m for m in more if m in WEIGHTINGS), "ReduceSum")  # the quad table's weighting
+                gather.QUAD_WEIGHTING, before_w = weighting, gather.QUAD_WEIGHTING
+                try:  # the target's forms and repairs, and the forms named
+                    with graph_forms([m for m in more if m not in WEIGHTINGS]):
+                        deform_onnx.export(case.module, case.args, buf, target="tflite", verify_runtimes=(),
+                                           input_names=list(case.inputs), output_names=["output"], verify=False)  # fmt: skip
+                finally:
+                    gather.QUAD_WEIGHTING = before_w
+                path.write_bytes(buf.getvalue())
+                want, feeds = case.reference, case.feeds
             else:
                 buf = io.BytesIO()
                 first, *more = form.split("+")  # "flat+float row index": that form as well
@@ -131,10 +155,14 @@ def main() -> None:
             print(done.stderr[-2000:])
             continue
         res = json.loads(done.stdout.strip().splitlines()[-1])
-        ms = res["ms"]
+        ms, cpu = res["ms"], res["cpu"]
+        base = next(iter(ms))  # the first form listed: every ratio is to it and to the dense Conv
         for form, t in ms.items():
-            ratios = [f"{t / ms[b]:.2f}x {b}" for b in ("apart", "dense") if b in ms and b != form]
-            print(f"{shape.label} {form}: {t:.2f} ms ({', '.join(ratios)}), {res['ops'][form]} ops", flush=True)
+            ratios = [f"{t / ms[b]:.2f}x {b}" for b in (base, "dense") if b in ms and b != form]
+            c = cpu[form]
+            cpu_ratios = [f"{c / cpu[b]:.2f}x {b}" for b in (base, "dense") if b in cpu and b != form]
+            print(f"{shape.label} {form}: wall {t:.2f} ms ({', '.join(ratios)}); CPU {c:.2f} ms "
+                  f"({', '.join(cpu_ratios)}); {res['ops'][form]} ops", flush=True)  # fmt: skip
     print(
         "load average (1/5/15 min) at the start and around each timing:",
         [tuple(round(x, 2) for x in la) for la in load],
