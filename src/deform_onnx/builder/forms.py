@@ -175,8 +175,11 @@ reach the lowerings through this context instead, set around the export by
   weights (the sum's order may round differently); it overrides the corner forms above, and with
   ``"flat offset groups"`` the table steps by the offset groups. No target asks for it: through onnx2tf,
   LiteRT ran the ``tflite`` target's file with it, in each weighting tried, no faster than the target's own
-  form beyond the control's spread, though op by op its ``Gather`` and index work took a fraction of the time
-  (measured here: scripts/repro/tflite_offset_groups.py; the ``.pte``'s quad tables:
+  form beyond the control's spread on the benchmark's DCNv2 layers (slower on most), though op by op its
+  ``Gather`` nodes and index work took a fraction of the time and the weighting more; ONNX Runtime ran its
+  gather form slower with it on every one of them; the ``.tflite`` writer's file (litert-torch) ran faster with
+  it on some and slower on others (measured here: scripts/repro/tflite_offset_groups.py,
+  scripts/repro/quad_table_ort.py, scripts/repro/litert_forms.py; the ``.pte``'s quad tables:
   scripts/repro/pte_corner_tables.py).
 - ``"GridSample one dtype"``: a ``GridSample`` of a float16 map on the float32 grid the lowerings compute
   float16 coordinates in (:func:`~deform_onnx.sampler.coords.coordinate_dtype`) takes the map cast to float32
