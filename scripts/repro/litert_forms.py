@@ -29,7 +29,9 @@ Candidates (each adds forms to the current ones; ``"corner-major gather"`` overr
 form without offset groups), ``quad`` (``"quad table"``: one gather of a quad table's row per tap instead of four
 corner gathers). Measured here (``--candidates quad``, every case but ``detr``): the ``.tflite`` with the quad
 table ran faster than the control's spread on 1x256x32 and the example net, but slower on 1x64x64 and 4x64x32,
-and on 1x64x64 og8 faster in one run and within the spread in the next; so the writer does not ask for it. With ``--pte`` the same for the ``.pte`` writer
+and on 1x64x64 og8 faster in one run and within the spread in the next; so the writer does not ask for it. The
+``.pte`` with it (``--pte --cases 1x64x64og8 --candidates quad``) ran slower by CPU time, within the spread by wall
+time. With ``--pte`` the same for the ``.pte`` writer
 (:mod:`deform_onnx.formats.executorch`) and ExecuTorch's runtime (its own thread pool).
 """
 

@@ -111,3 +111,29 @@ def test_quad_table_in_grid_sample_gather_form():
         assert len(_table_gathers(proto)) == x.dim() - 3  # one per depth plane
         got = run_ort(proto.SerializeToString(), {"x": x, "grid": grid})
         assert_close(got, Warp()(x, grid).numpy(), what=f"{x.dim()}-D")
+
+
+@pytest.mark.parametrize(
+    "forms", [["four corner gathers", "whole map"], ["flat offset groups"]], ids=["tflite-writer", "flat"]
+)
+def test_quad_table_in_the_torch_export_decomposition(forms: list[str]):
+    """The form through the torch-ops builder (the ``.tflite`` / ``.pte`` writers' decomposition), with the
+    ``.tflite`` writer's forms and with flat offset groups: one row ``index_select`` a tap instead of four, torchvision's
+    numbers."""
+    cfg = Config(C_in=16, C_out=4, H=9, W=7, offset_groups=2)
+    model, inputs = DeformLayer(cfg).eval(), make_inputs(cfg)
+    args = tuple(inputs.values())
+
+    def decomposed(extra: list[str]):
+        with graph_forms([*forms, *extra]):
+            ep = torch.export.export(model, args, strict=False)
+            return ep.run_decompositions(deform_onnx.decompositions("gather"))
+
+    taps = cfg.kernel[0] * cfg.kernel[1]
+    counts = []
+    for extra in ([], ["quad table"]):
+        ep = decomposed(extra)
+        counts.append(sum(n.target == torch.ops.aten.index_select.default for n in ep.graph.nodes))
+        with torch.no_grad():
+            assert_close(ep.module()(*args).numpy(), reference(model, inputs), what=f"{forms} {extra}")
+    assert counts[1] == counts[0] - 3 * taps  # one row gather a tap instead of four (and the taps' own picks)
