@@ -243,8 +243,7 @@ class BilinearCorners:
             if QUAD_WEIGHTING == "MatMul":
                 return b.reshape(b.op("MatMul", b.reshape(wgt, [-1, 1, 4]), v), [-1, self.width])
             if QUAD_WEIGHTING == "slices":  # each corner's columns, weighted, added by one Sum
-                flat = b.reshape(v, [-1, 4, self.width])
-                parts = [b.reshape(b.slice(flat, c, c + 1, axis=1), [-1, self.width]) for c in range(4)]
+                parts = [b.reshape(b.slice(v, c, c + 1, axis=1), [-1, self.width]) for c in range(4)]
                 ws = [b.slice(wgt, c, c + 1, axis=1) for c in range(4)]
                 return b.op("Sum", *[b.op("Mul", p, w) for p, w in zip(parts, ws)])
             v = b.op("Mul", v, b.reshape(wgt, [-1, 4, 1]))
@@ -270,9 +269,14 @@ class BilinearCorners:
         return b.op("Sum", *terms)  # one pass instead of three Adds
 
 
-#: How :class:`BilinearCorners` weights the quad table's four corners (form ``"quad table"``): ``"ReduceSum"``
-#: (a broadcast ``Mul`` by ``[M, 4, 1]`` and a ``ReduceSum`` over the corner axis) or ``"MatMul"`` (a batched
-#: ``MatMul`` of ``[M, 1, 4]`` by ``[M, 4, width]``); scripts/repro/tflite_offset_groups.py measures both.
+#: How :class:`BilinearCorners` weights the quad table's four corners (form ``"quad table"``), the rows gathered
+#: as ``[M, 4, width]``: ``"ReduceSum"`` (a broadcast ``Mul`` by ``[M, 4, 1]``, a ``ReduceSum`` over the corner
+#: axis), ``"MatMul"`` (a batched ``MatMul`` of ``[M, 1, 4]`` by ``[M, 4, width]``), ``"slices"`` (each corner's
+#: columns sliced, weighted, added by one ``Sum``), ``"identity MatMul"`` (the ``Mul``, then a ``MatMul`` by four
+#: stacked identities ``[4*width, width]``; a static width only, else ``"ReduceSum"``); or ``"corner axis"``: the
+#: table stacked ``[4, R', width]`` (:func:`quad_table`), gathered along axis 1 to ``[4, M, width]``, weighted as
+#: ``"corner-major gather"`` does. None ran faster where measured (scripts/repro/tflite_offset_groups.py,
+#: scripts/repro/quad_table_ort.py); the default is the simplest.
 QUAD_WEIGHTING = "ReduceSum"
 
 
@@ -284,7 +288,8 @@ def quad_table(b: Builder, rows: Value, row: Dim, step: int) -> Value:
     ``r``, ``r + step``, ``r + row``, ``r + row + step`` of ``rows`` (corners 00, 01, 10, 11) concatenated, four
     ``Slice`` nodes and one ``Concat``. Every corner :func:`padded_corner` clamps has all four rows in the table
     (:data:`PAD_AFTER` rows and columns after the image), so its top-left row is one of these; one ``Gather``
-    of it reads the four corners (form ``"quad table"``).
+    of it reads the four corners (form ``"quad table"``). Under :data:`QUAD_WEIGHTING` ``"corner axis"`` the four
+    shifted tables are stacked instead, ``[4, R - row - step, width]``.
     """
     R = b.dim(rows, 0)
     last = b.add_dim(row, step)  # the 11 corner's shift; the quad table has R - last rows
