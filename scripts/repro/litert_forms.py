@@ -26,7 +26,13 @@ Candidates (each adds forms to the current ones; ``"corner-major gather"`` overr
 ``corner-major``, ``float rows`` (``"float row index"``), ``int32 rows`` (``"float row index"`` +
 ``"int32 row index"``), ``corner-major int32`` (all three: what the ONNX ``tflite`` target asks for),
 ``one Pad`` (``"table by one Pad"``), ``flat groups`` (``"flat offset groups"``: the same file as the current
-form without offset groups). With ``--pte`` the same for the ``.pte`` writer
+form without offset groups), ``quad`` (``"quad table"``: one gather of a quad table's row per tap instead of four
+corner gathers). Measured here (``--candidates quad``, every case but ``detr``): the ``.tflite`` with the quad
+table ran faster than the control's spread on 1x256x32 and the example net (two runs each), but slower on 1x64x64
+(two runs) and 4x64x32,
+and on 1x64x64 og8 faster in one run and within the spread in the next; so the writer does not ask for it. The
+``.pte`` with it (``--pte --cases 1x64x64og8 --candidates quad``) ran slower by CPU time, within the spread by wall
+time. With ``--pte`` the same for the ``.pte`` writer
 (:mod:`deform_onnx.formats.executorch`) and ExecuTorch's runtime (its own thread pool).
 """
 
@@ -57,6 +63,7 @@ CANDIDATES = {
     "corner-major int32": ("corner-major gather", "float row index", "int32 row index"),
     "one Pad": ("table by one Pad",),
     "flat groups": ("flat offset groups",),
+    "quad": ("quad table",),
 }
 
 

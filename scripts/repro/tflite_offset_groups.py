@@ -8,20 +8,35 @@ For each shape (``N,C,H[,og=G]`` as ``scripts/runtime_venvs.py bench`` takes the
   their own: one ``Gather`` of a ``C/G``-channel row per corner, tap, group and band);
 - ``flat``: ``flat offset groups``, the target's form now (2-D index math, the groups folded into the
   gathered rows: one ``Gather`` per corner and tap for every group; one offset group: the default form);
+- ``target``: ``export(target="tflite")``, the target's forms and repairs as they are (``target2``: the same
+  again, the control); ``target+FORM``: with another graph form too, e.g. ``target+quad table``, whose
+  weighting (:data:`deform_onnx.sampler.gather.QUAD_WEIGHTING`) a ``+NAME`` of :data:`WEIGHTINGS` picks, e.g.
+  ``target+quad table+corner axis``;
 - ``dense``: the layer's dense ``Conv`` (``torch.nn.Conv2d``, its weight and bias), the floor.
 
 Each file is converted by onnx2tf and checked against PyTorch by the deployed runner
 (:func:`deform_onnx.runtimes.deployed.run_file`: the error printed), then every ``.tflite`` is loaded once
-in one LiteRT process (the runtime's default threads, as the runner) and timed in rounds, the files in an
-order rotated per round, ``repeats`` runs each; the median over rounds of each round's median is printed
-with its ratio to ``apart`` and to ``dense``, the op count of each ``.tflite``, and the load average.
-``apart`` is converted twice (``apart2``): its spread is the noise. Each conversion's time (onnx2tf, then one
-checked run) is printed too.
+in one LiteRT process (the runtime's default threads, as the runner; one more session of the first file is
+made first and never timed) and timed in rounds, the files in an order rotated per round, ``repeats`` runs
+each; the median over rounds of each round's median, wall and process CPU time, is printed with its ratio to
+the form converted twice (the geometric mean of its two files: their spread is the noise) and to ``dense``,
+the op count of each ``.tflite``, and the load average. Each conversion's time (onnx2tf, then one checked
+run) is printed too. ``--retime JOB ...`` times the files of an earlier run's ``job.json`` again, in the
+order ``--forms`` names them (the file timed first ran slower than its copy in several runs here, whichever
+it was).
 
 Usage: ``PYTHONPATH=src python scripts/repro/tflite_offset_groups.py [--rounds R] [--repeats K] [--forms F,...]
 SHAPE ...`` (``--forms`` default ``apart,flat,dense,apart2``; ``flat+FORM``: with another graph form too, e.g.
 ``flat+whole map``). Measured here on 1x64x64 og8: ``flat`` ran within ``apart``'s spread (its ops an eighth,
 its conversion several times faster); ``flat+float row index`` and ``flat+whole map`` gained nothing either.
+
+The quad table (issue 38, ``--forms "target,target+quad table,target+quad table+corner axis,dense,target2"``):
+on 1x64x64 og8 every weighting ran slower than the target's form or within its control's spread (``corner
+axis``), although op by op (``scripts/repro/litert_op_profile.py --cpu``) its ``Gather`` nodes and onnx2tf's
+negative-index fix took a fraction of the target's: the ``ReduceSum`` over the middle corner axis, or the
+weighting that replaces it, costs more than the gathers save, and the whole model did not follow the op sums.
+On 1x64x64, 1x256x32 and 4x64x32 the ``ReduceSum`` weighting ran slower and ``corner axis`` within the spread or
+slower. So the ``tflite`` target does not ask for it.
 """
 
 from __future__ import annotations
@@ -37,13 +52,17 @@ from pathlib import Path
 
 import numpy as np
 
+#: The quad table's weightings (:data:`deform_onnx.sampler.gather.QUAD_WEIGHTING`), named in a form as ``+NAME``.
+WEIGHTINGS = ("ReduceSum", "MatMul", "slices", "identity MatMul", "corner axis")
+
 TIMER = """
 import json, statistics, sys, time
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 job = json.load(open(sys.argv[1]))
 its = {}
-for name, path in job["files"].items():
+first = next(iter(job["files"].values()))
+for name, path in [("warm-up", first), *job["files"].items()]:  # a first session never timed: it ran slower
     it = Interpreter(model_path=path)
     it.allocate_tensors()
     feeds = dict(np.load(job["feeds"]))
@@ -55,18 +74,56 @@ for name, path in job["files"].items():
         it.set_tensor(d["index"], a.astype(d["dtype"]))
     it.invoke()
     its[name] = it
+kept = its.pop("warm-up")  # alive, untimed
 ops = {n: len(it._get_ops_details()) for n, it in its.items()}
 per = {n: [] for n in its}
+cpu = {n: [] for n in its}
 names = list(its)
 for r in range(job["rounds"]):
     k = r % len(names)
     for n in names[k:] + names[:k]:
-        ts = []
+        ts, cs = [], []
         for _ in range(job["repeats"]):
-            t = time.perf_counter(); its[n].invoke(); ts.append(time.perf_counter() - t)
+            t, c = time.perf_counter(), time.process_time()
+            its[n].invoke()
+            ts.append(time.perf_counter() - t)
+            cs.append(time.process_time() - c)
         per[n].append(statistics.median(ts) * 1e3)
-print(json.dumps({"ms": {n: statistics.median(v) for n, v in per.items()}, "ops": ops}))
+        cpu[n].append(statistics.median(cs) * 1e3)
+print(json.dumps({"ms": {n: statistics.median(v) for n, v in per.items()},
+                  "cpu": {n: statistics.median(v) for n, v in cpu.items()}, "ops": ops}))
 """
+
+
+FORMS = "apart,flat,dense,apart2"
+
+
+def _time(python, job: Path, label: str, load: list) -> None:
+    """Time the files of ``job`` in one LiteRT process and print each one's ms and ratios.
+
+    Ratios are to the first file's form and its copy (``NAME2``: the geometric mean of the two, the control's
+    spread in its own row) and to the dense Conv.
+    """
+    load.append(os.getloadavg())
+    done = subprocess.run([str(python), "-c", TIMER, str(job)], capture_output=True, text=True, check=False)
+    load.append(os.getloadavg())
+    if done.returncode:
+        print(done.stderr[-2000:])
+        return
+    res = json.loads(done.stdout.strip().splitlines()[-1])
+    names = list(res["ms"])
+    copied = next((n for n in names if n + "2" in names), None)  # the form converted twice
+    pair = [copied, copied + "2"] if copied else [names[0]]
+    for kind in ("ms", "cpu"):
+        res[kind]["base"] = float(np.prod([res[kind][n] for n in pair]) ** (1 / len(pair)))
+    for form in names:
+        parts = []
+        for kind, what in (("ms", "wall"), ("cpu", "CPU")):
+            t = res[kind][form]
+            ratios = [f"{t / res[kind][b]:.2f}x {b}" for b in ("base", "dense") if b in res[kind] and b != form]
+            parts.append(f"{what} {t:.2f} ms ({', '.join(ratios)})")
+        print(f"{label} {form}: {'; '.join(parts)}; {res['ops'][form]} ops", flush=True)
+    print(f"{label}: base = geometric mean of {' and '.join(pair)}", flush=True)
 
 
 def main() -> None:
@@ -77,18 +134,28 @@ def main() -> None:
     from deform_onnx.bench.deform_conv import BenchShape, DeformConvCase
     from deform_onnx.builder.forms import graph_forms
     from deform_onnx.runtimes.deployed import FAMILIES, interpreter, run_file
+    from deform_onnx.sampler import gather
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("shapes", nargs="+", type=BenchShape.parse)
+    ap.add_argument("shapes", nargs="*", type=BenchShape.parse)
+    ap.add_argument("--retime", nargs="*", default=[], help="job.json files of an earlier run: time its files again")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--forms", default="apart,flat,dense,apart2", help="comma-separated; 'flat+FORM': another form too")
+    ap.add_argument("--forms", default=FORMS, help="comma-separated; 'flat+FORM': another form too")
     opts = ap.parse_args()
     fam = FAMILIES["tflite"]
     python = interpreter(fam)
     work = Path(tempfile.mkdtemp(prefix="tflite-offset-groups-"))
     load = [os.getloadavg()]
-    for shape in opts.shapes:
+    for path in opts.retime:  # files converted by an earlier run, timed again (in the order --forms gives)
+        job = json.loads(Path(path).read_text())
+        files = job["files"]
+        order = [f for f in opts.forms.split(",") if f in files] if opts.forms != FORMS else list(files)
+        job.update(files={f: files[f] for f in order}, rounds=opts.rounds, repeats=opts.repeats)
+        again = work / f"job{len(load)}.json"
+        again.write_text(json.dumps(job))
+        _time(python, again, Path(path).parent.name, load)
+    for shape in [] if opts.retime else opts.shapes:
         case = DeformConvCase(shape, work / shape.label.replace(" ", "_"), threads=2)
         files = {}
         for form in opts.forms.split(","):
@@ -102,6 +169,19 @@ def main() -> None:
                 deform_onnx.export(conv, (case.inputs["input"],), path, opset_version=17, input_names=["input"],
                                    output_names=["output"], verify=False)  # fmt: skip
                 feeds = {"input": case.feeds["input"]}
+            elif form.rstrip("0123456789").startswith("target"):  # "target2": a copy, the control
+                first, *more = form.split("+")  # "target+quad table": that form as well
+                buf = io.BytesIO()
+                weighting = next((m for m in more if m in WEIGHTINGS), "ReduceSum")  # the quad table's weighting
+                gather.QUAD_WEIGHTING, before_w = weighting, gather.QUAD_WEIGHTING
+                try:  # the target's forms and repairs, and the forms named
+                    with graph_forms([m for m in more if m not in WEIGHTINGS]):
+                        deform_onnx.export(case.module, case.args, buf, target="tflite", verify_runtimes=(),
+                                           input_names=list(case.inputs), output_names=["output"], verify=False)  # fmt: skip
+                finally:
+                    gather.QUAD_WEIGHTING = before_w
+                path.write_bytes(buf.getvalue())
+                want, feeds = case.reference, case.feeds
             else:
                 buf = io.BytesIO()
                 first, *more = form.split("+")  # "flat+float row index": that form as well
@@ -124,17 +204,7 @@ def main() -> None:
         job = case.workdir / "job.json"
         job.write_text(json.dumps({"files": files, "feeds": str(case.workdir / "feeds.npz"),
                                    "rounds": opts.rounds, "repeats": opts.repeats}))  # fmt: skip
-        load.append(os.getloadavg())
-        done = subprocess.run([str(python), "-c", TIMER, str(job)], capture_output=True, text=True, check=False)
-        load.append(os.getloadavg())
-        if done.returncode:
-            print(done.stderr[-2000:])
-            continue
-        res = json.loads(done.stdout.strip().splitlines()[-1])
-        ms = res["ms"]
-        for form, t in ms.items():
-            ratios = [f"{t / ms[b]:.2f}x {b}" for b in ("apart", "dense") if b in ms and b != form]
-            print(f"{shape.label} {form}: {t:.2f} ms ({', '.join(ratios)}), {res['ops'][form]} ops", flush=True)
+        _time(python, job, shape.label, load)
     print(
         "load average (1/5/15 min) at the start and around each timing:",
         [tuple(round(x, 2) for x in la) for la in load],

@@ -165,6 +165,22 @@ reach the lowerings through this context instead, set around the export by
   int64, where every row number fits (:func:`~deform_onnx.ops.deform_conv.gather_flat.row_index_type`): LiteRT's
   ``Gather`` then reads int32 indices and onnx2tf's negative-index fix (``Less``, ``Cast``, ``Mul``, ``Add`` on
   each dynamic index tensor) runs in int32. The ``tflite`` target asks for it (and for ``"float row index"``).
+- ``"quad table"``: the gather samplers (:class:`~deform_onnx.sampler.gather.BilinearCorners`) read the four
+  corners of a point with ONE ``Gather`` of its top-left row from a quad table built once per layer
+  (:func:`~deform_onnx.sampler.gather.quad_table`: the row table and its copies shifted by one pixel, one row of
+  pixels and both, side by side, ``[R - row - step, 4*width]``; four ``Slice`` nodes and a ``Concat``): a quarter
+  of the gathered rows, each four times wider, no index of the other three corners; the rows are weighted by a
+  broadcast ``Mul`` of ``[M, 4, 1]`` and summed by a ``ReduceSum`` over the corner axis
+  (:data:`~deform_onnx.sampler.gather.QUAD_WEIGHTING` names the other weightings tried). The same corners and
+  weights (the sum's order may round differently); it overrides the corner forms above, and with
+  ``"flat offset groups"`` the table steps by the offset groups. No target asks for it: through onnx2tf,
+  LiteRT ran the ``tflite`` target's file with it, in each weighting tried, no faster than the target's own
+  form beyond the control's spread on the benchmark's DCNv2 layers (slower on most), though op by op its
+  ``Gather`` nodes and index work took a fraction of the time and the weighting more; ONNX Runtime ran its
+  gather form slower with it on every one of them; the ``.tflite`` writer's file (litert-torch) ran faster with
+  it on some and slower on others (measured here: scripts/repro/tflite_offset_groups.py,
+  scripts/repro/quad_table_ort.py, scripts/repro/litert_forms.py; the ``.pte``'s quad tables:
+  scripts/repro/pte_corner_tables.py).
 - ``"GridSample one dtype"``: a ``GridSample`` of a float16 map on the float32 grid the lowerings compute
   float16 coordinates in (:func:`~deform_onnx.sampler.coords.coordinate_dtype`) takes the map cast to float32
   and its result cast back to float16: ONNX lets the two dtypes differ, TVM 0.27's ONNX frontend does not
@@ -213,6 +229,7 @@ EMIT_FORMS = (
     "rows per image",
     "corner-major gather",
     "int32 row index",
+    "quad table",
 )
 _ACTIVE: ContextVar[frozenset[str]] = ContextVar("deform_onnx_graph_forms", default=frozenset())
 

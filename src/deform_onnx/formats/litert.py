@@ -25,8 +25,8 @@ TITLE = "LiteRT"
 AUTO_METHOD = "gather"
 #: The graph forms the .tflite asks the lowerings for (:mod:`deform_onnx.builder.forms`): the .pte's, measured
 #: faster in LiteRT too (interleaved in one process: about 15% on 64- and 256-channel DCNv2 layers). The ONNX
-#: ``tflite`` target's corner-major gather and int32 rows, and the .pte's one Pad, were no faster here
-#: (scripts/repro/litert_forms.py; BENCHMARKS.md).
+#: ``tflite`` target's corner-major gather and int32 rows, and the .pte's one Pad, were no faster here, and the
+#: ``"quad table"`` ran slower on some DCNv2 layers (scripts/repro/litert_forms.py; BENCHMARKS.md).
 FORMS = ("four corner gathers", "whole map")
 #: export()'s keyword arguments a .tflite takes (litert-torch 0.10 writes static shapes here).
 TAKEN = ("method", "verify", "rtol", "atol", "verify_shapes")

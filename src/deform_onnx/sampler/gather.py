@@ -181,6 +181,11 @@ class BilinearCorners:
         weights: the bilinear weights of corners 00, 01, 10, 11 (``S``, the table's dtype).
         index_dtype: ``i00``'s integer type, ``np.int64`` or ``np.int32`` (the ``"int32 row index"`` form; a
             static ``row`` only).
+        quad: ``rows``' :func:`quad_table`, built once by a caller whose samplers share the table (form
+            ``"quad table"``); ``None``: built here when the form is asked for.
+
+    Raises:
+        ValueError: int32 rows with a dynamic ``row``.
 
     :meth:`sample` returns ``sum(w * rows[i])`` over the four corners as
     ``[prod(S), width]``, in the form ONNX Runtime ran faster for the width
@@ -190,20 +195,28 @@ class BilinearCorners:
     narrower rows with four Gathers, each scaled by its weight, added by one
     ``Sum`` (a batched MatMul of tiny matrices is slower there). The corners
     are stacked once here, so a caller sampling in slices (one kernel tap at a
-    time) slices the stacked tensors with ``take``.
+    time) slices the stacked tensors with ``take``. Under the graph forms ``"corner-major gather"``, ``"four
+    corner gathers"`` and ``"quad table"`` (:mod:`deform_onnx.builder.forms`) rows of every width take those
+    forms instead (the quad table: one ``Gather`` of the top-left row of :func:`quad_table`).
     """
 
     def __init__(
         self, b: Builder, rows: Value, width: Dim, i00: Value, row: Dim, step: int, weights: list[Value],
-        index_dtype: type = np.int64,
+        index_dtype: type = np.int64, quad: Value | None = None,
     ):  # fmt: skip
         if index_dtype is np.int32 and not isinstance(row, int):
             raise ValueError("BilinearCorners: int32 rows need a static row count")
+        self.rows, self.width = rows, width
+        self.quad = wants("quad table")  # rows of every width; overrides the forms below
+        if self.quad:  # one Gather of i00 from the quad table: no other corner's index is computed
+            self.rows = quad if quad is not None else quad_table(b, rows, row, step)
+            self.idx, self.wgt = i00, list(weights)
+            self.corner_major = self.stacked = False
+            return
         index = lambda v: b.const(np.asarray(v, dtype=index_dtype))  # noqa: E731 - the rows' integer type
         i01 = b.op("Add", i00, index(step))
         i10 = b.op("Add", i00, index([row]) if isinstance(row, int) else b.as_dim(row))
         idx = [i00, i01, i10, b.op("Add", i10, index(step))]
-        self.rows, self.width = rows, width
         # A width known only at run time gets the wide form (the common case: 32+ channels per group).
         wide = not isinstance(width, int) or width >= GATHER4_MIN_WIDTH
         self.corner_major = wants("corner-major gather")  # rows of every width
@@ -217,6 +230,28 @@ class BilinearCorners:
 
     def sample(self, b: Builder, take: Callable[[Value], Value] = lambda v: v) -> Value:
         """``[M, width]``: the weighted corners of the points ``take`` selects (all by default)."""
+        if self.quad and QUAD_WEIGHTING == "corner axis":  # one Gather along axis 1: [4, M, width], corner-major
+            v = b.op("Gather", self.rows, b.reshape(take(self.idx), [-1]), axis=1)
+            wgt = b.reshape(b.op("Concat", *[b.reshape(take(w), [1, -1]) for w in self.wgt], axis=0), [4, -1, 1])
+            return b.reduce_sum(b.op("Mul", v, wgt), [0], keepdims=0)
+        if self.quad:  # [M, 4*width] rows: the four corners side by side, weighted and summed over the corners
+            v = b.reshape(b.op("Gather", self.rows, b.reshape(take(self.idx), [-1]), axis=0), [-1, 4, self.width])
+            # the weights as whole [1, M] blocks, then [M, 4] (a last-axis Concat of [M, 1] runs element by element
+            # in LiteRT: BENCHMARKS.md "Deployed runtimes")
+            wgt = b.op("Concat", *[b.reshape(take(w), [1, -1]) for w in self.wgt], axis=0)
+            wgt = b.op("Transpose", wgt, perm=[1, 0])
+            if QUAD_WEIGHTING == "MatMul":
+                return b.reshape(b.op("MatMul", b.reshape(wgt, [-1, 1, 4]), v), [-1, self.width])
+            if QUAD_WEIGHTING == "slices":  # each corner's columns, weighted, added by one Sum
+                parts = [b.reshape(b.slice(v, c, c + 1, axis=1), [-1, self.width]) for c in range(4)]
+                ws = [b.slice(wgt, c, c + 1, axis=1) for c in range(4)]
+                return b.op("Sum", *[b.op("Mul", p, w) for p, w in zip(parts, ws)])
+            v = b.op("Mul", v, b.reshape(wgt, [-1, 4, 1]))
+            if QUAD_WEIGHTING == "identity MatMul" and isinstance(self.width, int):
+                # the corners added by a MatMul with four stacked identities [4*width, width]
+                eye = np.tile(np.eye(self.width), (4, 1))
+                return b.op("MatMul", b.reshape(v, [-1, 4 * self.width]), b.float_const(eye, self.rows))
+            return b.reduce_sum(v, [1], keepdims=0)
         if self.corner_major:  # [4, M] rows, one Gather of [4, M, width], weighted and summed over the corners
             idx = b.op("Concat", *[b.reshape(take(i), [1, -1]) for i in self.idx], axis=0)
             # 2-D [4, M], then [4, M, 1]: onnx2tf lays a 3-D Concat of [1, M, 1] out as [1, M, 4] and transposes
@@ -232,6 +267,44 @@ class BilinearCorners:
             for i, w in zip(self.idx, self.wgt)
         ]
         return b.op("Sum", *terms)  # one pass instead of three Adds
+
+
+#: How :class:`BilinearCorners` weights the quad table's four corners (form ``"quad table"``), the rows gathered
+#: as ``[M, 4, width]``: ``"ReduceSum"`` (a broadcast ``Mul`` by ``[M, 4, 1]``, a ``ReduceSum`` over the corner
+#: axis), ``"MatMul"`` (a batched ``MatMul`` of ``[M, 1, 4]`` by ``[M, 4, width]``), ``"slices"`` (each corner's
+#: columns sliced, weighted, added by one ``Sum``), ``"identity MatMul"`` (the ``Mul``, then a ``MatMul`` by four
+#: stacked identities ``[4*width, width]``; a static width only, else ``"ReduceSum"``); or ``"corner axis"``: the
+#: table stacked ``[4, R', width]`` (:func:`quad_table`), gathered along axis 1 to ``[4, M, width]``, weighted as
+#: ``"corner-major gather"`` does. None ran faster where measured (scripts/repro/tflite_offset_groups.py,
+#: scripts/repro/quad_table_ort.py); the default is the simplest.
+QUAD_WEIGHTING = "ReduceSum"
+
+
+def quad_table(b: Builder, rows: Value, row: Dim, step: int) -> Value:
+    """The four bilinear corners of every top-left row of a :func:`padded_channel_rows` table, side by side.
+
+    ``rows`` ``[R, width]``, ``row`` (rows per table row of pixels, an int or int64 ``[1]``) and ``step`` (rows
+    per pixel) as :class:`BilinearCorners` takes them. Returns ``[R - row - step, 4*width]``: row ``r`` is rows
+    ``r``, ``r + step``, ``r + row``, ``r + row + step`` of ``rows`` (corners 00, 01, 10, 11) concatenated, four
+    ``Slice`` nodes and one ``Concat``. Every corner :func:`padded_corner` clamps has all four rows in the table
+    (:data:`PAD_AFTER` rows and columns after the image), so its top-left row is one of these; one ``Gather``
+    of it reads the four corners (form ``"quad table"``). Under :data:`QUAD_WEIGHTING` ``"corner axis"`` the four
+    shifted tables are stacked instead, ``[4, R - row - step, width]``.
+    """
+    R = b.dim(rows, 0)
+    last = b.add_dim(row, step)  # the 11 corner's shift; the quad table has R - last rows
+
+    def part(start: Dim) -> Value:  # rows[start : R - last + start]
+        if isinstance(R, int) and isinstance(last, int) and isinstance(start, int):
+            end: Value = b.i64([R - last + start])
+        else:
+            end = b.op("Add", b.op("Sub", b.as_dim(R), b.as_dim(last)), b.as_dim(start))
+        return b.op("Slice", rows, b.as_dim(start), end, b.i64([0]))
+
+    parts = [part(s) for s in (0, step, row, last)]
+    if QUAD_WEIGHTING == "corner axis":  # [4, R - last, width]: the corners stacked on a leading axis
+        return b.op("Concat", *[b.unsqueeze(p, [0]) for p in parts], axis=0)
+    return b.op("Concat", *parts, axis=1)
 
 
 def _size_plus(b: Builder, size: Dim, delta: int, like: Value) -> Value:

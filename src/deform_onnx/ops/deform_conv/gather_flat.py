@@ -47,13 +47,15 @@ def index_dtype(exact: bool, rows: int) -> type:
 
 
 def flat_corners(
-    b: Builder, spec: DeformConvSpec, x: Value, rows: Value, coord: Value, band: Band, exact: bool
-) -> BilinearCorners:
+    b: Builder, spec: DeformConvSpec, x: Value, rows: Value, coord: Value, band: Band, exact: bool,
+    quad: Value | None = None,
+) -> BilinearCorners:  # fmt: skip
     """The bilinear sampler of every tap and offset group of ``band``, its indices and weights ``[K, N*Hb*Wo*G]``.
 
     ``rows``: the table ``[N*(H+3)*(W+3)*G, C/G]``
     (:func:`~deform_onnx.sampler.gather.padded_channel_rows`); ``coord``: a value of the coordinate dtype;
-    ``exact``: the corner rows in that dtype, cast once (the ``"float row index"`` form: static sizes only).
+    ``exact``: the corner rows in that dtype, cast once (the ``"float row index"`` form: static sizes only);
+    ``quad``: ``rows``' :func:`~deform_onnx.sampler.gather.quad_table` (form ``"quad table"``), or None.
     Column ``((n*Hb + y)*Wo + x)*G + g`` of tap ``k`` samples point ``(y, x)`` of image ``n`` for group ``g``:
     the rows of the sampled ``[N*Hb*Wo*G, C/G]`` read as ``[N*Hb*Wo, C]``.
     """
@@ -96,7 +98,8 @@ def flat_corners(
     flat = [K, -1]
     weights = [b.reshape(in_input_dtype(b, x, b.op("Mul", wy, wx)), flat) for wy in (hy, ly) for wx in (hx, lx)]
     table = _table_rows(N, H, W, G) if exact else 0
-    return BilinearCorners(b, rows, Cg, b.reshape(i00, flat), row, G, weights, index_dtype(exact, table))
+    i00 = b.reshape(i00, flat)
+    return BilinearCorners(b, rows, Cg, i00, row, G, weights, index_dtype(exact, table), quad=quad)
 
 
 def _table_rows(N: Dim, H: Dim, W: Dim, G: int) -> int:

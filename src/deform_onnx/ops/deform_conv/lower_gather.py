@@ -39,7 +39,7 @@ from ...builder import Builder, Dim, Value
 from ...builder.forms import wants
 from ...core.opsets import DEFORM_CONV_GATHER_MIN_OPSET
 from ...sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype
-from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner
+from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner, quad_table
 from .common import (
     Band,
     add_product,
@@ -78,7 +78,17 @@ def lower_gather(
 
     coord, offset = coordinate_dtype(b, x, offset)
     flat = G > 1 and wants("flat offset groups")
-    table = padded_channel_rows(b, x, C if G > 1 and wants("offset groups apart") and not flat else Cg)
+    apart = G > 1 and wants("offset groups apart") and not flat
+    table = padded_channel_rows(b, x, C if apart else Cg)
+    # Form "quad table": the four corners of each row side by side, built once for every band (apart: per group,
+    # each from its channels of the table, one pixel a row).
+    quads: list[Value | None] = [None]
+    if wants("quad table"):
+        W3 = b.add_dim(b.dim(x, 3), 3)
+        if apart:
+            quads = [quad_table(b, b.slice(table, g * Cg, (g + 1) * Cg, axis=1), W3, 1) for g in range(G)]
+        else:
+            quads = [quad_table(b, table, b.mul_dim(W3, G), G)]
 
     # Weight per tap as [K, groups, C/groups, Co/groups] (folded when constant); sliced once,
     # shared by every image and band.
@@ -92,9 +102,10 @@ def lower_gather(
         rows = band_inputs(b, band, Ho, Wo, offset, mask)
         if flat:  # one sampler, 2-D index math ([K, N*Pb*G])
             exact = _float_rows(b, coord, N, b.dim(x, 2), b.dim(x, 3), G)
-            samplers, columns = [flat_corners(b, spec, x, table, coord, rows, exact)], b.mul_dim(rows.pixels, G)
+            sampler = flat_corners(b, spec, x, table, coord, rows, exact, quad=quads[0])
+            samplers, columns = [sampler], b.mul_dim(rows.pixels, G)
         else:
-            samplers, columns = _samplers(b, spec, x, table, rows, coord), None
+            samplers, columns = _samplers(b, spec, x, table, rows, coord, quads), None
         for at, n in enumerate(images):
             outs[at].append(_contract(b, spec, (samplers, columns), taps, w_taps, n, rows.pixels, bias))
     parts = [o[0] if len(o) == 1 else b.op("Concat", *o, axis=3) for o in outs]  # bands: [N, groups, Co/g, Pb]
@@ -102,8 +113,12 @@ def lower_gather(
     return parts[0] if len(parts) == 1 else b.op("Concat", *parts, axis=0)
 
 
-def _samplers(b: Builder, spec, x, table, band: Band, coord) -> list[BilinearCorners]:
-    """One sampler for all offset groups, or one per group under the ``"offset groups apart"`` form."""
+def _samplers(b: Builder, spec, x, table, band: Band, coord, quads: list) -> list[BilinearCorners]:
+    """One sampler for all offset groups, or one per group under the ``"offset groups apart"`` form.
+
+    ``quads``: the table's :func:`~deform_onnx.sampler.gather.quad_table` (each group's when apart), or ``[None]``
+    (form ``"quad table"`` not asked for).
+    """
     G, K, Cg = spec.offset_groups, spec.taps, spec.channels_per_offset_group
     if G > 1 and wants("offset groups apart"):  # ("flat offset groups" takes precedence: see lower_gather)
         # One table of all C channels, sliced per group: [N*(H+3)*(W+3), C/G] each
@@ -112,10 +127,11 @@ def _samplers(b: Builder, spec, x, table, band: Band, coord) -> list[BilinearCor
         return [
             _corners(b, spec, x, b.slice(table, g * Cg, (g + 1) * Cg, axis=1), 1, coord,
                      band.with_inputs(b.slice(offset, g * K2, (g + 1) * K2, axis=1),
-                                      None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1)))
+                                      None if mask is None else b.slice(mask, g * K, (g + 1) * K, axis=1)),
+                     quads[g] if len(quads) == G else None)
             for g in range(G)
         ]  # fmt: skip
-    return [_corners(b, spec, x, table, G, coord, band)]
+    return [_corners(b, spec, x, table, G, coord, band, quads[0])]
 
 
 def _contract(b: Builder, spec, sampling: tuple[list[BilinearCorners], Dim | None], taps, w_taps, n: int | None,
@@ -155,14 +171,15 @@ def _contract(b: Builder, spec, sampling: tuple[list[BilinearCorners], Dim | Non
 
 
 def _corners(
-    b: Builder, spec: DeformConvSpec, x: Value, rows: Value, G: int, coord: Value, band: Band
-) -> BilinearCorners:
+    b: Builder, spec: DeformConvSpec, x: Value, rows: Value, G: int, coord: Value, band: Band,
+    quad: Value | None = None,
+) -> BilinearCorners:  # fmt: skip
     """The bilinear sampler of every tap of ``G`` offset groups sharing one index computation.
 
     ``x`` ``[N, C, H, W]`` (for its sizes and dtype); ``rows``: the groups' table
     ``[N*(H+3)*(W+3)*G, C/G]`` (:func:`~deform_onnx.sampler.gather.padded_channel_rows`); ``band``:
     output rows ``first .. first+Ho-1``, with their offset ``[N, 2*G*K, Ho, Wo]`` and mask
-    ``[N, G*K, Ho, Wo]`` or None.
+    ``[N, G*K, Ho, Wo]`` or None; ``quad``: ``rows``' quad table, or None (form ``"quad table"``: built here).
     """
     offset, mask, first, Ho, Wo = band.offset, band.mask, band.first, band.rows, band.cols
     K, Cg = spec.taps, spec.channels_per_offset_group
@@ -214,7 +231,7 @@ def _corners(
         weights = [b.op("Transpose", w_, perm=[0, 1, 3, 4, 2]) for w_ in weights]
     weights = [in_input_dtype(b, x, w_) for w_ in weights]
     table = N * (H + 3) * (W + 3) * G if exact else 0  # static when exact
-    return BilinearCorners(b, rows, Cg, i00, row_dim, G, weights, index_dtype(exact, table))
+    return BilinearCorners(b, rows, Cg, i00, row_dim, G, weights, index_dtype(exact, table), quad=quad)
 
 
 #: Largest row count (table rows, :func:`~deform_onnx.sampler.gather.padded_channel_rows`) whose row numbers
