@@ -6,6 +6,7 @@ rows. Compared with torchvision on the same tensors in ONNX Runtime: the default
 target's forms (``flat offset groups``: step = the offset groups), in row bands (the table shared by every band),
 with offset groups apart, at a dynamic batch and size, and through ``F.grid_sample``'s gather form; each graph is
 read for one table ``Gather`` per tap (the control: the same layer without the form gathers four corner rows).
+No target asks for the form (measured slower or within the noise: BENCHMARKS.md), so the tests are few.
 """
 
 from __future__ import annotations
@@ -25,16 +26,13 @@ from util import Config, DeformLayer, assert_close, make_inputs, reference, run_
 
 TFLITE = ["flat offset groups", "flat sampling grid", "table padded flat", "corner-major gather", "float row index",
           "int32 row index"]  # fmt: skip
-GRID = [
+GRID = [  # trimmed to what tells the form apart: one group, the tflite forms with groups and stride, groups apart
     (Config(H=9, W=7), []),
-    (Config(C_in=8, C_out=4, H=8, W=10, offset_groups=2), []),
-    (Config(C_in=8, C_out=4, H=8, W=10, offset_groups=2), TFLITE),
     (Config(N=2, C_in=16, C_out=6, H=11, W=9, offset_groups=8, stride=2, dilation=2, padding=2), TFLITE),
     (
         Config(N=2, C_in=4, C_out=4, H=6, W=5, offset_groups=2, groups=2, mask=False, bias=False),
         ["offset groups apart"],
     ),
-    (Config(C_in=6, C_out=4, H=8, W=8, kernel=(3, 1), padding=(1, 0)), TFLITE),
 ]
 
 
@@ -76,7 +74,7 @@ def test_quad_table_matches_torchvision(cfg: Config, forms: list[str], monkeypat
     assert len(_table_gathers(plain)) == per_tap * taps * bands * apart
 
 
-@pytest.mark.parametrize("weighting", ["ReduceSum", "MatMul", "slices", "identity MatMul", "corner axis"])
+@pytest.mark.parametrize("weighting", ["ReduceSum", "corner axis"])  # the default and the one that came closest
 def test_quad_weightings_and_a_dynamic_size(weighting: str, monkeypatch):
     """Each weighting of the quad rows, at a dynamic batch and size (the table's shifts from its own shape)."""
     monkeypatch.setattr(gather, "QUAD_WEIGHTING", weighting)
@@ -111,29 +109,3 @@ def test_quad_table_in_grid_sample_gather_form():
         assert len(_table_gathers(proto)) == x.dim() - 3  # one per depth plane
         got = run_ort(proto.SerializeToString(), {"x": x, "grid": grid})
         assert_close(got, Warp()(x, grid).numpy(), what=f"{x.dim()}-D")
-
-
-@pytest.mark.parametrize(
-    "forms", [["four corner gathers", "whole map"], ["flat offset groups"]], ids=["tflite-writer", "flat"]
-)
-def test_quad_table_in_the_torch_export_decomposition(forms: list[str]):
-    """The form through the torch-ops builder (the ``.tflite`` / ``.pte`` writers' decomposition), with the
-    ``.tflite`` writer's forms and with flat offset groups: one row ``index_select`` a tap instead of four, torchvision's
-    numbers."""
-    cfg = Config(C_in=16, C_out=4, H=9, W=7, offset_groups=2)
-    model, inputs = DeformLayer(cfg).eval(), make_inputs(cfg)
-    args = tuple(inputs.values())
-
-    def decomposed(extra: list[str]):
-        with graph_forms([*forms, *extra]):
-            ep = torch.export.export(model, args, strict=False)
-            return ep.run_decompositions(deform_onnx.decompositions("gather"))
-
-    taps = cfg.kernel[0] * cfg.kernel[1]
-    counts = []
-    for extra in ([], ["quad table"]):
-        ep = decomposed(extra)
-        counts.append(sum(n.target == torch.ops.aten.index_select.default for n in ep.graph.nodes))
-        with torch.no_grad():
-            assert_close(ep.module()(*args).numpy(), reference(model, inputs), what=f"{forms} {extra}")
-    assert counts[1] == counts[0] - 3 * taps  # one row gather a tap instead of four (and the taps' own picks)
