@@ -38,6 +38,8 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 - ``"square input read by Max"`` (:mod:`.repair_tflite`): a 3-D..5-D graph input whose non-batch axes are all
   equal is read through ``Max(x, x)`` (onnx2tf makes it channels-last but records it as untransposed, so a
   ``Reshape`` reading it mixed the axes: a DCNv2 layer on ``[1, 8, 8, 8]`` 2.2 off in LiteRT).
+- ``"output names without ':'"`` (:mod:`.repair_tflite`): graph outputs named with a ``:`` (TorchScript's
+  ``onnx::Conv_864``) renamed with ``_`` (onnx2tf 1.29.24 lost such outputs: S2ANet's aligned feature).
 - ``"static shape arithmetic folded"`` (:mod:`.repair_shapes`): TorchScript's ``Shape -> Gather -> ...`` chains
   on static shapes (``torch.chunk``'s split points) as constants (TVM's frontend and ncnn's blob rule lost the
   shapes after such a ``Slice``).
@@ -87,7 +89,12 @@ from .repair_reduce import reductions_as_pooling_and_conv
 from .repair_shapes import static_shape_arithmetic_folded
 from .repair_split import split_as_slice
 from .repair_stack import stack_flatten_as_concat
-from .repair_tflite import constant_operand_last, gelu_divisor_1d, square_input_read_by_max
+from .repair_tflite import (
+    constant_operand_last,
+    gelu_divisor_1d,
+    output_names_without_colon,
+    square_input_read_by_max,
+)
 
 __all__ = ["REPAIRS", "constant_of_shape_value_written", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
 
@@ -216,6 +223,7 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "constant operand last": constant_operand_last,  # repair_tflite.py
     "GELU divisor as [1]": gelu_divisor_1d,  # repair_tflite.py
     "square input read by Max": square_input_read_by_max,  # repair_tflite.py
+    "output names without ':'": output_names_without_colon,  # repair_tflite.py
     "static shape arithmetic folded": static_shape_arithmetic_folded,  # repair_shapes.py
     "Split as Slice": split_as_slice,  # repair_split.py
     "ceil_mode pooling explicit": ceil_mode_pooling_explicit,  # repair_pool.py

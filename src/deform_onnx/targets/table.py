@@ -218,7 +218,13 @@ TABLE: tuple[Target, ...] = (
             "float row index",
             "int32 row index",
         ),
-        repairs=("stack flatten as Concat", "constant operand last", "GELU divisor as [1]", "square input read by Max"),
+        repairs=(
+            "stack flatten as Concat",
+            "constant operand last",
+            "GELU divisor as [1]",
+            "square input read by Max",
+            "output names without ':'",
+        ),
     ),
     Target(
         name="ncnn",
