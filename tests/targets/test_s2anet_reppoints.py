@@ -171,3 +171,54 @@ def test_reppoints_dynamic_runs_at_a_new_size(head):
         want = [t.numpy() for t in model(x)]
     for g, w, what in zip(got, want, ("cls_out", "bbox"), strict=True):
         _close(g, w, what)
+
+
+def test_tile_as_concat_keeps_values():
+    """``Tile`` with constant repeats (1 on some axes) as ``Concat`` copies; one of computed repeats is left."""
+    from deform_onnx.targets.repairs import tile_as_concat
+
+    value = helper.make_tensor_value_info
+    reps = helper.make_tensor("reps", TensorProto.INT64, [5], [1, 3, 1, 2, 1])
+    nodes = [
+        helper.make_node("Tile", ["x", "reps"], ["y"], name="tile"),
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Tile", ["x", "s"], ["z"], name="computed"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [value("x", TensorProto.FLOAT, [1, 1, 3, 2, 4])],
+        [value("y", TensorProto.FLOAT, [1, 3, 3, 4, 4]), value("z", TensorProto.FLOAT, [1, 1, 9, 4, 16])],
+        [reps],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).standard_normal((1, 1, 3, 2, 4)).astype(np.float32)
+    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})  # noqa: E731
+    want = run(model)
+    assert tile_as_concat(model) == ["Tile with constant repeats written as Concat on 1 node(s)"]
+    onnx.checker.check_model(model, full_check=True)
+    assert [n.name for n in model.graph.node if n.op_type == "Tile"] == ["computed"]
+    for g, w in zip(run(model), want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_reppoints_grid_for_ncnn_is_written_without_tile(tmp_path):
+    """RepPoints' ``use_grid_points`` head with ``target="ncnn"``: by default the export runs the file in ncnn first
+    (``torch.tile`` refused to load before the repair)."""
+    assert "Tile as Concat" in resolve_target("ncnn").repairs
+    model = build_reppoints(use_grid_points=True)
+    x = torch.randn(1, 3, 64, 80, generator=torch.Generator().manual_seed(1))
+    path = tmp_path / "reppoints.onnx"
+    opt_out = {"verify_runtimes": ()} if NO_RUNTIMES else {}
+    report = deform_onnx.export(model, (x,), path, target="ncnn", input_names=["x"], **opt_out)
+    if not NO_RUNTIMES:
+        assert any(line.startswith("ncnn") for line in report.runtimes), report.runtimes
+    proto = onnx.load(str(path))
+    assert "Tile" not in {n.op_type for n in proto.graph.node}
+    got = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x.numpy()}
+    )
+    with torch.no_grad():
+        want = [t.numpy() for t in model(x)]
+    for g, w, what in zip(got, want, ("cls_out", "bbox"), strict=True):
+        _close(g, w, what)
