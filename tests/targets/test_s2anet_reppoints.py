@@ -222,3 +222,24 @@ def test_reppoints_grid_for_ncnn_is_written_without_tile(tmp_path):
         want = [t.numpy() for t in model(x)]
     for g, w, what in zip(got, want, ("cls_out", "bbox"), strict=True):
         _close(g, w, what)
+
+
+def test_capture_failure_names_the_conflicting_dimension():
+    """torch.onnx's capture error is a heading ending in ``:`` with the dimensions on the next lines (S2ANet with
+    a dynamic batch: its per-image loop fixes N); the one-line reason keeps the first items."""
+    from deform_onnx.exporters.calls import cause
+
+    text = (
+        "Found the following conflicts between user-specified ranges and inferred ranges from model tracing:\n"
+        "- Received user-specified dim hint Dim.DYNAMIC(min=None, max=None), but tracing inferred a static shape "
+        "of 2 for dimension inputs[0].shape[0].\n"
+    )
+    try:
+        try:
+            raise ValueError(text)
+        except ValueError as inner:
+            raise RuntimeError("export failed") from inner
+    except RuntimeError as exc:
+        reason = cause(exc)
+    assert reason.startswith("ValueError: Found the following conflicts") and "inputs[0].shape[0]" in reason
+    assert "\n" not in reason
