@@ -19,6 +19,7 @@ Expected values are PyTorch's on the same tensors.
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import warnings
 
@@ -150,7 +151,6 @@ def test_s2anet_for_tflite_keeps_every_output(tmp_path):
 def test_reppoints_dynamic_runs_at_a_new_size(head):
     model = build_reppoints(**head)
     x = torch.randn(1, 3, 64, 80, generator=torch.Generator().manual_seed(1))
-    import io
 
     f = io.BytesIO()
     with warnings.catch_warnings():
@@ -243,3 +243,22 @@ def test_capture_failure_names_the_conflicting_dimension():
         reason = cause(exc)
     assert reason.startswith("ValueError: Found the following conflicts") and "inputs[0].shape[0]" in reason
     assert "\n" not in reason
+
+
+class _PerImage(torch.nn.Module):
+    """A loop over the images in Python, as S2ANet's ``refine_bboxes`` and ``AlignConv.forward`` write it."""
+
+    def forward(self, x):
+        return torch.stack([x[i] * 2 for i in range(x.shape[0])])
+
+
+def test_a_batch_loop_with_a_dynamic_batch_says_where_2_comes_from():
+    """The refusal named ``is fixed at 2`` for a batch-1 example (the capture runs at 2): it now says why."""
+    from torch.export import Dim
+
+    with pytest.raises(deform_onnx.ExportError) as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        deform_onnx.export(
+            _PerImage(), (torch.randn(1, 3, 4, 4),), io.BytesIO(), dynamic_shapes=({0: Dim("N", max=4)},)
+        )
+    assert "axis 0 (N) is fixed at 2 (the example's 1, captured at 2" in str(info.value), str(info.value)
