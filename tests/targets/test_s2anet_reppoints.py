@@ -11,7 +11,12 @@
 - Target ``tflite``: the TorchScript file named the aligned feature ``onnx::Conv_...`` (returned and read by the ODM's
   ``Conv``); onnx2tf 1.29.24 lost that output (3 of 4 returned). The target renames outputs without ``:``
   (repair ``"output names without ':'"``, ``targets/repair_tflite.py``).
-- RepPoints (``center_init`` and ``use_grid_points``) exports with dynamic H and W at opset 11 and runs at a new
+- Target ``ncnn``: RepPoints' ``use_grid_points`` head repeats its grid (``Tile``), which pnnx writes as
+  ``torch.tile`` and ncnn does not load; the target writes a ``Tile`` of constant repeats as ``Concat`` (repair
+  ``"Tile as Concat"``, ``targets/repairs.py``).
+- Refusals: torch.onnx's capture error for a dynamic batch (S2ANet's per-image loops) keeps the line naming the
+  dimension, and "fixed at 2" for a batch-1 example says the capture ran at 2.
+- RepPoints (``center_init`` and ``use_grid_points``) exports with dynamic N, H and W at opset 11 and runs at a new
   non-square size.
 Expected values are PyTorch's on the same tensors.
 """
