@@ -42,13 +42,20 @@ def cause(exc: BaseException) -> str:
     """A one-line reason from the innermost exception of a torch.export failure.
 
     Adds the user's source line when torch names it ("The following call raised
-    this error"): the guard's own text (``Eq(u0, 1)``) does not say where it is.
+    this error"): the guard's own text (``Eq(u0, 1)``) does not say where it is. A first line that ends
+    with ``:`` gets the next two lines (torch's list of the conflicting dimensions).
     """
     inner = exc
     while inner.__cause__ is not None:
         inner = inner.__cause__
+    lines = [line.strip() for line in str(inner).strip().splitlines() if line.strip()]
+    message = lines[0] if lines else ""
+    if message.endswith(":") and len(lines) > 1:
+        # a heading whose items follow ("Found the following conflicts between user-specified ranges and inferred
+        # ranges from model tracing:" and one line per dimension): the first two items say which
+        message = f"{message} {'; '.join(lines[1:3])}"
+    message = message[:500]
     text = str(inner).strip()
-    message = text.splitlines()[0][:300] if text else ""
     reason = f"{type(inner).__name__}: {message}"
     where = _user_frame(text) or _user_frame(str(exc))
     return f"{reason} [at {where}]" if where else reason

@@ -58,7 +58,13 @@ def static_dims(proto: onnx.ModelProto, axes: list[Axis], input_names: list[str]
         d = dims[a.axis]
         if d.HasField("dim_value") and not d.HasField("dim_param"):
             label = f" ({a.name})" if a.name else ""
-            out.append(f"input {value.name!r} axis {a.axis}{label} is fixed at {d.dim_value}")
+            # a size-1 example is captured at 2 (exporters/examples.py): say so, or "fixed at 2" reads as a mistake
+            widened = (
+                f" (the example's {a.size}, captured at {d.dim_value} to keep it symbolic: torch.export fixes a size of 1)"
+                if a.size == 1 and d.dim_value == 2
+                else ""
+            )
+            out.append(f"input {value.name!r} axis {a.axis}{label} is fixed at {d.dim_value}{widened}")
     return out
 
 

@@ -162,6 +162,22 @@ def square_as_mul(x, exponent):
     return NotImplemented  # torch.export keeps the op as it is
 
 
+def argmax_of_one(x, dim=None, keepdim=False):
+    """``x.argmax(dim, keepdim)`` as zeros when the axis has length 1 (every index there is 0).
+
+    litert-torch 0.10.0 lowers an ``argmax`` over a length-1 axis to a two-result ``mhlo.reduce`` it cannot
+    legalize ("failed to legalize operation 'mhlo.reduce' that was explicitly marked illegal"): S2ANet's
+    ``refine_bboxes`` picks the best of ``num_anchors=1`` anchors with ``cls_score.argmax(dim=-2, keepdim=True)``
+    of ``[N, H*W, 1, 1]``. Other axes keep the op (measured: it converts).
+    """
+    import torch
+
+    if dim is None or x.dim() == 0 or not isinstance(x.shape[dim], int) or x.shape[dim] != 1:
+        return NotImplemented
+    zeros = torch.ops.aten.zeros_like.default(x, dtype=torch.int64)
+    return zeros if keepdim else torch.ops.aten.squeeze.dim(zeros, dim)
+
+
 def refuse_float16_conv(ep) -> None:
     """Refuse, before litert-torch runs, a program that convolves or pads a float16 tensor.
 
@@ -245,7 +261,11 @@ def write(model, args, path, **settings) -> ExportReport:
                 method,
                 TITLE,
                 notes=notes,
-                extra={torch.ops.aten.repeat.default: compact_repeat, torch.ops.aten.pow.Tensor_Scalar: square_as_mul},
+                extra={
+                    torch.ops.aten.repeat.default: compact_repeat,
+                    torch.ops.aten.pow.Tensor_Scalar: square_as_mul,
+                    torch.ops.aten.argmax.default: argmax_of_one,
+                },
             )
         refuse_float16_conv(ep)
         data = convert(ep, args)

@@ -132,11 +132,26 @@ def xnnpack_can_serialize(node: torch.fx.Node) -> bool:
     InternImage's DCNv4 and DCNv3 layers with dynamic H and W did (``x[..., None]`` of an ``[N, H, W, G]`` map).
     Such a node stays on the portable kernels (which take any shape).
     """
-    if getattr(node.target, "__name__", "") not in ("aten.unsqueeze_copy.default", "unsqueeze_copy.default"):
-        return True  # the edge dialect's name, or ATen's
+    name = getattr(node.target, "__name__", "")  # the edge dialect's name, or ATen's
+    if name.removeprefix("aten.") in ("amax.default", "max.dim"):
+        return _xnnpack_pools_dim(node)
+    if name not in ("aten.unsqueeze_copy.default", "unsqueeze_copy.default"):
+        return True
     value = node.meta.get("val")
     shape = getattr(value, "shape", ())
     return sum(not isinstance(d, int) for d in shape) <= 1
+
+
+def _xnnpack_pools_dim(node: torch.fx.Node) -> bool:
+    """Whether XNNPACK's serializer takes this ``amax`` / ``max.dim``: a max over dim ``2`` or ``3`` written so,
+    ``keepdim`` given.
+
+    executorch 1.5.1's ``MaxDimConfig`` takes every 4-D ``max.dim`` whose indices go unused, but its serializer
+    (``backends/xnnpack/operators/op_max_dim.py``, a max pooling) compares the dim itself with 2 and 3: S2ANet's
+    ``cls_score.max(dim=-1, keepdim=True)`` of ``[N, H*W, A, K]`` failed the whole lowering ("amax.default only
+    supports dim == 2 or dim == 3"). Such a node stays on the portable kernels.
+    """
+    return len(node.args) == 3 and node.args[1] in (2, 3)
 
 
 #: The highest tensor rank XNNPACK defines (``XNN_MAX_TENSOR_DIMS``).

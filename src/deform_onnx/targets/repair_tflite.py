@@ -60,7 +60,7 @@ from onnx import helper, numpy_helper
 from ..core.protos import constant_tensors, drop_unused_nodes
 from .repair_stack import _static_shapes
 
-__all__ = ["constant_operand_last", "gelu_divisor_1d", "square_input_read_by_max"]
+__all__ = ["constant_operand_last", "gelu_divisor_1d", "output_names_without_colon", "square_input_read_by_max"]
 
 _COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Equal"})
 _BINARY = _COMMUTATIVE | {"Sub", "Div"}
@@ -241,3 +241,35 @@ def square_input_read_by_max(model: onnx.ModelProto) -> list[str]:
     del g.node[:]
     g.node.extend(nodes)
     return [f"square input(s) {', '.join(square)} read through Max(x, x) (onnx2tf records them channels-first)"]
+
+
+def output_names_without_colon(model: onnx.ModelProto) -> list[str]:
+    """Repair ``"output names without ':'"``: each graph output whose name holds a ``:`` gets it as ``_``.
+
+    onnx2tf 1.29.24 names its TensorFlow tensors with ``:`` written ``__`` and then misses such an output when it
+    picks the model's outputs: S2ANet's TorchScript file (target ``tflite``, opset 13) returns its aligned feature
+    as ``onnx::Conv_864`` (the exporter's name of a value that is also read by a ``Conv``), and the ``.tflite``
+    onnx2tf wrote had 3 outputs of 4 (measured here, LiteRT 2.1.0: the feature was missing and another output
+    stood under its name; two outputs named ``onnx::...`` were both lost). The names are the exporter's own
+    (``output_names=`` names without ``:`` are kept); the values are unchanged.
+    """
+    from ..exporting.output_names import rename_proto
+
+    old = [o.name for o in model.graph.output]
+    if not any(":" in n for n in old):
+        return []
+    taken = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
+    taken |= {i.name for i in model.graph.initializer}
+    new = []
+    for name in old:
+        if ":" in name:
+            base = name.replace(":", "_")
+            name, k = base, 1
+            while name in taken or name in new:
+                name, k = f"{base}_{k}", k + 1
+        new.append(name)
+    rename_proto(model, new)
+    if [o.name for o in model.graph.output] != new:
+        return []  # an output that is a graph input or initializer: rename_proto leaves the names
+    changed = [f"{a!r} as {b!r}" for a, b in zip(old, new, strict=True) if a != b]
+    return [f"graph output(s) renamed without ':' ({', '.join(changed)})"]

@@ -24,6 +24,8 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
   or shape arithmetic on static shapes: the lowerings' base grids, which ``lower`` builds from ``Shape``)
   becomes the constant it computes; RKNN-Toolkit2's op table marks ``Range`` "Not Supported". A ``Range``
   of a dynamic size is left (rule ``rknn ops`` then names it).
+- ``"Tile as Concat"``: a ``Tile`` with constant repeats as ``Concat`` of copies along each repeated axis (pnnx writes
+  ``Tile`` as ``torch.tile``, which ncnn does not load: RepPoints' grid points).
 - ``"scatter as Concat"`` / ``"index list as Concat"`` (:mod:`.repair_index`): ``x[:, i] = y`` and
   ``x[[1, 0]]`` (``ScatterElements`` / ``GatherND``, which ncnn does not load) as ``Slice`` + ``Concat``;
   MNN 3.6.1 loads ``ScatterElements`` but ran PWC-Net's ``vgrid[:, 1, :, :] = ...`` 22 off, so target mnn applies
@@ -38,6 +40,8 @@ lowerings' graph forms (:mod:`deform_onnx.builder.forms`) do not.
 - ``"square input read by Max"`` (:mod:`.repair_tflite`): a 3-D..5-D graph input whose non-batch axes are all
   equal is read through ``Max(x, x)`` (onnx2tf makes it channels-last but records it as untransposed, so a
   ``Reshape`` reading it mixed the axes: a DCNv2 layer on ``[1, 8, 8, 8]`` 2.2 off in LiteRT).
+- ``"output names without ':'"`` (:mod:`.repair_tflite`): graph outputs named with a ``:`` (TorchScript's
+  ``onnx::Conv_864``) renamed with ``_`` (onnx2tf 1.29.24 lost such outputs: S2ANet's aligned feature).
 - ``"static shape arithmetic folded"`` (:mod:`.repair_shapes`): TorchScript's ``Shape -> Gather -> ...`` chains
   on static shapes (``torch.chunk``'s split points) as constants (TVM's frontend and ncnn's blob rule lost the
   shapes after such a ``Slice``).
@@ -74,7 +78,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from ..core.protos import drop_unused_nodes
 from .repair_clip import integer_clip_as_max_min
@@ -87,7 +91,12 @@ from .repair_reduce import reductions_as_pooling_and_conv
 from .repair_shapes import static_shape_arithmetic_folded
 from .repair_split import split_as_slice
 from .repair_stack import stack_flatten_as_concat
-from .repair_tflite import constant_operand_last, gelu_divisor_1d, square_input_read_by_max
+from .repair_tflite import (
+    constant_operand_last,
+    gelu_divisor_1d,
+    output_names_without_colon,
+    square_input_read_by_max,
+)
 
 __all__ = ["REPAIRS", "constant_of_shape_value_written", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
 
@@ -151,6 +160,42 @@ def sum_as_add(model: onnx.ModelProto) -> list[str]:
     return [f"Sum written as Add on {changed} node(s)"] if changed else []
 
 
+def tile_as_concat(model: onnx.ModelProto) -> list[str]:
+    """Write each main-graph ``Tile`` whose repeats are a constant as ``Concat`` of copies, axis by axis (in place).
+
+    ``Tile`` is by definition its input concatenated ``repeats[a]`` times along each axis ``a``, so the values are the
+    same. pnnx 20261020 writes an ONNX ``Tile`` as ``torch.tile``, which ncnn 1.0.20261020 does not load ("layer
+    torch.tile not exists or registered": RepPoints' ``gen_grid_from_reg``, ``grid_x.unsqueeze(1).repeat(1, k, 1, 1,
+    1)``); ``Concat`` loads. A ``Tile`` of computed repeats is left. Returns one line naming how many changed.
+    """
+    graph = model.graph
+    constants = _constants(graph)
+    nodes, changed = [], 0
+    for node in graph.node:
+        repeats = constants.get(node.input[1]) if node.op_type == "Tile" and len(node.input) == 2 else None
+        if repeats is None or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        current = node.input[0]
+        tiled = [(axis, int(r)) for axis, r in enumerate(numpy_helper.to_array(repeats).reshape(-1)) if r != 1]
+        if any(r < 1 for _, r in tiled):
+            nodes.append(node)  # an empty result: left as it is
+            continue
+        for i, (axis, times) in enumerate(tiled):
+            out = node.output[0] if i == len(tiled) - 1 else f"{node.output[0]}_tiled{axis}"
+            name = f"{node.name or node.output[0]}_concat{axis}"
+            nodes.append(helper.make_node("Concat", [current] * times, [out], name=name, axis=axis))
+            current = out
+        if not tiled:
+            nodes.append(helper.make_node("Identity", [current], [node.output[0]], name=node.name))
+        changed += 1
+    if changed:
+        del graph.node[:]
+        graph.node.extend(nodes)
+        drop_unused_nodes(model)
+    return [f"Tile with constant repeats written as Concat on {changed} node(s)"] if changed else []
+
+
 def range_as_constant(model: onnx.ModelProto) -> list[str]:
     """Replace each main-graph ``Range`` with foldable inputs by a ``Constant`` of its values (in place).
 
@@ -211,11 +256,13 @@ REPAIRS: dict[str, Callable[[onnx.ModelProto], list[str]]] = {
     "stack flatten as Concat": stack_flatten_as_concat,  # repair_stack.py
     "Sum as Add": sum_as_add,
     "Range as constant": range_as_constant,
+    "Tile as Concat": tile_as_concat,
     "scatter as Concat": scatter_as_concat,  # repair_index.py
     "index list as Concat": index_list_as_concat,  # repair_index.py
     "constant operand last": constant_operand_last,  # repair_tflite.py
     "GELU divisor as [1]": gelu_divisor_1d,  # repair_tflite.py
     "square input read by Max": square_input_read_by_max,  # repair_tflite.py
+    "output names without ':'": output_names_without_colon,  # repair_tflite.py
     "static shape arithmetic folded": static_shape_arithmetic_folded,  # repair_shapes.py
     "Split as Slice": split_as_slice,  # repair_split.py
     "ceil_mode pooling explicit": ceil_mode_pooling_explicit,  # repair_pool.py

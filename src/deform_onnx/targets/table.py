@@ -218,7 +218,13 @@ TABLE: tuple[Target, ...] = (
             "float row index",
             "int32 row index",
         ),
-        repairs=("stack flatten as Concat", "constant operand last", "GELU divisor as [1]", "square input read by Max"),
+        repairs=(
+            "stack flatten as Concat",
+            "constant operand last",
+            "GELU divisor as [1]",
+            "square input read by Max",
+            "output names without ':'",
+        ),
     ),
     Target(
         name="ncnn",
@@ -259,6 +265,8 @@ TABLE: tuple[Target, ...] = (
             "reductions as pooling and Conv",
             # measured here: pnnx writes Equal as torch.eq, which ncnn does not load (CenterNet's heat-map NMS)
             "float Equal as arithmetic",
+            # measured here: pnnx writes Tile as torch.tile, which ncnn does not load (RepPoints' grid points)
+            "Tile as Concat",
         ),
         faults=(_no_kernel("ncnn", "not run here: the matrix runs the standard-op forms"),),
         status="measured here",
