@@ -45,10 +45,9 @@ from ..proof.compare import DEFAULT_TOLERANCES, Tolerance, close, compare_output
 from ..runtimes.sessions import _numpy, input_tensors, make_session, output_tensors, run_file
 from .choices import discrete_flip
 from .pairing import check_count, order_error, swapped_with
-
-#: PyTorch's outputs, flattened as the exporters flatten them: ``[(pytree key path, tensor), ...]``.
-Outputs = list[tuple[str, torch.Tensor]]
-
+from .pytorch_runs import copy_run as _copy_run
+from .pytorch_runs import own_run as _own_run
+from .pytorch_runs import run_pytorch, upcast_run
 
 #: A float32 file that misses the float32 tolerance passes when its error against a float64 run of
 #: the model is at most this many times PyTorch float32's own error against it (docs/verification.md,
@@ -99,33 +98,6 @@ class Verified:
     checks: dict[str, OutputCheck] = field(default_factory=dict)
     shapes: list[tuple[int, ...]] = field(default_factory=list)
     runtime: str = "ONNX Runtime"
-
-
-def upcast_run(model, args: tuple, dtype: torch.dtype) -> tuple[list[torch.Tensor] | None, str | None]:
-    """``model`` run as a deep copy cast to ``dtype`` on ``args`` with floating tensors cast to it.
-
-    Returns ``(outputs, None)`` (flattened as :func:`~deform_onnx.runtimes.sessions.output_tensors`) or
-    ``(None, reason)`` when the copy cannot run in ``dtype``.
-
-    Raises:
-        VerificationError: an output that is neither a tensor nor a Python number.
-    """
-    outputs, why = _copy_run(model, args, dtype)
-    return ([t for _, t in outputs] if outputs is not None else None), why
-
-
-def _copy_run(model, args: tuple, dtype: torch.dtype) -> tuple[Outputs | None, str | None]:
-    import copy
-
-    try:
-        twin = copy.deepcopy(model).to(dtype)
-        cast = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
-        with torch.no_grad():
-            value = twin(*cast)
-    except Exception as exc:  # noqa: BLE001 - a kernel without this dtype, a model that hard-codes dtypes
-        text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
-        return None, f"{type(exc).__name__}: {text}"
-    return output_tensors(value), None  # an output it cannot compare is an error, not a copy that "did not run"
 
 
 def _max_abs(a: np.ndarray, b: np.ndarray, where: np.ndarray | None = None) -> float:
@@ -223,12 +195,11 @@ def verify(
                 rerun.append([t for _, t in output_tensors(model(*args))])
         return _numpy(rerun[0][index]) if index < len(rerun[0]) else None
 
-    worst, worst_name, tolerances, checks = _judged(
-        got, names, expected, paths, rtol, atol, where, runtime, reference, again, model, args
-    )
+    run = _Judging(names, expected, paths, rtol, atol, where, runtime, reference, again, model, args)
+    worst, worst_name, tolerances, checks = _judged(got, run)
     if not _same_bits(got, later):
         try:
-            _judged(later, names, expected, paths, rtol, atol, where, runtime, reference, again, model, args)
+            _judged(later, run)
         except VerificationError as exc:
             raise type(exc)(f"the first run matched, a later run of the same inputs did not: {exc}") from None
     shapes = [tuple(t.shape) for t in input_tensors(args)]
@@ -245,15 +216,37 @@ def _same_bits(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     )
 
 
-def _judged(got, names, expected, paths, rtol, atol, where, runtime, reference, again, model, args):
+@dataclass(frozen=True)
+class _Judging:
+    """What judging one run of the file needs (:func:`verify`'s names for them): the file's output names, PyTorch's
+    outputs and their pytree paths, the tolerances asked for, the size note, the runtime, the reference runs
+    (``reference(dtype)``, ``again(index)``) and the model with its arguments.
+    """
+
+    names: list[str]
+    expected: list
+    paths: list[str]
+    rtol: float | None
+    atol: float | None
+    where: str
+    runtime: str
+    reference: Callable
+    again: Callable
+    model: object
+    args: tuple
+
+
+def _judged(got, run: _Judging) -> tuple[float, str | None, dict[str, Tolerance], dict[str, OutputCheck]]:
     """One run's outputs ``got`` judged as :func:`verify` says: ``(worst, worst output, tolerances, checks)``.
 
     Raises:
         VerificationError: as :func:`verify`.
     """
+    names, expected, paths, where, runtime = run.names, run.expected, run.paths, run.where, run.runtime
+    reference, again, model, args = run.reference, run.again, run.model, run.args
     worst, worst_name, tolerances, checks = 0.0, None, {}, {}
     for index, (name, g, e) in enumerate(zip(names, got, expected)):
-        tol = tolerance_for(e.dtype if e is not None else g.dtype, rtol, atol)
+        tol = tolerance_for(e.dtype if e is not None else g.dtype, run.rtol, run.atol)
         tolerances[name] = tol
         g = g.astype(np.float32) if g.dtype.name == "bfloat16" else g  # exact: float32 holds every bfloat16
         ref_t = None
@@ -316,39 +309,6 @@ def _raise_if_swapped(exc, index, g, tol: Tolerance, names, paths, expected, ref
     other = swapped_with(index, g, candidates, lambda a, b: _within(a, b, tol))
     if other is not None:
         raise VerificationError(order_error(names[index], index, other, paths, names, where)) from exc
-
-
-def run_pytorch(model, args: tuple) -> None:
-    """Run ``model`` on ``args`` as verification does (to learn whether it runs at a size): in its own dtype,
-    or, for a float16/bfloat16 model PyTorch has no kernel for, as the float32 copy.
-
-    Raises:
-        Exception: the model's own failure (the float32 copy's too, for a low-precision model).
-    """
-    own, _ = _own_run(model, args)
-    if own is None and upcast_run(model, args, torch.float32)[0] is None:
-        with torch.no_grad():
-            model(*args)  # raise the model's own error
-
-
-def _own_run(model, args: tuple) -> tuple[Outputs | None, str | None]:
-    """The model's outputs in its own dtype (``[(path, tensor), ...]``), or ``(None, why)`` for a
-    float16/bfloat16 model PyTorch cannot run.
-
-    Other models' failures propagate (they are the model's own, not a missing low-precision kernel), as does
-    the :class:`VerificationError` of an output that is neither a tensor nor a Python number.
-    """
-    try:
-        with torch.no_grad():
-            value = model(*args)
-    except Exception as exc:
-        low = (torch.float16, torch.bfloat16)
-        tensors = [*model.parameters(), *model.buffers(), *input_tensors(args)] if hasattr(model, "parameters") else []
-        if not any(t.dtype in low for t in tensors):
-            raise
-        text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
-        return None, f"{type(exc).__name__}: {text}"
-    return output_tensors(value), None
 
 
 #: The elementwise rule (one copy: :func:`deform_onnx.proof.compare.within`); formats and quantize import it from here.

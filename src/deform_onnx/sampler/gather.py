@@ -27,6 +27,7 @@ own corner code.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -169,6 +170,21 @@ def _padded_index(b: Builder, p0: Value, like: Value) -> Value:
 GATHER4_MIN_WIDTH = 32
 
 
+@dataclass(frozen=True)
+class RowReading:
+    """How :class:`BilinearCorners` indexes its table.
+
+    Attributes:
+        index_dtype: the corner rows' integer type, ``np.int64`` or ``np.int32`` (the ``"int32 row index"`` form;
+            a static row count only).
+        quad: the table's :func:`quad_table`, built once by a caller whose samplers share the table (form
+            ``"quad table"``); ``None``: built by the sampler when the form is asked for.
+    """
+
+    index_dtype: type = np.int64
+    quad: Value | None = None
+
+
 class BilinearCorners:
     """The four bilinear corners of a set of points in a :func:`padded_channel_rows` table.
 
@@ -179,10 +195,7 @@ class BilinearCorners:
         row: rows per table row of pixels (``(W+3) * groups``), an int or int64 ``[1]``.
         step: rows per pixel (the offset groups, 1 for one group).
         weights: the bilinear weights of corners 00, 01, 10, 11 (``S``, the table's dtype).
-        index_dtype: ``i00``'s integer type, ``np.int64`` or ``np.int32`` (the ``"int32 row index"`` form; a
-            static ``row`` only).
-        quad: ``rows``' :func:`quad_table`, built once by a caller whose samplers share the table (form
-            ``"quad table"``); ``None``: built here when the form is asked for.
+        reading: how the rows are indexed (:class:`RowReading`: the index dtype, a prebuilt quad table).
 
     Raises:
         ValueError: int32 rows with a dynamic ``row``.
@@ -202,8 +215,10 @@ class BilinearCorners:
 
     def __init__(
         self, b: Builder, rows: Value, width: Dim, i00: Value, row: Dim, step: int, weights: list[Value],
-        index_dtype: type = np.int64, quad: Value | None = None,
+        reading: RowReading | None = None,
     ):  # fmt: skip
+        reading = reading or RowReading()
+        index_dtype, quad = reading.index_dtype, reading.quad
         if index_dtype is np.int32 and not isinstance(row, int):
             raise ValueError("BilinearCorners: int32 rows need a static row count")
         self.rows, self.width = rows, width

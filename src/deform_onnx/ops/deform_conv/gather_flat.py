@@ -24,7 +24,7 @@ import onnx
 from ...builder import Builder, Dim, Value
 from ...builder.forms import wants
 from ...sampler.coords import in_coordinate_dtype, in_input_dtype
-from ...sampler.gather import PAD_AFTER, PAD_BEFORE, BilinearCorners, padded_corner
+from ...sampler.gather import PAD_AFTER, PAD_BEFORE, BilinearCorners, RowReading, padded_corner
 from .common import Band
 from .spec import DeformConvSpec
 
@@ -99,7 +99,7 @@ def flat_corners(
     weights = [b.reshape(in_input_dtype(b, x, b.op("Mul", wy, wx)), flat) for wy in (hy, ly) for wx in (hx, lx)]
     table = _table_rows(N, H, W, G) if exact else 0
     i00 = b.reshape(i00, flat)
-    return BilinearCorners(b, rows, Cg, i00, row, G, weights, index_dtype(exact, table), quad=quad)
+    return BilinearCorners(b, rows, Cg, i00, row, G, weights, RowReading(index_dtype(exact, table), quad))
 
 
 def _table_rows(N: Dim, H: Dim, W: Dim, G: int) -> int:

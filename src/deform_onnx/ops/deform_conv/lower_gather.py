@@ -39,7 +39,7 @@ from ...builder import Builder, Dim, Value
 from ...builder.forms import wants
 from ...core.opsets import DEFORM_CONV_GATHER_MIN_OPSET
 from ...sampler.coords import coordinate_dtype, in_coordinate_dtype, in_input_dtype
-from ...sampler.gather import BilinearCorners, padded_channel_rows, padded_corner, quad_table
+from ...sampler.gather import BilinearCorners, RowReading, padded_channel_rows, padded_corner, quad_table
 from .common import (
     Band,
     add_product,
@@ -231,7 +231,7 @@ def _corners(
         weights = [b.op("Transpose", w_, perm=[0, 1, 3, 4, 2]) for w_ in weights]
     weights = [in_input_dtype(b, x, w_) for w_ in weights]
     table = N * (H + 3) * (W + 3) * G if exact else 0  # static when exact
-    return BilinearCorners(b, rows, Cg, i00, row_dim, G, weights, index_dtype(exact, table), quad=quad)
+    return BilinearCorners(b, rows, Cg, i00, row_dim, G, weights, RowReading(index_dtype(exact, table), quad))
 
 
 #: Largest row count (table rows, :func:`~deform_onnx.sampler.gather.padded_channel_rows`) whose row numbers

@@ -222,12 +222,12 @@ def _float32_reference(model, call: tuple, graph_outputs, exc: Exception) -> lis
     import onnx
     import torch
 
-    from ...exporting.verification import _copy_run
+    from ...exporting.pytorch_runs import copy_run
 
     low = (torch.float16, torch.bfloat16)
     if not any(isinstance(a, torch.Tensor) and a.dtype in low for a in call):
         raise exc
-    copy32, why = _copy_run(model, call, torch.float32)
+    copy32, why = copy_run(model, call, torch.float32)
     if copy32 is None:
         raise ValueError(f"the model runs neither in its own dtype ({type(exc).__name__}: {exc}) nor as a float32 "
                          f"copy ({why}): nothing to compare the runtime with") from None  # fmt: skip
