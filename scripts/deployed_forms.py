@@ -105,6 +105,35 @@ def _run(fam: str, python: Path, path: Path, feeds: dict, want: np.ndarray, work
     return run.ms, "" if err <= TOLERANCE else f"wrong: {err:.2g} off"
 
 
+#: Largest ratio between two timings of the same dense ``Conv`` file's work in one run (shapes that differ only in
+#: offset groups or mask have the same dense ``Conv``) before the run counts as too noisy to pick forms from.
+NOISE_LIMIT = 1.3
+
+
+def noisy(cells: dict[str, dict[str, dict[str, Cell]]], shapes, limit: float = NOISE_LIMIT) -> list[str]:
+    """Lines naming each target whose same dense ``Conv`` took times further apart than ``limit`` in this run.
+
+    The shapes ``1x64x64`` and ``1x64x64 og8`` (or ``no mask``) have one dense ``Conv`` (N, C, H and stride equal):
+    its two timings differ only by the machine's noise, which the forms' ratios to it then carry. A single run on a
+    shared machine whose floor moved that much should not decide a target's forms (its picks flip on noise).
+    """
+    lines = []
+    groups: dict[tuple, list[str]] = {}
+    for s in shapes:
+        groups.setdefault((s.batch, s.channels, s.size, s.stride), []).append(s.label)
+    for target, forms in cells.items():
+        for labels in groups.values():
+            times = {label: forms.get(DENSE, {}).get(label) for label in labels}
+            ms = {label: c.ms for label, c in times.items() if c is not None and c.ms}
+            if len(ms) < 2:
+                continue
+            low, high = min(ms, key=ms.__getitem__), max(ms, key=ms.__getitem__)
+            if ms[high] > limit * ms[low]:
+                lines.append(f"{target}: the same dense Conv took {ms[low]:.2f} ms ({low}) and {ms[high]:.2f} ms "
+                             f"({high}), {ms[high] / ms[low]:.2f}x apart (limit {limit}x)")  # fmt: skip
+    return lines
+
+
 def measure(shapes, pythons: dict[str, Path], repeats: int, rounds: int, entries=ENTRIES,
             log: Callable[[str], None] = print) -> dict[str, dict[str, dict[str, Cell]]]:  # fmt: skip
     """``{target: {form: {shape label: Cell}}}``; form ``"dense Conv"`` is the family's own dense Conv."""

@@ -147,6 +147,7 @@ def bench(repeats: int, rounds: int, shapes_text: list[str] | None, families: li
             "date": today, "machine": _machine(), "load": [load_before, _load()], "minutes": round(minutes, 1),
             "versions": versions}  # fmt: skip
     data = forms.data_file(cells, shapes, {**meta, "repeats": repeats, "rounds": rounds})
+    data["noise"] = forms.noisy(cells, shapes)
     return render(data), data
 
 
@@ -259,6 +260,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=10, help="bench: timed runs per file and round")
     parser.add_argument("--rounds", type=int, default=1, help="bench: rounds (each converts and runs every file)")
     parser.add_argument("--render", action="store_true", help="bench: write the block from the checked-in data")
+    parser.add_argument(
+        "--force", action="store_true", help="bench: write even when the run's dense Conv timings disagree (noise)"
+    )
     parser.add_argument("--shape", action="append", help="bench: N,C,H[,og=G][,stride=S][,mask=0] (repeatable)")
     args = parser.parse_args(argv)
     if args.what == "venvs":
@@ -277,6 +281,10 @@ def main(argv: list[str] | None = None) -> None:
             write_block(ROOT / "BENCHMARKS.md", BENCH_BLOCK, block)
     else:
         block, data = bench(args.repeats, args.rounds, args.shape, args.families)
+        noise = data.pop("noise", [])
+        if noise and not args.force:  # a floor that moved this much in one run: its picks would be noise
+            print(block, "", "Too noisy to write (rerun on a quieter machine, or --force):", *noise, sep="\n")
+            raise SystemExit(1)
         if args.families and not args.shape:  # these families' rows replace theirs in the checked-in run's data
             from deform_onnx.targets.fastest import DATA
 

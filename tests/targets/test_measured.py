@@ -129,6 +129,27 @@ def test_a_run_of_some_families_replaces_their_rows_only():
         runtime_venvs.merge(base, {**run, "shapes": ["1x8x8"]}, ["mnn"])
 
 
+def test_a_run_whose_same_dense_conv_disagrees_is_too_noisy_to_pick_from():
+    """1x64x64 and 1x64x64 og8 have one dense Conv: timings of it far apart in one run mark the run as noise (the
+    bench then writes nothing unless forced); within the limit, or on shapes with other dense Convs, it passes."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import deployed_forms as forms
+
+    from deform_onnx.bench.deform_conv import BenchShape
+
+    shapes = [BenchShape.parse(s) for s in ("1,64,64", "1,256,32", "1,64,64,og=8")]
+
+    def cells(*ms):
+        return {"mnn": {forms.DENSE: {s.label: forms.Cell(runs=[m]) for s, m in zip(shapes, ms)}}}
+
+    (line,) = forms.noisy(cells(2.0, 9.0, 6.9), shapes)
+    assert line.startswith("mnn: the same dense Conv took 2.00 ms (1x64x64) and 6.90 ms (1x64x64 og8)"), line
+    assert forms.noisy(cells(2.0, 9.0, 2.4), shapes) == []  # within 1.3x; 1x256x32 is another Conv
+
+
 # -- per shape class (deform_onnx.ops.deform_conv.classes) ---------------------------------------------------
 
 #: The checked-in run's shapes: two of the plain class, one of each other class.
