@@ -33,6 +33,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+import torchvision
 from onnx import TensorProto, helper
 
 import deform_onnx
@@ -287,3 +288,35 @@ def test_fixed_at_2_for_a_batch_1_example_says_the_capture_ran_at_2():
     assert line.startswith("input 'x' axis 0 (N) is fixed at 2 (the example's 1, captured at 2"), line
     (line,) = static_dims(proto, [Axis(0, 0, "N", 3)], ["x"])  # an example of 3: no such note
     assert line == "input 'x' axis 0 (N) is fixed at 2", line
+
+
+class _Float32Offsets(torch.nn.Module):
+    """A float16 map sampled at offsets computed in float32 (S2ANet's AlignConv builds them from float32 anchors):
+    PyTorch's own float16 run fails (torchvision wants one dtype), so the float32 copy is the reference."""
+
+    def __init__(self):
+        super().__init__()
+        self.dcn = torchvision.ops.DeformConv2d(4, 4, 3, padding=1)
+
+    def forward(self, x, offset):
+        return self.dcn(x, offset)
+
+
+@pytest.mark.parametrize("method", ["native", "grid_sample", "gather"])
+def test_float32_offsets_on_a_float16_map_export_in_every_form(method):
+    """``DeformConv`` takes every float input in X's type: the native form casts the offsets (it wrote an invalid
+    file before, and target onnxruntime refused S2ANet in float16); the other forms compute coordinates in float32."""
+    gen = torch.Generator().manual_seed(0)
+    model = _Float32Offsets().half().eval()
+    x, offset = torch.randn(1, 4, 6, 7, generator=gen).half(), torch.randn(1, 18, 6, 7, generator=gen)
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = deform_onnx.export(model, (x, offset), f, method=method, opset_version=19)
+    assert report.max_error is not None and report.method == method
+    got = ort.InferenceSession(f.getvalue(), providers=["CPUExecutionProvider"]).run(
+        None, {i.name: a.numpy() for i, a in zip(ort.InferenceSession(f.getvalue()).get_inputs(), (x, offset))}
+    )[0]
+    with torch.no_grad():
+        want = torch.nn.Module.float(model)(x.float(), offset).numpy()
+    assert got.dtype == np.float16 and np.allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from ...builder import Builder, Value
 from ...core.opsets import DEFORM_CONV_NATIVE_MIN_OPSET
@@ -30,6 +31,9 @@ def lower_native(
             "DeformConv samples with torchvision's border rule, not OpenVINO's "
             "(bilinear_interpolation_pad=false); use method 'grid_sample' or 'gather'"
         )
+    # DeformConv takes every float input in X's type (T); a model whose offsets (or mask, weight, bias) are of another
+    # float dtype (mmrotate's float32 anchors' offsets beside a float16 map) gets them cast, as the other forms do.
+    offset, mask, weight, bias = (_as_input_dtype(b, x, v) for v in (offset, mask, weight, bias))
     if mask is not None and bias is None:
         # B precedes mask in DeformConv's inputs; a zero bias keeps the node simple
         # for runtimes that mishandle empty optional inputs.
@@ -48,3 +52,13 @@ def lower_native(
         pads=list(spec.pads),
         strides=list(spec.stride),
     )
+
+
+def _as_input_dtype(b: Builder, x: Value, value: Value | None) -> Value | None:
+    """``value`` cast to ``x``'s float dtype when both are known and differ (else as it is)."""
+    if value is None:
+        return None
+    want, have = b.dtype(x), b.dtype(value)
+    if want is None or have is None or np.dtype(want) == np.dtype(have):
+        return value
+    return b.op("Cast", value, to=onnx.helper.np_dtype_to_tensor_dtype(np.dtype(want)))
