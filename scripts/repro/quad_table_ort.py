@@ -3,8 +3,7 @@
 For each shape (``N,C,H[,og=G]``, as ``scripts/runtime_venvs.py bench`` takes them) the benchmark layer
 (:class:`deform_onnx.bench.deform_conv.DeformConvCase`) is exported as ``target="onnxruntime", method="gather"``
 writes it (``default``), once more (``default2``: the same bytes, the control), and with the form ``quad table``
-added in each weighting named by ``--weightings`` (:data:`deform_onnx.sampler.gather.QUAD_WEIGHTING`, patched
-around the export). Each file is checked against PyTorch (the max error printed), then all are timed in this
+added (``quad``; the other weightings measured, slower still, were removed: commit 7d53a34 has them). Each file is checked against PyTorch (the max error printed), then all are timed in this
 process by ONNX Runtime at one thread: rounds of ``--repeats`` runs per file, the files in an order rotated per
 round; per file the median over rounds of each round's median, wall and process CPU time, and its ratio to the
 geometric mean of the two ``default`` files.
@@ -32,30 +31,23 @@ def main() -> None:
     import deform_onnx
     from deform_onnx.bench.deform_conv import BenchShape, DeformConvCase
     from deform_onnx.builder.forms import graph_forms
-    from deform_onnx.sampler import gather
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shapes", nargs="+", type=BenchShape.parse)
     ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--weightings", default="ReduceSum,corner axis")
     opts = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="quad-table-ort-"))
     print("load average at the start:", os.getloadavg(), flush=True)
     for shape in opts.shapes:
         case = DeformConvCase(shape, work / shape.label.replace(" ", "_"), threads=1)
-        contenders = {"default": None, **{f"quad {w}": w for w in opts.weightings.split(",")}, "default2": None}
+        contenders = {"default": [], "quad": ["quad table"], "default2": []}
         runs = {}
-        for name, weighting in contenders.items():
+        for name, forms in contenders.items():
             buf = io.BytesIO()
-            before = gather.QUAD_WEIGHTING
-            gather.QUAD_WEIGHTING = weighting or before
-            try:
-                with graph_forms(["quad table"] if weighting else []):
-                    deform_onnx.export(case.module, case.args, buf, target="onnxruntime", method="gather",
-                                       input_names=list(case.inputs), output_names=["output"], verify=False)  # fmt: skip
-            finally:
-                gather.QUAD_WEIGHTING = before
+            with graph_forms(forms):
+                deform_onnx.export(case.module, case.args, buf, target="onnxruntime", method="gather",
+                                   input_names=list(case.inputs), output_names=["output"], verify=False)  # fmt: skip
             so = ort.SessionOptions()
             so.intra_op_num_threads = so.inter_op_num_threads = 1
             sess = ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])

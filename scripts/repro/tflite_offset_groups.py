@@ -9,9 +9,7 @@ For each shape (``N,C,H[,og=G]`` as ``scripts/runtime_venvs.py bench`` takes the
 - ``flat``: ``flat offset groups``, the target's form now (2-D index math, the groups folded into the
   gathered rows: one ``Gather`` per corner and tap for every group; one offset group: the default form);
 - ``target``: ``export(target="tflite")``, the target's forms and repairs as they are (``target2``: the same
-  again, the control); ``target+FORM``: with another graph form too, e.g. ``target+quad table``, whose
-  weighting (:data:`deform_onnx.sampler.gather.QUAD_WEIGHTING`) a ``+NAME`` of :data:`WEIGHTINGS` picks, e.g.
-  ``target+quad table+corner axis``;
+  again, the control); ``target+FORM``: with another graph form too, e.g. ``target+quad table``;
 - ``dense``: the layer's dense ``Conv`` (``torch.nn.Conv2d``, its weight and bias), the floor.
 
 Each file is converted by onnx2tf and checked against PyTorch by the deployed runner
@@ -30,7 +28,8 @@ SHAPE ...`` (``--forms`` default ``apart,flat,dense,apart2``; ``flat+FORM``: wit
 ``flat+whole map``). Measured here on 1x64x64 og8: ``flat`` ran within ``apart``'s spread (its ops an eighth,
 its conversion several times faster); ``flat+float row index`` and ``flat+whole map`` gained nothing either.
 
-The quad table (issue 38, ``--forms "target,target+quad table,target+quad table+corner axis,dense,target2"``):
+The quad table (issue 38, ``--forms "target,target+quad table,dense,target2"``; the other weightings below were
+measured with commit 7d53a34, which had them):
 on 1x64x64 og8 every weighting ran slower than the target's form or within its control's spread (``corner
 axis``), although op by op (``scripts/repro/litert_op_profile.py --cpu``) its ``Gather`` nodes and onnx2tf's
 negative-index fix took a fraction of the target's: the ``ReduceSum`` over the middle corner axis, or the
@@ -51,9 +50,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-#: The quad table's weightings (:data:`deform_onnx.sampler.gather.QUAD_WEIGHTING`), named in a form as ``+NAME``.
-WEIGHTINGS = ("ReduceSum", "MatMul", "slices", "identity MatMul", "corner axis")
 
 TIMER = """
 import json, statistics, sys, time
@@ -134,7 +130,6 @@ def main() -> None:
     from deform_onnx.bench.deform_conv import BenchShape, DeformConvCase
     from deform_onnx.builder.forms import graph_forms
     from deform_onnx.runtimes.deployed import FAMILIES, interpreter, run_file
-    from deform_onnx.sampler import gather
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shapes", nargs="*", type=BenchShape.parse)
@@ -172,14 +167,9 @@ def main() -> None:
             elif form.rstrip("0123456789").startswith("target"):  # "target2": a copy, the control
                 first, *more = form.split("+")  # "target+quad table": that form as well
                 buf = io.BytesIO()
-                weighting = next((m for m in more if m in WEIGHTINGS), "ReduceSum")  # the quad table's weighting
-                gather.QUAD_WEIGHTING, before_w = weighting, gather.QUAD_WEIGHTING
-                try:  # the target's forms and repairs, and the forms named
-                    with graph_forms([m for m in more if m not in WEIGHTINGS]):
-                        deform_onnx.export(case.module, case.args, buf, target="tflite", verify_runtimes=(),
-                                           input_names=list(case.inputs), output_names=["output"], verify=False)  # fmt: skip
-                finally:
-                    gather.QUAD_WEIGHTING = before_w
+                with graph_forms(more):  # the target's forms and repairs, and the forms named
+                    deform_onnx.export(case.module, case.args, buf, target="tflite", verify_runtimes=(),
+                                       input_names=list(case.inputs), output_names=["output"], verify=False)  # fmt: skip
                 path.write_bytes(buf.getvalue())
                 want, feeds = case.reference, case.feeds
             else:

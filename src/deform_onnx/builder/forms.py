@@ -170,8 +170,8 @@ reach the lowerings through this context instead, set around the export by
   (:func:`~deform_onnx.sampler.gather.quad_table`: the row table and its copies shifted by one pixel, one row of
   pixels and both, side by side, ``[R - row - step, 4*width]``; four ``Slice`` nodes and a ``Concat``): a quarter
   of the gathered rows, each four times wider, no index of the other three corners; the rows are weighted by a
-  broadcast ``Mul`` of ``[M, 4, 1]`` and summed by a ``ReduceSum`` over the corner axis
-  (:data:`~deform_onnx.sampler.gather.QUAD_WEIGHTING` names the other weightings tried). The same corners and
+  broadcast ``Mul`` of ``[M, 4, 1]`` and summed by a ``ReduceSum`` over the corner axis (the other weightings
+  tried: :func:`~deform_onnx.sampler.gather.quad_table`). The same corners and
   weights (the sum's order may round differently); it overrides the corner forms above, and with
   ``"flat offset groups"`` the table steps by the offset groups. No target asks for it: through onnx2tf,
   LiteRT ran the ``tflite`` target's file with it, in each weighting tried, no faster than the target's own

@@ -245,28 +245,13 @@ class BilinearCorners:
 
     def sample(self, b: Builder, take: Callable[[Value], Value] = lambda v: v) -> Value:
         """``[M, width]``: the weighted corners of the points ``take`` selects (all by default)."""
-        if self.quad and QUAD_WEIGHTING == "corner axis":  # one Gather along axis 1: [4, M, width], corner-major
-            v = b.op("Gather", self.rows, b.reshape(take(self.idx), [-1]), axis=1)
-            wgt = b.reshape(b.op("Concat", *[b.reshape(take(w), [1, -1]) for w in self.wgt], axis=0), [4, -1, 1])
-            return b.reduce_sum(b.op("Mul", v, wgt), [0], keepdims=0)
         if self.quad:  # [M, 4*width] rows: the four corners side by side, weighted and summed over the corners
             v = b.reshape(b.op("Gather", self.rows, b.reshape(take(self.idx), [-1]), axis=0), [-1, 4, self.width])
-            # the weights as whole [1, M] blocks, then [M, 4] (a last-axis Concat of [M, 1] runs element by element
-            # in LiteRT: BENCHMARKS.md "Deployed runtimes")
+            # the weights as whole [1, M] blocks, then [M, 4, 1] (a last-axis Concat of [M, 1] runs element by
+            # element in LiteRT: BENCHMARKS.md "Deployed runtimes")
             wgt = b.op("Concat", *[b.reshape(take(w), [1, -1]) for w in self.wgt], axis=0)
-            wgt = b.op("Transpose", wgt, perm=[1, 0])
-            if QUAD_WEIGHTING == "MatMul":
-                return b.reshape(b.op("MatMul", b.reshape(wgt, [-1, 1, 4]), v), [-1, self.width])
-            if QUAD_WEIGHTING == "slices":  # each corner's columns, weighted, added by one Sum
-                parts = [b.reshape(b.slice(v, c, c + 1, axis=1), [-1, self.width]) for c in range(4)]
-                ws = [b.slice(wgt, c, c + 1, axis=1) for c in range(4)]
-                return b.op("Sum", *[b.op("Mul", p, w) for p, w in zip(parts, ws)])
-            v = b.op("Mul", v, b.reshape(wgt, [-1, 4, 1]))
-            if QUAD_WEIGHTING == "identity MatMul" and isinstance(self.width, int):
-                # the corners added by a MatMul with four stacked identities [4*width, width]
-                eye = np.tile(np.eye(self.width), (4, 1))
-                return b.op("MatMul", b.reshape(v, [-1, 4 * self.width]), b.float_const(eye, self.rows))
-            return b.reduce_sum(v, [1], keepdims=0)
+            wgt = b.reshape(b.op("Transpose", wgt, perm=[1, 0]), [-1, 4, 1])
+            return b.reduce_sum(b.op("Mul", v, wgt), [1], keepdims=0)
         if self.corner_major:  # [4, M] rows, one Gather of [4, M, width], weighted and summed over the corners
             idx = b.op("Concat", *[b.reshape(take(i), [1, -1]) for i in self.idx], axis=0)
             # 2-D [4, M], then [4, M, 1]: onnx2tf lays a 3-D Concat of [1, M, 1] out as [1, M, 4] and transposes
@@ -284,17 +269,6 @@ class BilinearCorners:
         return b.op("Sum", *terms)  # one pass instead of three Adds
 
 
-#: How :class:`BilinearCorners` weights the quad table's four corners (form ``"quad table"``), the rows gathered
-#: as ``[M, 4, width]``: ``"ReduceSum"`` (a broadcast ``Mul`` by ``[M, 4, 1]``, a ``ReduceSum`` over the corner
-#: axis), ``"MatMul"`` (a batched ``MatMul`` of ``[M, 1, 4]`` by ``[M, 4, width]``), ``"slices"`` (each corner's
-#: columns sliced, weighted, added by one ``Sum``), ``"identity MatMul"`` (the ``Mul``, then a ``MatMul`` by four
-#: stacked identities ``[4*width, width]``; a static width only, else ``"ReduceSum"``); or ``"corner axis"``: the
-#: table stacked ``[4, R', width]`` (:func:`quad_table`), gathered along axis 1 to ``[4, M, width]``, weighted as
-#: ``"corner-major gather"`` does. None ran faster where measured (scripts/repro/tflite_offset_groups.py,
-#: scripts/repro/quad_table_ort.py); the default is the simplest.
-QUAD_WEIGHTING = "ReduceSum"
-
-
 def quad_table(b: Builder, rows: Value, row: Dim, step: int) -> Value:
     """The four bilinear corners of every top-left row of a :func:`padded_channel_rows` table, side by side.
 
@@ -303,8 +277,9 @@ def quad_table(b: Builder, rows: Value, row: Dim, step: int) -> Value:
     ``r``, ``r + step``, ``r + row``, ``r + row + step`` of ``rows`` (corners 00, 01, 10, 11) concatenated, four
     ``Slice`` nodes and one ``Concat``. Every corner :func:`padded_corner` clamps has all four rows in the table
     (:data:`PAD_AFTER` rows and columns after the image), so its top-left row is one of these; one ``Gather``
-    of it reads the four corners (form ``"quad table"``). Under :data:`QUAD_WEIGHTING` ``"corner axis"`` the four
-    shifted tables are stacked instead, ``[4, R - row - step, width]``.
+    of it reads the four corners (form ``"quad table"``). Other layouts and weightings of the quad rows (a
+    batched ``MatMul``, slices, an identity ``MatMul``, the corners stacked on a leading axis) ran no faster
+    where measured (commits 68ff0de and 7d53a34 hold them and their numbers).
     """
     R = b.dim(rows, 0)
     last = b.add_dim(row, step)  # the 11 corner's shift; the quad table has R - last rows
@@ -316,10 +291,7 @@ def quad_table(b: Builder, rows: Value, row: Dim, step: int) -> Value:
             end = b.op("Add", b.op("Sub", b.as_dim(R), b.as_dim(last)), b.as_dim(start))
         return b.op("Slice", rows, b.as_dim(start), end, b.i64([0]))
 
-    parts = [part(s) for s in (0, step, row, last)]
-    if QUAD_WEIGHTING == "corner axis":  # [4, R - last, width]: the corners stacked on a leading axis
-        return b.op("Concat", *[b.unsqueeze(p, [0]) for p in parts], axis=0)
-    return b.op("Concat", *parts, axis=1)
+    return b.op("Concat", *[part(s) for s in (0, step, row, last)], axis=1)
 
 
 def _size_plus(b: Builder, size: Dim, delta: int, like: Value) -> Value:
