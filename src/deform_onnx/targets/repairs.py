@@ -80,7 +80,7 @@ from collections.abc import Callable
 import onnx
 from onnx import helper, numpy_helper
 
-from ..core.protos import drop_unused_nodes
+from ..core.protos import constant_tensors, drop_unused_nodes
 from .repair_clip import integer_clip_as_max_min
 from .repair_einsum import einsum_as_matmul
 from .repair_equal import float_equal_as_arithmetic
@@ -101,23 +101,12 @@ from .repair_tflite import (
 __all__ = ["REPAIRS", "constant_of_shape_value_written", "range_as_constant", "reshape_allowzero_0", "sum_as_add"]
 
 
-def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
-    """Initializers and ``Constant`` node outputs (attribute ``value``) by name."""
-    out = {t.name: t for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            value = next((a.t for a in node.attribute if a.name == "value"), None)
-            if value is not None:
-                out[node.output[0]] = value
-    return out
-
-
 def reshape_allowzero_0(model: onnx.ModelProto) -> list[str]:
     """Drop ``allowzero=1`` from the main graph's ``Reshape`` nodes whose shape is a constant without a 0.
 
     Edits ``model`` in place. Returns one line naming how many nodes changed (empty when none).
     """
-    constants = _constants(model.graph)
+    constants = constant_tensors(model.graph)
     changed = 0
     for node in model.graph.node:
         if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
@@ -169,7 +158,7 @@ def tile_as_concat(model: onnx.ModelProto) -> list[str]:
     1)``); ``Concat`` loads. A ``Tile`` of computed repeats is left. Returns one line naming how many changed.
     """
     graph = model.graph
-    constants = _constants(graph)
+    constants = constant_tensors(graph)
     nodes, changed = [], 0
     for node in graph.node:
         repeats = constants.get(node.input[1]) if node.op_type == "Tile" and len(node.input) == 2 else None
