@@ -314,9 +314,8 @@ def test_float32_offsets_on_a_float16_map_export_in_every_form(method):
         warnings.simplefilter("ignore")
         report = deform_onnx.export(model, (x, offset), f, method=method, opset_version=19)
     assert report.max_error is not None and report.method == method
-    got = ort.InferenceSession(f.getvalue(), providers=["CPUExecutionProvider"]).run(
-        None, {i.name: a.numpy() for i, a in zip(ort.InferenceSession(f.getvalue()).get_inputs(), (x, offset))}
-    )[0]
+    session = ort.InferenceSession(f.getvalue(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {i.name: a.numpy() for i, a in zip(session.get_inputs(), (x, offset), strict=True)})[0]
     with torch.no_grad():
-        want = torch.nn.Module.float(model)(x.float(), offset).numpy()
+        want = model.float()(x.float(), offset).numpy()
     assert got.dtype == np.float16 and np.allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
 from ...builder import Builder, Value
 from ...core.opsets import DEFORM_CONV_NATIVE_MIN_OPSET
@@ -61,4 +60,4 @@ def _as_input_dtype(b: Builder, x: Value, value: Value | None) -> Value | None:
     want, have = b.dtype(x), b.dtype(value)
     if want is None or have is None or np.dtype(want) == np.dtype(have):
         return value
-    return b.op("Cast", value, to=onnx.helper.np_dtype_to_tensor_dtype(np.dtype(want)))
+    return b.cast_like(value, x)
